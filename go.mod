@@ -1,0 +1,3 @@
+module github.com/dflash-mlx/dflash-mlx
+
+go 1.26
