@@ -1,0 +1,384 @@
+package mlxc
+
+/*
+#include "mlxc.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Array is a handle to an MLX array (lazy until evaluated). Arrays are owned by the Scope
+// that was open when they were created, or by the caller when none was (then Free them).
+type Array struct {
+	h     C.mlxc_array
+	scope *Scope
+	keep  bool
+}
+
+// Scope collects the arrays created while it is the innermost open scope, and frees them
+// when it closes. Scopes nest; they belong to the MLX thread.
+type Scope struct {
+	arrays []*Array
+	parent *Scope
+	closed bool
+}
+
+var scopeTop *Scope // MLX thread only
+
+// NewScope opens a scope nested in the current one.
+func NewScope() *Scope {
+	s := &Scope{parent: scopeTop}
+	scopeTop = s
+	return s
+}
+
+// Close frees every array of the scope except those in keep, which move to the parent
+// scope (or become caller-owned when there is none). Closing must follow LIFO order.
+func (s *Scope) Close(keep ...*Array) {
+	if s.closed {
+		return
+	}
+	if scopeTop != s {
+		panic("mlxc: scopes closed out of order")
+	}
+	for _, a := range keep {
+		if a != nil {
+			a.keep = true
+		}
+	}
+	for _, a := range s.arrays {
+		if a.keep {
+			a.keep = false
+			a.scope = s.parent
+			if s.parent != nil {
+				s.parent.arrays = append(s.parent.arrays, a)
+			}
+			continue
+		}
+		a.release()
+	}
+	s.arrays = nil
+	s.closed = true
+	scopeTop = s.parent
+}
+
+// Scoped runs fn in a new scope and keeps the arrays it returns.
+func Scoped(fn func() []*Array) []*Array {
+	s := NewScope()
+	var out []*Array
+	defer func() { s.Close(out...) }()
+	out = fn()
+	return out
+}
+
+// Detach takes a out of its scope: the caller now owns it and must Free it. Use it for
+// long-lived arrays such as weights and caches.
+func (a *Array) Detach() *Array {
+	if a == nil || a.scope == nil {
+		return a
+	}
+	sc := a.scope
+	for i, x := range sc.arrays {
+		if x == a {
+			last := len(sc.arrays) - 1
+			sc.arrays[i] = sc.arrays[last]
+			sc.arrays = sc.arrays[:last]
+			break
+		}
+	}
+	a.scope = nil
+	return a
+}
+
+func newArray(h C.mlxc_array) *Array {
+	a := &Array{h: h}
+	if scopeTop != nil {
+		a.scope = scopeTop
+		scopeTop.arrays = append(scopeTop.arrays, a)
+	}
+	return a
+}
+
+func (a *Array) release() {
+	if a.h != nil {
+		C.mlxc_array_free(a.h)
+		a.h = nil
+	}
+}
+
+// Free releases the array now. Safe to call twice; a scope that still lists it skips it.
+func (a *Array) Free() {
+	if a != nil {
+		a.release()
+	}
+}
+
+// Valid reports whether the handle is live (not freed).
+func (a *Array) Valid() bool { return a != nil && a.h != nil }
+
+func (a *Array) handle(op string) C.mlxc_array {
+	if a == nil || a.h == nil {
+		fail(op, "use of a nil or freed array")
+	}
+	return a.h
+}
+
+// optHandle maps a nil *Array to an absent optional input.
+func optHandle(op string, a *Array) C.mlxc_array {
+	if a == nil {
+		return nil
+	}
+	return a.handle(op)
+}
+
+// Shape returns the array's dimensions.
+func (a *Array) Shape() []int {
+	h := a.handle("shape")
+	var buf [16]C.int
+	n := int(C.mlxc_array_shape(h, &buf[0], 16))
+	if n > 16 {
+		big := make([]C.int, n)
+		C.mlxc_array_shape(h, &big[0], C.int(n))
+		out := make([]int, n)
+		for i := range out {
+			out[i] = int(big[i])
+		}
+		return out
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = int(buf[i])
+	}
+	return out
+}
+
+// Dim returns one dimension; negative axes count from the end.
+func (a *Array) Dim(axis int) int {
+	sh := a.Shape()
+	if axis < 0 {
+		axis += len(sh)
+	}
+	if axis < 0 || axis >= len(sh) {
+		fail("dim", "axis %d out of range for shape %v", axis, sh)
+	}
+	return sh[axis]
+}
+
+// Ndim is the rank.
+func (a *Array) Ndim() int { return int(C.mlxc_array_ndim(a.handle("ndim"))) }
+
+// Dtype is the element type.
+func (a *Array) Dtype() Dtype { return Dtype(C.mlxc_array_dtype(a.handle("dtype"))) }
+
+// Size is the number of elements.
+func (a *Array) Size() int { return int(C.mlxc_array_size(a.handle("size"))) }
+
+// NBytes is the size in bytes.
+func (a *Array) NBytes() int { return int(C.mlxc_array_nbytes(a.handle("nbytes"))) }
+
+func (a *Array) String() string {
+	if !a.Valid() {
+		return "Array(freed)"
+	}
+	return fmt.Sprintf("Array(%v, %v)", a.Shape(), a.Dtype())
+}
+
+// Element is a Go type with a matching MLX dtype.
+type Element interface {
+	~bool | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int8 | ~int16 | ~int32 | ~int64 | ~float32 | ~float64
+}
+
+func dtypeOf[T Element]() Dtype {
+	var z T
+	switch any(z).(type) {
+	case bool:
+		return Bool
+	case uint8:
+		return Uint8
+	case uint16:
+		return Uint16
+	case uint32:
+		return Uint32
+	case uint64:
+		return Uint64
+	case int8:
+		return Int8
+	case int16:
+		return Int16
+	case int32:
+		return Int32
+	case int64:
+		return Int64
+	case float32:
+		return Float32
+	case float64:
+		return Float64
+	}
+	panic("unreachable")
+}
+
+// FromSlice copies data into a new array of the matching dtype and the given shape.
+func FromSlice[T Element](data []T, shape ...int) *Array {
+	var z T
+	return fromRaw("from_slice", unsafe.Pointer(unsafe.SliceData(data)), len(data)*int(unsafe.Sizeof(z)), shape, dtypeOf[T]())
+}
+
+// FromBytes builds an array from raw little-endian element bytes of dtype dt (for bf16 and
+// f16, the bit patterns). The bytes are copied.
+func FromBytes(b []byte, shape []int, dt Dtype) *Array {
+	return fromRaw("from_bytes", unsafe.Pointer(unsafe.SliceData(b)), len(b), shape, dt)
+}
+
+// FromBF16Bits builds a bfloat16 array from bit patterns.
+func FromBF16Bits(bits []uint16, shape ...int) *Array {
+	return fromRaw("from_bf16", unsafe.Pointer(unsafe.SliceData(bits)), 2*len(bits), shape, BFloat16)
+}
+
+// FromF16Bits builds a float16 array from bit patterns.
+func FromF16Bits(bits []uint16, shape ...int) *Array {
+	return fromRaw("from_f16", unsafe.Pointer(unsafe.SliceData(bits)), 2*len(bits), shape, Float16)
+}
+
+func fromRaw(op string, p unsafe.Pointer, nbytes int, shape []int, dt Dtype) *Array {
+	if !dt.Valid() {
+		fail(op, "unknown dtype %d", int(dt))
+	}
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			fail(op, "negative dimension in shape %v", shape)
+		}
+		n *= d
+	}
+	if n*dt.Size() != nbytes {
+		fail(op, "shape %v of %v needs %d bytes, got %d", shape, dt, n*dt.Size(), nbytes)
+	}
+	var buf [8]C.int
+	var h C.mlxc_array
+	var dummy byte
+	if p == nil {
+		p = unsafe.Pointer(&dummy)
+	}
+	check(op, C.mlxc_array_from_data(&h, p, cInts(shape, &buf), C.int(len(shape)), C.int(dt)))
+	return newArray(h)
+}
+
+// Scalar makes a 0-d array of a float value in dtype dt.
+func Scalar(v float64, dt Dtype) *Array {
+	var h C.mlxc_array
+	check("scalar", C.mlxc_array_scalar_f(&h, C.double(v), C.int(dt)))
+	return newArray(h)
+}
+
+// ScalarInt makes a 0-d array of an integer value in dtype dt.
+func ScalarInt(v int64, dt Dtype) *Array {
+	var h C.mlxc_array
+	check("scalar", C.mlxc_array_scalar_i(&h, C.int64_t(v), C.int(dt)))
+	return newArray(h)
+}
+
+// Eval computes the arrays and waits.
+func Eval(arrs ...*Array) {
+	var buf [16]C.mlxc_array
+	hs := handles("eval", arrs, &buf)
+	if len(hs) == 0 {
+		return
+	}
+	check("eval", C.mlxc_eval(&hs[0], C.int(len(hs))))
+}
+
+// AsyncEval schedules the arrays' computation and returns at once.
+func AsyncEval(arrs ...*Array) {
+	var buf [16]C.mlxc_array
+	hs := handles("async_eval", arrs, &buf)
+	if len(hs) == 0 {
+		return
+	}
+	check("async_eval", C.mlxc_async_eval(&hs[0], C.int(len(hs))))
+}
+
+func handles(op string, arrs []*Array, buf *[16]C.mlxc_array) []C.mlxc_array {
+	var hs []C.mlxc_array
+	if len(arrs) <= len(buf) {
+		hs = buf[:0]
+	} else {
+		hs = make([]C.mlxc_array, 0, len(arrs))
+	}
+	for _, a := range arrs {
+		if a != nil {
+			hs = append(hs, a.handle(op))
+		}
+	}
+	return hs
+}
+
+// Bytes evaluates the array and returns its elements as contiguous raw bytes.
+func (a *Array) Bytes() []byte {
+	h := a.handle("bytes")
+	n := a.NBytes()
+	out := make([]byte, n)
+	var p unsafe.Pointer
+	if n > 0 {
+		p = unsafe.Pointer(&out[0])
+	} else {
+		var dummy byte
+		p = unsafe.Pointer(&dummy)
+	}
+	check("bytes", C.mlxc_array_copy_to(h, p, C.size_t(n)))
+	return out
+}
+
+// ToSlice evaluates the array and copies it out as []T; the array's dtype must match T.
+func ToSlice[T Element](a *Array) []T {
+	want := dtypeOf[T]()
+	if dt := a.Dtype(); dt != want {
+		fail("to_slice", "array is %v, asked for %v", dt, want)
+	}
+	out := make([]T, a.Size())
+	if len(out) == 0 {
+		return out
+	}
+	var z T
+	check("to_slice", C.mlxc_array_copy_to(a.handle("to_slice"), unsafe.Pointer(&out[0]), C.size_t(len(out)*int(unsafe.Sizeof(z)))))
+	return out
+}
+
+// Float32s converts to float32 (on the device) and copies out.
+func (a *Array) Float32s() []float32 {
+	if a.Dtype() == Float32 {
+		return ToSlice[float32](a)
+	}
+	s := NewScope()
+	defer s.Close()
+	return ToSlice[float32](AsType(a, Float32))
+}
+
+// Int32s converts to int32 and copies out.
+func (a *Array) Int32s() []int32 {
+	if a.Dtype() == Int32 {
+		return ToSlice[int32](a)
+	}
+	s := NewScope()
+	defer s.Close()
+	return ToSlice[int32](AsType(a, Int32))
+}
+
+// Float evaluates a one-element array and returns its value.
+func (a *Array) Float() float64 {
+	var v C.double
+	check("item", C.mlxc_array_item_f64(a.handle("item"), &v))
+	return float64(v)
+}
+
+// Int evaluates a one-element array and returns its value.
+func (a *Array) Int() int64 {
+	var v C.int64_t
+	check("item", C.mlxc_array_item_i64(a.handle("item"), &v))
+	return int64(v)
+}
+
+// LiveArrays is the number of array handles created and not yet freed (for leak checks).
+func LiveArrays() uint64 { return uint64(C.mlxc_live_arrays()) }

@@ -1,0 +1,103 @@
+package mlxc
+
+/*
+#include "mlxc.h"
+int mlxcGoGraphCallback(uintptr_t payload, mlxc_array* inputs, int n, mlxc_array* outs, int cap);
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/cgo"
+	"unsafe"
+)
+
+// GraphFunc builds a graph from its inputs. It must only call ops: no Eval, no reads.
+type GraphFunc func(inputs []*Array) []*Array
+
+// Compiled is a function traced once per input shape/dtype signature and replayed as a
+// fused graph (MLX's compile). Free it when done.
+type Compiled struct {
+	c      C.mlxc_compiled
+	handle cgo.Handle
+}
+
+type compiledPayload struct {
+	fn GraphFunc
+}
+
+// Compile wraps fn. With shapeless, one trace serves all input shapes (only for graphs
+// whose ops can infer shapes; avoid fixed reshapes).
+func Compile(fn GraphFunc, shapeless bool) *Compiled {
+	h := cgo.NewHandle(&compiledPayload{fn: fn})
+	var c C.mlxc_compiled
+	rc := C.mlxc_compile(&c, C.mlxc_graph_fn(C.mlxcGoGraphCallback), C.uintptr_t(h), C.bool(shapeless))
+	if rc != 0 {
+		h.Delete()
+		check("compile", rc)
+	}
+	return &Compiled{c: c, handle: h}
+}
+
+// Call runs the compiled function.
+func (c *Compiled) Call(inputs ...*Array) []*Array {
+	if c == nil || c.c == nil {
+		fail("compiled_call", "use of a freed compiled function")
+	}
+	var buf [16]C.mlxc_array
+	hs := handles("compiled_call", inputs, &buf)
+	outs := make([]C.mlxc_array, 64)
+	var n C.int
+	var in *C.mlxc_array
+	if len(hs) > 0 {
+		in = &hs[0]
+	}
+	check("compiled_call", C.mlxc_compiled_call(&outs[0], C.int(len(outs)), &n, c.c, in, C.int(len(hs))))
+	res := make([]*Array, int(n))
+	for i := range res {
+		res[i] = newArray(outs[i])
+	}
+	return res
+}
+
+// Free releases the compiled function and its cache entries.
+func (c *Compiled) Free() {
+	if c != nil && c.c != nil {
+		C.mlxc_compiled_free(c.c)
+		c.c = nil
+		c.handle.Delete()
+	}
+}
+
+// SetCompileEnabled turns MLX's compilation on or off globally (off: functions run as traced).
+func SetCompileEnabled(on bool) { check("compile_mode", C.mlxc_set_compile_enabled(C.bool(on))) }
+
+//export mlxcGoGraphCallback
+func mlxcGoGraphCallback(payload C.uintptr_t, inputs *C.mlxc_array, n C.int, outs *C.mlxc_array, capacity C.int) (ret C.int) {
+	p := cgo.Handle(payload).Value().(*compiledPayload)
+	s := NewScope()
+	defer func() {
+		s.Close()
+		if r := recover(); r != nil {
+			msg := fmt.Sprint(r)
+			cs, free := cstr(msg)
+			C.mlxc_set_callback_error(cs)
+			free()
+			ret = -1
+		}
+	}()
+	in := unsafe.Slice(inputs, int(n))
+	args := make([]*Array, len(in))
+	for i, h := range in {
+		args[i] = &Array{h: h} // owned by the C side for the duration of the call
+	}
+	res := p.fn(args)
+	if len(res) > int(capacity) {
+		panic(fmt.Sprintf("compiled function returned %d outputs, at most %d allowed", len(res), int(capacity)))
+	}
+	out := unsafe.Slice(outs, int(capacity))
+	for i, a := range res {
+		out[i] = a.handle("compiled_call")
+	}
+	return C.int(len(res))
+}

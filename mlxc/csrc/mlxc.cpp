@@ -1,0 +1,847 @@
+// mlxc.cpp: the implementation of mlxc.h over MLX's C++ API.
+//
+// Every exported function goes through guard(), which turns any C++ exception into a
+// non-zero status and a per-thread error text. Nothing here keeps global mutable state
+// except the live-handle counter used by leak tests.
+
+#include "mlxc.h"
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mlx/backend/cuda/cuda.h"
+#include "mlx/backend/gpu/device_info.h"
+#include "mlx/backend/metal/metal.h"
+#include "mlx/compile.h"
+#include "mlx/mlx.h"
+#include "mlx/version.h"
+
+namespace mx = mlx::core;
+
+namespace {
+
+thread_local std::string g_last_error;
+thread_local std::string g_callback_error;
+std::atomic<uint64_t> g_live{0};
+
+template <typename F>
+int guard(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  } catch (...) {
+    g_last_error = "unknown C++ exception";
+  }
+  return 1;
+}
+
+inline mx::array& A(mlxc_array a) {
+  if (a == nullptr) throw std::invalid_argument("null or freed array handle");
+  return *static_cast<mx::array*>(a);
+}
+
+inline mlxc_array wrap(mx::array&& a) {
+  g_live.fetch_add(1, std::memory_order_relaxed);
+  return new mx::array(std::move(a));
+}
+
+inline std::optional<mx::array> opt(mlxc_array a) {
+  if (a == nullptr) return std::nullopt;
+  return A(a);
+}
+
+mx::Dtype dtype_of(int d) {
+  switch (d) {
+    case MLXC_BOOL: return mx::bool_;
+    case MLXC_UINT8: return mx::uint8;
+    case MLXC_UINT16: return mx::uint16;
+    case MLXC_UINT32: return mx::uint32;
+    case MLXC_UINT64: return mx::uint64;
+    case MLXC_INT8: return mx::int8;
+    case MLXC_INT16: return mx::int16;
+    case MLXC_INT32: return mx::int32;
+    case MLXC_INT64: return mx::int64;
+    case MLXC_FLOAT16: return mx::float16;
+    case MLXC_FLOAT32: return mx::float32;
+    case MLXC_FLOAT64: return mx::float64;
+    case MLXC_BFLOAT16: return mx::bfloat16;
+    case MLXC_COMPLEX64: return mx::complex64;
+  }
+  throw std::invalid_argument("unknown dtype code " + std::to_string(d));
+}
+
+int code_of(mx::Dtype d) { return static_cast<int>(d.val()); }
+
+mx::Device device_of(int type, int index) {
+  return mx::Device(type == 1 ? mx::Device::gpu : mx::Device::cpu, index);
+}
+
+mx::Stream S(mlxc_stream s) {
+  auto dev = device_of(s.device_type, s.device_index);
+  if (s.index < 0) return mx::default_stream(dev);
+  return mx::Stream(s.index, dev);
+}
+
+mx::Shape shape_of(const int* p, int n) {
+  if (n < 0) throw std::invalid_argument("negative rank");
+  return n == 0 ? mx::Shape{} : mx::Shape(p, p + n);
+}
+
+std::vector<int> ints(const int* p, int n) {
+  return n <= 0 ? std::vector<int>{} : std::vector<int>(p, p + n);
+}
+
+std::vector<mx::array> arrays(const mlxc_array* p, int n) {
+  std::vector<mx::array> v;
+  v.reserve(n);
+  for (int i = 0; i < n; i++) v.push_back(A(p[i]));
+  return v;
+}
+
+std::optional<int> opt_int(int v) { return v > 0 ? std::optional<int>(v) : std::nullopt; }
+
+std::string mode_of(const char* m) { return (m == nullptr || *m == 0) ? "affine" : std::string(m); }
+
+// Builds an array from raw host bytes without numeric conversion: the pointer is cast to
+// the element type MLX stores, so bf16/f16 bit patterns arrive unchanged.
+mx::array from_bytes(const void* data, const mx::Shape& shape, mx::Dtype dt) {
+  switch (dt.val()) {
+    case mx::Dtype::Val::bool_: return mx::array(static_cast<const bool*>(data), shape, dt);
+    case mx::Dtype::Val::uint8: return mx::array(static_cast<const uint8_t*>(data), shape, dt);
+    case mx::Dtype::Val::uint16: return mx::array(static_cast<const uint16_t*>(data), shape, dt);
+    case mx::Dtype::Val::uint32: return mx::array(static_cast<const uint32_t*>(data), shape, dt);
+    case mx::Dtype::Val::uint64: return mx::array(static_cast<const uint64_t*>(data), shape, dt);
+    case mx::Dtype::Val::int8: return mx::array(static_cast<const int8_t*>(data), shape, dt);
+    case mx::Dtype::Val::int16: return mx::array(static_cast<const int16_t*>(data), shape, dt);
+    case mx::Dtype::Val::int32: return mx::array(static_cast<const int32_t*>(data), shape, dt);
+    case mx::Dtype::Val::int64: return mx::array(static_cast<const int64_t*>(data), shape, dt);
+    case mx::Dtype::Val::float16: return mx::array(static_cast<const mx::float16_t*>(data), shape, dt);
+    case mx::Dtype::Val::float32: return mx::array(static_cast<const float*>(data), shape, dt);
+    case mx::Dtype::Val::float64: return mx::array(static_cast<const double*>(data), shape, dt);
+    case mx::Dtype::Val::bfloat16: return mx::array(static_cast<const mx::bfloat16_t*>(data), shape, dt);
+    case mx::Dtype::Val::complex64: return mx::array(static_cast<const mx::complex64_t*>(data), shape, dt);
+  }
+  throw std::invalid_argument("unsupported dtype");
+}
+
+struct TensorMap {
+  std::map<std::string, mx::array> tensors;
+  std::map<std::string, std::string> meta;
+};
+
+struct Compiled {
+  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> fn;
+};
+
+}  // namespace
+
+extern "C" {
+
+const char* mlxc_last_error(void) { return g_last_error.c_str(); }
+const char* mlxc_runtime_version(void) { return mx::version(); }
+#define MLXC_STR2(x) #x
+#define MLXC_STR(x) MLXC_STR2(x)
+const char* mlxc_header_version(void) {
+  return MLXC_STR(MLX_VERSION_MAJOR) "." MLXC_STR(MLX_VERSION_MINOR) "." MLXC_STR(MLX_VERSION_PATCH);
+}
+
+int mlxc_check_version(void) {
+  std::string rt = mx::version();
+  std::ostringstream want;
+  want << MLX_VERSION_MAJOR << "." << MLX_VERSION_MINOR << "." << MLX_VERSION_PATCH;
+  // The runtime string may carry a suffix (".dev..."), the numeric triple must match.
+  if (rt.rfind(want.str(), 0) != 0) {
+    g_last_error = "libmlx version " + rt + " does not match headers " + want.str();
+    return 1;
+  }
+  return 0;
+}
+
+int mlxc_device_count(int device_type) {
+  int n = 0;
+  guard([&] {
+    if (device_type == 1 && !mx::gpu::is_available()) return;
+    n = mx::device_count(device_type == 1 ? mx::Device::gpu : mx::Device::cpu);
+  });
+  return n;
+}
+
+int mlxc_gpu_backend(void) {
+  int b = 0;
+  guard([&] {
+    if (mx::cu::is_available()) b = 1;
+    else if (mx::metal::is_available()) b = 2;
+  });
+  return b;
+}
+
+int mlxc_set_default_device(int device_type, int index) {
+  return guard([&] { mx::set_default_device(device_of(device_type, index)); });
+}
+
+int mlxc_default_device(int* device_type, int* index) {
+  return guard([&] {
+    auto& d = mx::default_device();
+    *device_type = d.type == mx::Device::gpu ? 1 : 0;
+    *index = d.index;
+  });
+}
+
+int mlxc_new_stream(mlxc_stream* out, int device_type, int index) {
+  return guard([&] {
+    auto s = mx::new_stream(device_of(device_type, index));
+    *out = {device_type, index, s.index};
+  });
+}
+
+int mlxc_default_stream(mlxc_stream* out, int device_type, int index) {
+  return guard([&] {
+    auto s = mx::default_stream(device_of(device_type, index));
+    *out = {device_type, index, s.index};
+  });
+}
+
+int mlxc_synchronize(mlxc_stream s) { return guard([&] { mx::synchronize(S(s)); }); }
+
+int mlxc_device_info(char** out, int device_type, int index) {
+  return guard([&] {
+    std::ostringstream os;
+    const auto& info = mx::device_info(device_of(device_type, index));
+    for (const auto& [k, v] : info) {
+      os << k << "=";
+      if (std::holds_alternative<std::string>(v)) os << std::get<std::string>(v);
+      else os << std::get<size_t>(v);
+      os << "\n";
+    }
+    *out = strdup(os.str().c_str());
+  });
+}
+
+void mlxc_free_string(char* s) { free(s); }
+
+// ---- arrays ----
+
+void mlxc_array_free(mlxc_array a) {
+  if (a == nullptr) return;
+  try {
+    delete static_cast<mx::array*>(a);
+  } catch (...) {
+  }
+  g_live.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int mlxc_array_from_data(mlxc_array* out, const void* data, const int* shape, int ndim, int dtype) {
+  return guard([&] { *out = wrap(from_bytes(data, shape_of(shape, ndim), dtype_of(dtype))); });
+}
+
+int mlxc_array_scalar_f(mlxc_array* out, double v, int dtype) {
+  return guard([&] {
+    auto dt = dtype_of(dtype);
+    *out = wrap(mx::astype(mx::array(static_cast<float>(v)), dt));
+    if (dt == mx::float64) {
+      mlxc_array_free(*out);
+      *out = wrap(mx::array(v, mx::float64));
+    }
+  });
+}
+
+int mlxc_array_scalar_i(mlxc_array* out, int64_t v, int dtype) {
+  return guard([&] {
+    auto dt = dtype_of(dtype);
+    if (dt == mx::int64) *out = wrap(mx::array(v, mx::int64));
+    else if (dt == mx::uint32) *out = wrap(mx::array(static_cast<uint32_t>(v), mx::uint32));
+    else if (dt == mx::uint64) *out = wrap(mx::array(static_cast<uint64_t>(v), mx::uint64));
+    else *out = wrap(mx::astype(mx::array(static_cast<int32_t>(v), mx::int32), dt));
+  });
+}
+
+int mlxc_array_ndim(mlxc_array a) { return a ? static_cast<int>(A(a).ndim()) : -1; }
+
+int mlxc_array_shape(mlxc_array a, int* shape, int cap) {
+  if (!a) return -1;
+  const auto& sh = A(a).shape();
+  int n = static_cast<int>(sh.size());
+  for (int i = 0; i < n && i < cap; i++) shape[i] = sh[i];
+  return n;
+}
+
+int mlxc_array_dtype(mlxc_array a) { return a ? code_of(A(a).dtype()) : -1; }
+size_t mlxc_array_size(mlxc_array a) { return a ? A(a).size() : 0; }
+size_t mlxc_array_nbytes(mlxc_array a) { return a ? A(a).nbytes() : 0; }
+
+int mlxc_array_copy_to(mlxc_array a, void* dst, size_t nbytes) {
+  return guard([&] {
+    auto& arr = A(a);
+    if (nbytes != arr.nbytes())
+      throw std::invalid_argument("copy_to: buffer has " + std::to_string(nbytes) + " bytes, array has " +
+                                  std::to_string(arr.nbytes()));
+    arr.eval();
+    if (arr.flags().row_contiguous) {
+      std::memcpy(dst, arr.data<uint8_t>(), nbytes);
+      return;
+    }
+    auto c = mx::contiguous(arr, false);
+    c.eval();
+    std::memcpy(dst, c.data<uint8_t>(), nbytes);
+  });
+}
+
+int mlxc_array_item_f64(mlxc_array a, double* out) {
+  return guard([&] {
+    auto x = mx::astype(A(a), mx::float32, mx::Device::cpu);
+    if (x.size() != 1) throw std::invalid_argument("item: array has " + std::to_string(x.size()) + " elements");
+    *out = x.item<float>();
+  });
+}
+
+int mlxc_array_item_i64(mlxc_array a, int64_t* out) {
+  return guard([&] {
+    auto x = mx::astype(A(a), mx::int64, mx::Device::cpu);
+    if (x.size() != 1) throw std::invalid_argument("item: array has " + std::to_string(x.size()) + " elements");
+    *out = x.item<int64_t>();
+  });
+}
+
+int mlxc_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::eval(arrays(arrs, n)); }); }
+int mlxc_async_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::async_eval(arrays(arrs, n)); }); }
+
+// ---- ops ----
+
+int mlxc_unary(mlxc_array* out, int op, mlxc_array a, mlxc_stream s) {
+  return guard([&] {
+    auto& x = A(a);
+    auto st = S(s);
+    switch (op) {
+      case MLXC_U_NEG: *out = wrap(mx::negative(x, st)); break;
+      case MLXC_U_EXP: *out = wrap(mx::exp(x, st)); break;
+      case MLXC_U_LOG: *out = wrap(mx::log(x, st)); break;
+      case MLXC_U_LOG1P: *out = wrap(mx::log1p(x, st)); break;
+      case MLXC_U_SIGMOID: *out = wrap(mx::sigmoid(x, st)); break;
+      case MLXC_U_TANH: *out = wrap(mx::tanh(x, st)); break;
+      case MLXC_U_SQRT: *out = wrap(mx::sqrt(x, st)); break;
+      case MLXC_U_RSQRT: *out = wrap(mx::rsqrt(x, st)); break;
+      case MLXC_U_SQUARE: *out = wrap(mx::square(x, st)); break;
+      case MLXC_U_ABS: *out = wrap(mx::abs(x, st)); break;
+      case MLXC_U_SIN: *out = wrap(mx::sin(x, st)); break;
+      case MLXC_U_COS: *out = wrap(mx::cos(x, st)); break;
+      // silu and softplus are not C++ ops; these are the same compositions mlx.nn uses.
+      case MLXC_U_SILU: *out = wrap(mx::multiply(x, mx::sigmoid(x, st), st)); break;
+      case MLXC_U_SOFTPLUS: *out = wrap(mx::logaddexp(x, mx::array(0.0f, x.dtype()), st)); break;
+      case MLXC_U_LOGICAL_NOT: *out = wrap(mx::logical_not(x, st)); break;
+      case MLXC_U_ISNAN: *out = wrap(mx::isnan(x, st)); break;
+      case MLXC_U_ERF: *out = wrap(mx::erf(x, st)); break;
+      case MLXC_U_STOP_GRADIENT: *out = wrap(mx::stop_gradient(x, st)); break;
+      case MLXC_U_COPY: *out = wrap(mx::copy(x, st)); break;
+      case MLXC_U_CONTIGUOUS: *out = wrap(mx::contiguous(x, false, st)); break;
+      case MLXC_U_FLOOR: *out = wrap(mx::floor(x, st)); break;
+      case MLXC_U_CEIL: *out = wrap(mx::ceil(x, st)); break;
+      case MLXC_U_RECIPROCAL: *out = wrap(mx::reciprocal(x, st)); break;
+      default: throw std::invalid_argument("unknown unary op " + std::to_string(op));
+    }
+  });
+}
+
+int mlxc_binary(mlxc_array* out, int op, mlxc_array a, mlxc_array b, mlxc_stream s) {
+  return guard([&] {
+    auto& x = A(a);
+    auto& y = A(b);
+    auto st = S(s);
+    switch (op) {
+      case MLXC_B_ADD: *out = wrap(mx::add(x, y, st)); break;
+      case MLXC_B_SUB: *out = wrap(mx::subtract(x, y, st)); break;
+      case MLXC_B_MUL: *out = wrap(mx::multiply(x, y, st)); break;
+      case MLXC_B_DIV: *out = wrap(mx::divide(x, y, st)); break;
+      case MLXC_B_MAXIMUM: *out = wrap(mx::maximum(x, y, st)); break;
+      case MLXC_B_MINIMUM: *out = wrap(mx::minimum(x, y, st)); break;
+      case MLXC_B_POWER: *out = wrap(mx::power(x, y, st)); break;
+      case MLXC_B_EQUAL: *out = wrap(mx::equal(x, y, st)); break;
+      case MLXC_B_NOT_EQUAL: *out = wrap(mx::not_equal(x, y, st)); break;
+      case MLXC_B_GREATER: *out = wrap(mx::greater(x, y, st)); break;
+      case MLXC_B_GREATER_EQUAL: *out = wrap(mx::greater_equal(x, y, st)); break;
+      case MLXC_B_LESS: *out = wrap(mx::less(x, y, st)); break;
+      case MLXC_B_LESS_EQUAL: *out = wrap(mx::less_equal(x, y, st)); break;
+      case MLXC_B_LOGICAL_AND: *out = wrap(mx::logical_and(x, y, st)); break;
+      case MLXC_B_LOGICAL_OR: *out = wrap(mx::logical_or(x, y, st)); break;
+      case MLXC_B_MATMUL: *out = wrap(mx::matmul(x, y, st)); break;
+      case MLXC_B_LOGADDEXP: *out = wrap(mx::logaddexp(x, y, st)); break;
+      case MLXC_B_REMAINDER: *out = wrap(mx::remainder(x, y, st)); break;
+      default: throw std::invalid_argument("unknown binary op " + std::to_string(op));
+    }
+  });
+}
+
+int mlxc_reduce(mlxc_array* out, int op, mlxc_array a, const int* axes, int naxes, bool keepdims, mlxc_stream s) {
+  return guard([&] {
+    auto& x = A(a);
+    auto st = S(s);
+    std::vector<int> ax = ints(axes, naxes);
+    if (naxes < 0) {  // all axes
+      ax.resize(x.ndim());
+      for (size_t i = 0; i < ax.size(); i++) ax[i] = static_cast<int>(i);
+    }
+    switch (op) {
+      case MLXC_R_SUM: *out = wrap(mx::sum(x, ax, keepdims, st)); break;
+      case MLXC_R_MEAN: *out = wrap(mx::mean(x, ax, keepdims, st)); break;
+      case MLXC_R_MAX: *out = wrap(mx::max(x, ax, keepdims, st)); break;
+      case MLXC_R_MIN: *out = wrap(mx::min(x, ax, keepdims, st)); break;
+      case MLXC_R_ALL: *out = wrap(mx::all(x, ax, keepdims, st)); break;
+      case MLXC_R_ANY: *out = wrap(mx::any(x, ax, keepdims, st)); break;
+      case MLXC_R_LOGSUMEXP: *out = wrap(mx::logsumexp(x, ax, keepdims, st)); break;
+      case MLXC_R_PROD: *out = wrap(mx::prod(x, ax, keepdims, st)); break;
+      default: throw std::invalid_argument("unknown reduction " + std::to_string(op));
+    }
+  });
+}
+
+int mlxc_where(mlxc_array* out, mlxc_array cond, mlxc_array x, mlxc_array y, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::where(A(cond), A(x), A(y), S(s))); });
+}
+
+int mlxc_addmm(mlxc_array* out, mlxc_array c, mlxc_array a, mlxc_array b, float alpha, float beta, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::addmm(A(c), A(a), A(b), alpha, beta, S(s))); });
+}
+
+int mlxc_astype(mlxc_array* out, mlxc_array a, int dtype, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::astype(A(a), dtype_of(dtype), S(s))); });
+}
+
+int mlxc_view(mlxc_array* out, mlxc_array a, int dtype, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::view(A(a), dtype_of(dtype), S(s))); });
+}
+
+int mlxc_reshape(mlxc_array* out, mlxc_array a, const int* shape, int ndim, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::reshape(A(a), shape_of(shape, ndim), S(s))); });
+}
+
+int mlxc_transpose(mlxc_array* out, mlxc_array a, const int* axes, int naxes, mlxc_stream s) {
+  return guard([&] {
+    if (naxes < 0) *out = wrap(mx::transpose(A(a), S(s)));
+    else *out = wrap(mx::transpose(A(a), ints(axes, naxes), S(s)));
+  });
+}
+
+int mlxc_swapaxes(mlxc_array* out, mlxc_array a, int axis1, int axis2, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::swapaxes(A(a), axis1, axis2, S(s))); });
+}
+
+int mlxc_expand_dims(mlxc_array* out, mlxc_array a, const int* axes, int naxes, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::expand_dims(A(a), ints(axes, naxes), S(s))); });
+}
+
+int mlxc_squeeze(mlxc_array* out, mlxc_array a, const int* axes, int naxes, mlxc_stream s) {
+  return guard([&] {
+    if (naxes < 0) *out = wrap(mx::squeeze(A(a), S(s)));
+    else *out = wrap(mx::squeeze(A(a), ints(axes, naxes), S(s)));
+  });
+}
+
+int mlxc_broadcast_to(mlxc_array* out, mlxc_array a, const int* shape, int ndim, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::broadcast_to(A(a), shape_of(shape, ndim), S(s))); });
+}
+
+int mlxc_flatten(mlxc_array* out, mlxc_array a, int start, int end, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::flatten(A(a), start, end, S(s))); });
+}
+
+int mlxc_concatenate(mlxc_array* out, const mlxc_array* arrs, int n, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::concatenate(arrays(arrs, n), axis, S(s))); });
+}
+
+int mlxc_stack(mlxc_array* out, const mlxc_array* arrs, int n, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::stack(arrays(arrs, n), axis, S(s))); });
+}
+
+int mlxc_split_sections(mlxc_array* outs, int cap, mlxc_array a, const int* indices, int nidx, int axis,
+                        mlxc_stream s) {
+  return guard([&] {
+    auto parts = mx::split(A(a), shape_of(indices, nidx), axis, S(s));
+    if (static_cast<int>(parts.size()) > cap) throw std::invalid_argument("split: too many parts for output buffer");
+    for (size_t i = 0; i < parts.size(); i++) outs[i] = wrap(std::move(parts[i]));
+  });
+}
+
+int mlxc_slice(mlxc_array* out, mlxc_array a, const int* start, const int* stop, const int* strides, int ndim,
+               mlxc_stream s) {
+  return guard([&] {
+    if (strides)
+      *out = wrap(mx::slice(A(a), shape_of(start, ndim), shape_of(stop, ndim), shape_of(strides, ndim), S(s)));
+    else
+      *out = wrap(mx::slice(A(a), shape_of(start, ndim), shape_of(stop, ndim), S(s)));
+  });
+}
+
+int mlxc_slice_dynamic(mlxc_array* out, mlxc_array a, mlxc_array start, const int* axes, int naxes, const int* size,
+                       int ndim, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::slice(A(a), A(start), ints(axes, naxes), shape_of(size, ndim), S(s))); });
+}
+
+int mlxc_slice_update(mlxc_array* out, mlxc_array src, mlxc_array upd, const int* start, const int* stop,
+                      const int* strides, int ndim, mlxc_stream s) {
+  return guard([&] {
+    if (strides)
+      *out = wrap(mx::slice_update(A(src), A(upd), shape_of(start, ndim), shape_of(stop, ndim),
+                                   shape_of(strides, ndim), S(s)));
+    else
+      *out = wrap(mx::slice_update(A(src), A(upd), shape_of(start, ndim), shape_of(stop, ndim), S(s)));
+  });
+}
+
+int mlxc_slice_update_dynamic(mlxc_array* out, mlxc_array src, mlxc_array upd, mlxc_array start, const int* axes,
+                              int naxes, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::slice_update(A(src), A(upd), A(start), ints(axes, naxes), S(s))); });
+}
+
+int mlxc_take(mlxc_array* out, mlxc_array a, mlxc_array idx, int axis, bool has_axis, mlxc_stream s) {
+  return guard([&] {
+    if (has_axis) *out = wrap(mx::take(A(a), A(idx), axis, S(s)));
+    else *out = wrap(mx::take(A(a), A(idx), S(s)));
+  });
+}
+
+int mlxc_take_along_axis(mlxc_array* out, mlxc_array a, mlxc_array idx, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::take_along_axis(A(a), A(idx), axis, S(s))); });
+}
+
+int mlxc_put_along_axis(mlxc_array* out, mlxc_array a, mlxc_array idx, mlxc_array vals, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::put_along_axis(A(a), A(idx), A(vals), axis, S(s))); });
+}
+
+int mlxc_argmax(mlxc_array* out, mlxc_array a, int axis, bool keepdims, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::argmax(A(a), axis, keepdims, S(s))); });
+}
+
+int mlxc_argpartition(mlxc_array* out, mlxc_array a, int kth, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::argpartition(A(a), kth, axis, S(s))); });
+}
+
+int mlxc_topk(mlxc_array* out, mlxc_array a, int k, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::topk(A(a), k, axis, S(s))); });
+}
+
+int mlxc_sort(mlxc_array* out, mlxc_array a, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::sort(A(a), axis, S(s))); });
+}
+
+int mlxc_argsort(mlxc_array* out, mlxc_array a, int axis, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::argsort(A(a), axis, S(s))); });
+}
+
+int mlxc_softmax(mlxc_array* out, mlxc_array a, const int* axes, int naxes, bool precise, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::softmax(A(a), ints(axes, naxes), precise, S(s))); });
+}
+
+int mlxc_cumsum(mlxc_array* out, mlxc_array a, int axis, bool reverse, bool inclusive, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::cumsum(A(a), axis, reverse, inclusive, S(s))); });
+}
+
+int mlxc_arange(mlxc_array* out, double start, double stop, double step, int dtype, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::arange(start, stop, step, dtype_of(dtype), S(s))); });
+}
+
+int mlxc_full(mlxc_array* out, const int* shape, int ndim, mlxc_array val, int dtype, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::full(shape_of(shape, ndim), A(val), dtype_of(dtype), S(s))); });
+}
+
+int mlxc_zeros(mlxc_array* out, const int* shape, int ndim, int dtype, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::zeros(shape_of(shape, ndim), dtype_of(dtype), S(s))); });
+}
+
+int mlxc_conv1d(mlxc_array* out, mlxc_array in, mlxc_array w, int stride, int padding, int dilation, int groups,
+                mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::conv1d(A(in), A(w), stride, padding, dilation, groups, S(s))); });
+}
+
+int mlxc_tril(mlxc_array* out, mlxc_array a, int k, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::tril(A(a), k, S(s))); });
+}
+
+// ---- fast ----
+
+int mlxc_rms_norm(mlxc_array* out, mlxc_array x, mlxc_array weight, float eps, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::fast::rms_norm(A(x), opt(weight), eps, S(s))); });
+}
+
+int mlxc_layer_norm(mlxc_array* out, mlxc_array x, mlxc_array weight, mlxc_array bias, float eps, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::fast::layer_norm(A(x), opt(weight), opt(bias), eps, S(s))); });
+}
+
+int mlxc_rope(mlxc_array* out, mlxc_array x, int dims, bool traditional, float base, float scale, int offset,
+              mlxc_array offset_arr, mlxc_array freqs, mlxc_stream s) {
+  return guard([&] {
+    std::optional<float> b = freqs ? std::nullopt : std::optional<float>(base);
+    if (offset_arr)
+      *out = wrap(mx::fast::rope(A(x), dims, traditional, b, scale, A(offset_arr), opt(freqs), S(s)));
+    else
+      *out = wrap(mx::fast::rope(A(x), dims, traditional, b, scale, offset, opt(freqs), S(s)));
+  });
+}
+
+int mlxc_sdpa(mlxc_array* out, mlxc_array q, mlxc_array k, mlxc_array v, float scale, const char* mask_mode,
+              mlxc_array mask, mlxc_array sinks, mlxc_stream s) {
+  return guard([&] {
+    std::string mode = mask_mode ? mask_mode : "";
+    *out = wrap(mx::fast::scaled_dot_product_attention(A(q), A(k), A(v), scale, mode, opt(mask), opt(sinks), false,
+                                                       S(s)));
+  });
+}
+
+// ---- quantization ----
+
+int mlxc_quantize(mlxc_array* wq, mlxc_array* scales, mlxc_array* biases, mlxc_array w, int group_size, int bits,
+                  const char* mode, mlxc_stream s) {
+  return guard([&] {
+    auto r = mx::quantize(A(w), opt_int(group_size), opt_int(bits), mode_of(mode), std::nullopt, S(s));
+    *wq = wrap(std::move(r[0]));
+    *scales = wrap(std::move(r[1]));
+    *biases = r.size() > 2 ? wrap(std::move(r[2])) : nullptr;
+  });
+}
+
+int mlxc_dequantize(mlxc_array* out, mlxc_array wq, mlxc_array scales, mlxc_array biases, int group_size, int bits,
+                    const char* mode, int out_dtype, mlxc_stream s) {
+  return guard([&] {
+    std::optional<mx::Dtype> dt = out_dtype < 0 ? std::nullopt : std::optional<mx::Dtype>(dtype_of(out_dtype));
+    *out = wrap(mx::dequantize(A(wq), A(scales), opt(biases), opt_int(group_size), opt_int(bits), mode_of(mode),
+                               std::nullopt, dt, S(s)));
+  });
+}
+
+int mlxc_quantized_matmul(mlxc_array* out, mlxc_array x, mlxc_array w, mlxc_array scales, mlxc_array biases,
+                          bool transpose, int group_size, int bits, const char* mode, mlxc_stream s) {
+  return guard([&] {
+    *out = wrap(mx::quantized_matmul(A(x), A(w), A(scales), opt(biases), transpose, opt_int(group_size),
+                                     opt_int(bits), mode_of(mode), S(s)));
+  });
+}
+
+int mlxc_gather_qmm(mlxc_array* out, mlxc_array x, mlxc_array w, mlxc_array scales, mlxc_array biases,
+                    mlxc_array lhs_idx, mlxc_array rhs_idx, bool transpose, int group_size, int bits,
+                    const char* mode, bool sorted, mlxc_stream s) {
+  return guard([&] {
+    *out = wrap(mx::gather_qmm(A(x), A(w), A(scales), opt(biases), opt(lhs_idx), opt(rhs_idx), transpose,
+                               opt_int(group_size), opt_int(bits), mode_of(mode), std::nullopt, sorted, S(s)));
+  });
+}
+
+int mlxc_gather_mm(mlxc_array* out, mlxc_array a, mlxc_array b, mlxc_array lhs_idx, mlxc_array rhs_idx, bool sorted,
+                   mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::gather_mm(A(a), A(b), opt(lhs_idx), opt(rhs_idx), sorted, S(s))); });
+}
+
+// ---- random ----
+
+int mlxc_random_key(mlxc_array* out, uint64_t seed) { return guard([&] { *out = wrap(mx::random::key(seed)); }); }
+
+int mlxc_random_split(mlxc_array* out, mlxc_array key, int num, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::random::split(A(key), num, S(s))); });
+}
+
+int mlxc_random_categorical(mlxc_array* out, mlxc_array logits, int axis, mlxc_array key, mlxc_stream s) {
+  return guard([&] { *out = wrap(mx::random::categorical(A(logits), axis, opt(key), S(s))); });
+}
+
+int mlxc_random_uniform(mlxc_array* out, mlxc_array low, mlxc_array high, const int* shape, int ndim, int dtype,
+                        mlxc_array key, mlxc_stream s) {
+  return guard([&] {
+    *out = wrap(mx::random::uniform(A(low), A(high), shape_of(shape, ndim), dtype_of(dtype), opt(key), S(s)));
+  });
+}
+
+int mlxc_random_normal(mlxc_array* out, const int* shape, int ndim, int dtype, float loc, float scale, mlxc_array key,
+                       mlxc_stream s) {
+  return guard([&] {
+    *out = wrap(mx::random::normal(shape_of(shape, ndim), dtype_of(dtype), loc, scale, opt(key), S(s)));
+  });
+}
+
+// ---- custom kernels ----
+
+int mlxc_cuda_available(void) {
+  bool ok = false;
+  guard([&] { ok = mx::cu::is_available() && mx::device_count(mx::Device::gpu) > 0; });
+  return ok ? 1 : 0;
+}
+
+int mlxc_metal_available(void) {
+  bool ok = false;
+  guard([&] { ok = mx::metal::is_available(); });
+  return ok ? 1 : 0;
+}
+
+int mlxc_kernel_new(mlxc_kernel* out, int backend, const char* name, const char* const* inputs, int nin,
+                    const char* const* outputs, int nout, const char* source, const char* header,
+                    bool ensure_row_contiguous, int shared_memory_or_atomic) {
+  return guard([&] {
+    std::vector<std::string> in(inputs, inputs + nin), outn(outputs, outputs + nout);
+    std::string hdr = header ? header : "";
+    mx::fast::CustomKernelFunction f;
+    if (backend == 1)
+      f = mx::fast::cuda_kernel(name, in, outn, source, hdr, ensure_row_contiguous, shared_memory_or_atomic);
+    else if (backend == 2)
+      f = mx::fast::metal_kernel(name, in, outn, source, hdr, ensure_row_contiguous, shared_memory_or_atomic != 0);
+    else
+      throw std::invalid_argument("kernel backend must be 1 (cuda) or 2 (metal)");
+    *out = new mx::fast::CustomKernelFunction(std::move(f));
+  });
+}
+
+void mlxc_kernel_free(mlxc_kernel k) { delete static_cast<mx::fast::CustomKernelFunction*>(k); }
+
+int mlxc_kernel_apply(mlxc_array* outs, mlxc_kernel k, const mlxc_array* inputs, int nin, const int* out_shapes,
+                      const int* out_ndims, const int* out_dtypes, int nout, const int* grid, const int* group,
+                      const char* const* targ_names, const int* targ_kinds, const int* targ_vals, int ntarg,
+                      bool has_init, float init_value, mlxc_stream s) {
+  return guard([&] {
+    if (!k) throw std::invalid_argument("null kernel");
+    auto& f = *static_cast<mx::fast::CustomKernelFunction*>(k);
+    std::vector<mx::Shape> shapes;
+    std::vector<mx::Dtype> dtypes;
+    int off = 0;
+    for (int i = 0; i < nout; i++) {
+      shapes.push_back(shape_of(out_shapes + off, out_ndims[i]));
+      off += out_ndims[i];
+      dtypes.push_back(dtype_of(out_dtypes[i]));
+    }
+    std::vector<std::pair<std::string, mx::fast::TemplateArg>> targs;
+    for (int i = 0; i < ntarg; i++) {
+      // Explicit alternatives: a C bool would otherwise select the int alternative.
+      switch (targ_kinds[i]) {
+        case 0: targs.emplace_back(targ_names[i], mx::fast::TemplateArg(std::in_place_type<int>, targ_vals[i])); break;
+        case 1:
+          targs.emplace_back(targ_names[i], mx::fast::TemplateArg(std::in_place_type<bool>, targ_vals[i] != 0));
+          break;
+        case 2:
+          targs.emplace_back(targ_names[i],
+                             mx::fast::TemplateArg(std::in_place_type<mx::Dtype>, dtype_of(targ_vals[i])));
+          break;
+        default: throw std::invalid_argument("unknown template arg kind");
+      }
+    }
+    std::optional<float> init = has_init ? std::optional<float>(init_value) : std::nullopt;
+    auto r = f(arrays(inputs, nin), shapes, dtypes, {grid[0], grid[1], grid[2]}, {group[0], group[1], group[2]},
+               targs, init, false, S(s));
+    for (size_t i = 0; i < r.size() && static_cast<int>(i) < nout; i++) outs[i] = wrap(std::move(r[i]));
+  });
+}
+
+// ---- compile ----
+
+void mlxc_set_callback_error(const char* msg) { g_callback_error = msg ? msg : "callback failed"; }
+
+int mlxc_compile(mlxc_compiled* out, mlxc_graph_fn fn, uintptr_t payload, bool shapeless) {
+  return guard([&] {
+    // A capturing lambda: MLX keys its compile cache on the function object, so each
+    // compiled Go function gets its own cache entries (a shared trampoline would not).
+    auto body = [fn, payload](const std::vector<mx::array>& in) -> std::vector<mx::array> {
+      std::vector<mlxc_array> hin;
+      hin.reserve(in.size());
+      for (auto& a : in) hin.push_back(new mx::array(a));
+      std::vector<mlxc_array> hout(64, nullptr);
+      int n = fn(payload, hin.data(), static_cast<int>(hin.size()), hout.data(), static_cast<int>(hout.size()));
+      for (auto h : hin) delete static_cast<mx::array*>(h);
+      if (n < 0) throw std::runtime_error("compiled function: " + g_callback_error);
+      std::vector<mx::array> res;
+      // The outputs' handles stay owned by the Go side (its scope frees them); we copy the
+      // arrays, which are reference-counted.
+      for (int i = 0; i < n; i++) res.push_back(*static_cast<mx::array*>(hout[i]));
+      return res;
+    };
+    auto c = new Compiled{mx::compile(std::function<std::vector<mx::array>(const std::vector<mx::array>&)>(body),
+                                      shapeless)};
+    *out = c;
+  });
+}
+
+void mlxc_compiled_free(mlxc_compiled c) { delete static_cast<Compiled*>(c); }
+
+int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, const mlxc_array* inputs, int n) {
+  return guard([&] {
+    auto r = static_cast<Compiled*>(c)->fn(arrays(inputs, n));
+    if (static_cast<int>(r.size()) > cap) throw std::invalid_argument("compiled call: too many outputs");
+    for (size_t i = 0; i < r.size(); i++) outs[i] = wrap(std::move(r[i]));
+    *nout = static_cast<int>(r.size());
+  });
+}
+
+int mlxc_set_compile_enabled(bool enabled) {
+  return guard([&] {
+    if (enabled) mx::enable_compile();
+    else mx::disable_compile();
+  });
+}
+
+// ---- safetensors ----
+
+int mlxc_load_safetensors(mlxc_tensor_map* out, const char* path, mlxc_stream s) {
+  return guard([&] {
+    auto loaded = mx::load_safetensors(std::string(path), S(s));
+    auto m = new TensorMap();
+    for (auto& [k, v] : loaded.first) m->tensors.emplace(k, v);
+    for (auto& [k, v] : loaded.second) m->meta.emplace(k, v);
+    *out = m;
+  });
+}
+
+int mlxc_tensor_map_new(mlxc_tensor_map* out) {
+  return guard([&] { *out = new TensorMap(); });
+}
+
+void mlxc_tensor_map_free(mlxc_tensor_map m) { delete static_cast<TensorMap*>(m); }
+int mlxc_tensor_map_count(mlxc_tensor_map m) { return static_cast<int>(static_cast<TensorMap*>(m)->tensors.size()); }
+int mlxc_tensor_map_meta_count(mlxc_tensor_map m) { return static_cast<int>(static_cast<TensorMap*>(m)->meta.size()); }
+
+int mlxc_tensor_map_at(mlxc_tensor_map m, int i, const char** name, mlxc_array* arr) {
+  return guard([&] {
+    auto& t = static_cast<TensorMap*>(m)->tensors;
+    if (i < 0 || i >= static_cast<int>(t.size())) throw std::out_of_range("tensor map index");
+    auto it = std::next(t.begin(), i);
+    *name = it->first.c_str();
+    *arr = wrap(mx::array(it->second));
+  });
+}
+
+int mlxc_tensor_map_meta_at(mlxc_tensor_map m, int i, const char** key, const char** value) {
+  return guard([&] {
+    auto& t = static_cast<TensorMap*>(m)->meta;
+    if (i < 0 || i >= static_cast<int>(t.size())) throw std::out_of_range("metadata index");
+    auto it = std::next(t.begin(), i);
+    *key = it->first.c_str();
+    *value = it->second.c_str();
+  });
+}
+
+int mlxc_tensor_map_put(mlxc_tensor_map m, const char* name, mlxc_array a) {
+  return guard([&] { static_cast<TensorMap*>(m)->tensors.insert_or_assign(name, A(a)); });
+}
+
+int mlxc_tensor_map_put_meta(mlxc_tensor_map m, const char* key, const char* value) {
+  return guard([&] { static_cast<TensorMap*>(m)->meta.insert_or_assign(key, value); });
+}
+
+int mlxc_save_safetensors(const char* path, mlxc_tensor_map m) {
+  return guard([&] {
+    auto tm = static_cast<TensorMap*>(m);
+    std::unordered_map<std::string, mx::array> t(tm->tensors.begin(), tm->tensors.end());
+    std::unordered_map<std::string, std::string> md(tm->meta.begin(), tm->meta.end());
+    mx::save_safetensors(std::string(path), t, md);
+  });
+}
+
+// ---- memory ----
+
+size_t mlxc_active_memory(void) { return mx::get_active_memory(); }
+size_t mlxc_peak_memory(void) { return mx::get_peak_memory(); }
+void mlxc_reset_peak_memory(void) { mx::reset_peak_memory(); }
+size_t mlxc_cache_memory(void) { return mx::get_cache_memory(); }
+size_t mlxc_set_memory_limit(size_t limit) { return mx::set_memory_limit(limit); }
+size_t mlxc_set_cache_limit(size_t limit) { return mx::set_cache_limit(limit); }
+void mlxc_clear_cache(void) { mx::clear_cache(); }
+uint64_t mlxc_live_arrays(void) { return g_live.load(std::memory_order_relaxed); }
+
+}  // extern "C"

@@ -1,0 +1,61 @@
+package mlxc
+
+/*
+#include "mlxc.h"
+*/
+import "C"
+
+// Quantized holds an affine-quantized matrix as MLX stores it: packed uint32 weights
+// [N, K·bits/32], and scales and biases [N, K/groupSize].
+type Quantized struct {
+	W, Scales, Biases *Array
+	GroupSize, Bits   int
+	Mode              string // "affine" (default), "mxfp4", "mxfp8", "nvfp4"
+}
+
+// Quantize quantizes w along its last axis.
+func Quantize(w *Array, groupSize, bits int, mode string) Quantized {
+	var wq, sc, bi C.mlxc_array
+	m, free := cstr(mode)
+	defer free()
+	check("quantize", C.mlxc_quantize(&wq, &sc, &bi, w.handle("quantize"), C.int(groupSize), C.int(bits), m, curStream.c))
+	q := Quantized{W: newArray(wq), Scales: newArray(sc), GroupSize: groupSize, Bits: bits, Mode: mode}
+	if bi != nil {
+		q.Biases = newArray(bi)
+	}
+	return q
+}
+
+// Dequantize rebuilds the dense matrix; outDtype < 0 keeps MLX's default (the scales' type).
+func Dequantize(q Quantized, outDtype Dtype) *Array {
+	var h C.mlxc_array
+	m, free := cstr(q.Mode)
+	defer free()
+	check("dequantize", C.mlxc_dequantize(&h, q.W.handle("dequantize"), q.Scales.handle("dequantize"), optHandle("dequantize", q.Biases), C.int(q.GroupSize), C.int(q.Bits), m, C.int(outDtype), curStream.c))
+	return newArray(h)
+}
+
+// QuantizedMatmul computes x @ dequant(w)ᵀ (transpose=true) without materialising w.
+func QuantizedMatmul(x *Array, q Quantized, transpose bool) *Array {
+	var h C.mlxc_array
+	m, free := cstr(q.Mode)
+	defer free()
+	check("quantized_matmul", C.mlxc_quantized_matmul(&h, x.handle("quantized_matmul"), q.W.handle("quantized_matmul"), q.Scales.handle("quantized_matmul"), optHandle("quantized_matmul", q.Biases), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), m, curStream.c))
+	return newArray(h)
+}
+
+// GatherQMM is a quantized matmul that picks matrices per row (mixture-of-experts).
+func GatherQMM(x *Array, q Quantized, lhsIdx, rhsIdx *Array, transpose, sorted bool) *Array {
+	var h C.mlxc_array
+	m, free := cstr(q.Mode)
+	defer free()
+	check("gather_qmm", C.mlxc_gather_qmm(&h, x.handle("gather_qmm"), q.W.handle("gather_qmm"), q.Scales.handle("gather_qmm"), optHandle("gather_qmm", q.Biases), optHandle("gather_qmm", lhsIdx), optHandle("gather_qmm", rhsIdx), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), m, C.bool(sorted), curStream.c))
+	return newArray(h)
+}
+
+// GatherMM is a matmul that picks matrices per row.
+func GatherMM(a, b, lhsIdx, rhsIdx *Array, sorted bool) *Array {
+	var h C.mlxc_array
+	check("gather_mm", C.mlxc_gather_mm(&h, a.handle("gather_mm"), b.handle("gather_mm"), optHandle("gather_mm", lhsIdx), optHandle("gather_mm", rhsIdx), C.bool(sorted), curStream.c))
+	return newArray(h)
+}
