@@ -1,0 +1,185 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Cache is a model's per-sequence state (one entry per layer). The DFlash loop only needs
+// Offset, Rewind and Free, so families whose state cannot simply be trimmed (recurrent
+// layers restored by replaying a tape) implement Rewind their own way.
+type Cache interface {
+	// Offset is the number of positions the cache holds.
+	Offset() int
+	// Rewind drops the last n positions written (n ≤ positions written by the latest forward
+	// for recurrent families; any n ≤ Offset for pure KV caches).
+	Rewind(n int) error
+	// Reserve preallocates room for n positions in total, avoiding regrowth later.
+	Reserve(n int)
+	// Bytes is the memory the cache buffers hold.
+	Bytes() int64
+	// Free releases all buffers.
+	Free()
+}
+
+// kvStep is mlx-lm's allocation step; keeping it makes the cache layout (and so the CUDA
+// cuDNN SDPA eligibility for decode) identical.
+const kvStep = 256
+
+// KVCache holds one attention layer's keys and values, [B, nKV, capacity, hd], filled up to
+// offset. Trimming only moves offset; later writes overwrite the stale rows.
+type KVCache struct {
+	keys, values *mlxc.Array
+	offset       int
+	reserve      int
+}
+
+// Offset is the number of valid positions.
+func (c *KVCache) Offset() int { return c.offset }
+
+// UpdateAndFetch appends k, v ([B, nKV, L, hd]) and returns views of all valid keys and
+// values. Growth follows mlx-lm exactly (zeros in steps of 256, truncating a partially
+// filled buffer first).
+func (c *KVCache) UpdateAndFetch(k, v *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+	ks, vs := k.Shape(), v.Shape()
+	L := ks[2]
+	prev := c.offset
+	if c.keys == nil || prev+L > c.keys.Dim(2) {
+		steps := (kvStep + L - 1) / kvStep
+		if c.keys == nil && c.reserve > L {
+			steps = (c.reserve + kvStep - 1) / kvStep
+		}
+		newK := mlxc.Zeros([]int{ks[0], ks[1], steps * kvStep, ks[3]}, k.Dtype())
+		newV := mlxc.Zeros([]int{vs[0], vs[1], steps * kvStep, vs[3]}, v.Dtype())
+		if c.keys != nil {
+			oldK, oldV := c.keys, c.values
+			if prev%kvStep != 0 {
+				oldK = mlxc.SliceAxis(oldK, 2, 0, prev)
+				oldV = mlxc.SliceAxis(oldV, 2, 0, prev)
+			}
+			newK = mlxc.Concatenate([]*mlxc.Array{oldK, newK}, 2)
+			newV = mlxc.Concatenate([]*mlxc.Array{oldV, newV}, 2)
+		}
+		c.replace(newK, newV)
+	}
+	c.offset += L
+	start := []int{0, 0, prev, 0}
+	stopK := []int{ks[0], ks[1], c.offset, ks[3]}
+	stopV := []int{vs[0], vs[1], c.offset, vs[3]}
+	c.replace(mlxc.SliceUpdate(c.keys, k, start, stopK), mlxc.SliceUpdate(c.values, v, start, stopV))
+	return mlxc.SliceAxis(c.keys, 2, 0, c.offset), mlxc.SliceAxis(c.values, 2, 0, c.offset)
+}
+
+// replace swaps the buffers, freeing the old handles so MLX can update in place (donation
+// needs the old buffer to have no other reference).
+func (c *KVCache) replace(k, v *mlxc.Array) {
+	k.Detach()
+	v.Detach()
+	c.keys.Free()
+	c.values.Free()
+	c.keys, c.values = k, v
+}
+
+// Trim drops the last n positions (clamped to offset) and returns how many were dropped.
+func (c *KVCache) Trim(n int) int {
+	if n > c.offset {
+		n = c.offset
+	}
+	if n < 0 {
+		n = 0
+	}
+	c.offset -= n
+	return n
+}
+
+// State returns views of the valid keys and values (nil when empty).
+func (c *KVCache) State() (*mlxc.Array, *mlxc.Array) {
+	if c.keys == nil || c.offset == 0 {
+		return nil, nil
+	}
+	return mlxc.SliceAxis(c.keys, 2, 0, c.offset), mlxc.SliceAxis(c.values, 2, 0, c.offset)
+}
+
+// Arrays returns the live buffers, for evaluation after a step.
+func (c *KVCache) Arrays() []*mlxc.Array {
+	if c.keys == nil {
+		return nil
+	}
+	return []*mlxc.Array{c.keys, c.values}
+}
+
+func (c *KVCache) Bytes() int64 {
+	if c.keys == nil {
+		return 0
+	}
+	return int64(c.keys.NBytes() + c.values.NBytes())
+}
+
+func (c *KVCache) Free() {
+	c.keys.Free()
+	c.values.Free()
+	c.keys, c.values, c.offset = nil, nil, 0
+}
+
+// KVCaches is a stack of per-layer KV caches: the Cache of a pure-attention model.
+type KVCaches struct {
+	Layers []*KVCache
+}
+
+// NewKVCaches makes n empty layer caches.
+func NewKVCaches(n int) *KVCaches {
+	c := &KVCaches{Layers: make([]*KVCache, n)}
+	for i := range c.Layers {
+		c.Layers[i] = &KVCache{}
+	}
+	return c
+}
+
+func (c *KVCaches) Offset() int {
+	if len(c.Layers) == 0 {
+		return 0
+	}
+	return c.Layers[0].offset
+}
+
+// Rewind trims every layer by n positions.
+func (c *KVCaches) Rewind(n int) error {
+	if n < 0 || n > c.Offset() {
+		return fmt.Errorf("kv cache: cannot rewind %d of %d positions", n, c.Offset())
+	}
+	for _, l := range c.Layers {
+		l.Trim(n)
+	}
+	return nil
+}
+
+// Reserve makes the first allocation large enough for n positions.
+func (c *KVCaches) Reserve(n int) {
+	for _, l := range c.Layers {
+		l.reserve = n
+	}
+}
+
+func (c *KVCaches) Bytes() int64 {
+	var b int64
+	for _, l := range c.Layers {
+		b += l.Bytes()
+	}
+	return b
+}
+
+func (c *KVCaches) Free() {
+	for _, l := range c.Layers {
+		l.Free()
+	}
+}
+
+// Arrays lists all buffers (to evaluate them together with a step's outputs).
+func (c *KVCaches) Arrays() []*mlxc.Array {
+	var out []*mlxc.Array
+	for _, l := range c.Layers {
+		out = append(out, l.Arrays()...)
+	}
+	return out
+}

@@ -1,0 +1,12 @@
+// Package model holds the target language models: config parsing, safetensors loading
+// with validation (HF and mlx-community layouts, shards, affine quantization), the layers
+// (Linear, Embedding, RMSNorm, RoPE, attention, SwiGLU), the KV cache, and the forward
+// pass with hidden-state taps that the DFlash drafter reads.
+//
+// Families register themselves by config.json `model_type` (see Register); Load picks the
+// family, validates every tensor's name, shape and dtype before building anything, and
+// returns a Model. The math follows mlx-lm op for op so that CPU results are bit-identical
+// to the reference.
+//
+// All methods that touch arrays must run on the MLX thread (mlxc.Do).
+package model

@@ -1,0 +1,255 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Linear is y = x·Wᵀ (+ b), dense or affine-quantized.
+type Linear struct {
+	W    *mlxc.Array
+	Q    *mlxc.Quantized
+	Bias *mlxc.Array
+}
+
+// Apply runs the layer with mlx-lm's op sequence (matmul with Wᵀ, or addmm with a bias).
+func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
+	if l.Q != nil {
+		y := mlxc.QuantizedMatmul(x, *l.Q, true)
+		if l.Bias != nil {
+			y = mlxc.Add(y, l.Bias)
+		}
+		return y
+	}
+	if l.Bias != nil {
+		return mlxc.AddMM(l.Bias, x, mlxc.Transpose(l.W), 1, 1)
+	}
+	return mlxc.Matmul(x, mlxc.Transpose(l.W))
+}
+
+func (l *Linear) free() {
+	if l == nil {
+		return
+	}
+	l.W.Free()
+	l.Bias.Free()
+	if l.Q != nil {
+		l.Q.W.Free()
+		l.Q.Scales.Free()
+		l.Q.Biases.Free()
+	}
+}
+
+// Embedding is a token table [V, H], dense or quantized; AsLinear serves tied LM heads.
+type Embedding struct {
+	W *mlxc.Array
+	Q *mlxc.Quantized
+}
+
+// Lookup gathers rows for ids.
+func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
+	if e.Q != nil {
+		var b *mlxc.Array
+		if e.Q.Biases != nil {
+			b = mlxc.Take(e.Q.Biases, ids, 0)
+		}
+		q := mlxc.Quantized{W: mlxc.Take(e.Q.W, ids, 0), Scales: mlxc.Take(e.Q.Scales, ids, 0), Biases: b,
+			GroupSize: e.Q.GroupSize, Bits: e.Q.Bits, Mode: e.Q.Mode}
+		return mlxc.Dequantize(q, -1)
+	}
+	return mlxc.Take(e.W, ids, 0)
+}
+
+// AsLinear is x·Eᵀ (a tied output head), quantized with the embedding's own parameters.
+func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
+	if e.Q != nil {
+		return mlxc.QuantizedMatmul(x, *e.Q, true)
+	}
+	return mlxc.Matmul(x, mlxc.Transpose(e.W))
+}
+
+func (e *Embedding) free() {
+	if e == nil {
+		return
+	}
+	e.W.Free()
+	if e.Q != nil {
+		e.Q.W.Free()
+		e.Q.Scales.Free()
+		e.Q.Biases.Free()
+	}
+}
+
+// builder takes tensors out of a Weights set while checking names, shapes and dtypes
+// against what the architecture expects. All problems are collected so the user sees
+// them at once; on any problem nothing is kept (Release frees what was taken).
+type builder struct {
+	w     *Weights
+	q     *QuantConfig
+	errs  []error
+	taken []*mlxc.Array
+}
+
+func newBuilder(w *Weights, q *QuantConfig) *builder { return &builder{w: w, q: q} }
+
+func (b *builder) errf(format string, args ...any) {
+	b.errs = append(b.errs, fmt.Errorf(format, args...))
+}
+
+func (b *builder) take(name string) *mlxc.Array {
+	a, ok := b.w.Take(name)
+	if !ok {
+		b.errf("tensor %s is missing from the checkpoint", name)
+		return nil
+	}
+	b.taken = append(b.taken, a)
+	return a
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// float takes a floating-point tensor of the given shape.
+func (b *builder) float(name string, shape ...int) *mlxc.Array {
+	info, ok := b.w.Info[name]
+	if !ok {
+		b.errf("tensor %s is missing from the checkpoint", name)
+		return nil
+	}
+	if !sameShape(info.Shape, shape) {
+		b.errf("%s: tensor %s has shape %v, want %v", b.w.fileOf(name), name, info.Shape, shape)
+	}
+	if !info.Dtype.IsFloat() || info.Dtype == mlxc.Float64 {
+		b.errf("%s: tensor %s has dtype %s, want bfloat16, float16 or float32", b.w.fileOf(name), name, info.Dtype)
+	}
+	return b.take(name)
+}
+
+// quantized takes the weight/scales/biases triple of a quantized module.
+func (b *builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized {
+	wn, sn, bn := path+".weight", path+".scales", path+".biases"
+	if in%q.GroupSize != 0 {
+		b.errf("%s: input size %d is not a multiple of the group size %d", path, in, q.GroupSize)
+		return nil
+	}
+	if (in*q.Bits)%32 != 0 {
+		b.errf("%s: input size %d × %d bits does not pack into 32-bit words", path, in, q.Bits)
+		return nil
+	}
+	wi, ok := b.w.Info[wn]
+	if !ok {
+		b.errf("tensor %s is missing from the checkpoint", wn)
+		return nil
+	}
+	if wi.Dtype != mlxc.Uint32 {
+		b.errf("%s: quantized tensor %s has dtype %s, want uint32", b.w.fileOf(wn), wn, wi.Dtype)
+	}
+	if want := []int{out, in * q.Bits / 32}; !sameShape(wi.Shape, want) {
+		b.errf("%s: tensor %s has shape %v, want %v (%d-bit, in=%d)", b.w.fileOf(wn), wn, wi.Shape, want, q.Bits, in)
+	}
+	si, ok := b.w.Info[sn]
+	if !ok {
+		b.errf("%s is quantized (config.json \"quantization\") but tensor %s is missing", path, sn)
+		return nil
+	}
+	if want := []int{out, in / q.GroupSize}; !sameShape(si.Shape, want) {
+		b.errf("%s: tensor %s has shape %v, want %v (group size %d)", b.w.fileOf(sn), sn, si.Shape, want, q.GroupSize)
+	}
+	res := &mlxc.Quantized{GroupSize: q.GroupSize, Bits: q.Bits, Mode: q.Mode}
+	if q.Mode == "affine" {
+		bi, ok := b.w.Info[bn]
+		if !ok {
+			b.errf("%s is affine-quantized but tensor %s is missing", path, bn)
+			return nil
+		}
+		if !sameShape(bi.Shape, si.Shape) {
+			b.errf("%s: tensor %s has shape %v, want %v", b.w.fileOf(bn), bn, bi.Shape, si.Shape)
+		}
+		res.Biases = b.take(bn)
+	}
+	res.W = b.take(wn)
+	res.Scales = b.take(sn)
+	return res
+}
+
+// linear takes a Linear module at path with the given sizes.
+func (b *builder) linear(path string, out, in int, bias bool) *Linear {
+	l := &Linear{}
+	if q := b.q.For(path, b.w.Has(path+".scales")); q != nil {
+		l.Q = b.quantized(path, q, out, in)
+	} else {
+		if info, ok := b.w.Info[path+".weight"]; ok && info.Dtype == mlxc.Uint32 {
+			b.errf("%s: tensor %s.weight is packed (uint32) but there is no quantization for it (config.json \"quantization\" or %s.scales missing)", b.w.fileOf(path+".weight"), path, path)
+			return l
+		}
+		if b.w.Has(path + ".scales") {
+			b.errf("tensor %s.scales exists but config.json has no \"quantization\" block", path)
+		}
+		l.W = b.float(path+".weight", out, in)
+	}
+	if bias {
+		l.Bias = b.float(path+".bias", out)
+	}
+	return l
+}
+
+// embedding takes an Embedding module.
+func (b *builder) embedding(path string, vocab, dim int) *Embedding {
+	e := &Embedding{}
+	if q := b.q.For(path, b.w.Has(path+".scales")); q != nil {
+		e.Q = b.quantized(path, q, vocab, dim)
+		return e
+	}
+	if info, ok := b.w.Info[path+".weight"]; ok && info.Dtype == mlxc.Uint32 {
+		b.errf("%s: tensor %s.weight is packed (uint32) but %s.scales / config.json \"quantization\" is missing", b.w.fileOf(path+".weight"), path, path)
+		return e
+	}
+	e.W = b.float(path+".weight", vocab, dim)
+	return e
+}
+
+// finish checks that no tensor was left unused (mlx-lm loads strictly) and returns all
+// problems as one error; on error everything taken is freed.
+func (b *builder) finish(ignore func(name string) bool) error {
+	var extra []string
+	for name := range b.w.Info {
+		if _, still := b.w.Arrays[name]; still && (ignore == nil || !ignore(name)) {
+			extra = append(extra, name)
+		}
+	}
+	sort.Strings(extra)
+	if len(extra) > 0 {
+		more := ""
+		if len(extra) > 5 {
+			more = fmt.Sprintf(" and %d more", len(extra)-5)
+			extra = extra[:5]
+		}
+		b.errf("unexpected tensors in the checkpoint: %s%s", strings.Join(extra, ", "), more)
+	}
+	b.w.Free()
+	if len(b.errs) > 0 {
+		for _, a := range b.taken {
+			a.Free()
+		}
+		b.taken = nil
+		if len(b.errs) > 8 {
+			n := len(b.errs)
+			b.errs = append(b.errs[:8], fmt.Errorf("... and %d more problems", n-8))
+		}
+		return errors.Join(b.errs...)
+	}
+	return nil
+}

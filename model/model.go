@@ -1,0 +1,147 @@
+package model
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Arch is what callers (the drafter, the engine, the server) need to know of a model.
+type Arch struct {
+	Family         string // model_type
+	HiddenSize     int
+	NumLayers      int
+	VocabSize      int
+	NumHeads       int
+	NumKVHeads     int
+	HeadDim        int
+	MaxPositions   int
+	RMSNormEps     float32
+	RopeTheta      float64
+	Dtype          mlxc.Dtype // activation dtype (that of the embedding / scales)
+	EOSTokenIDs    []int
+	TiedEmbeddings bool
+	Quantized      bool
+	WeightBytes    int64
+	TrimmableCache bool // false for recurrent families (rewind by replay)
+}
+
+// LogitsMode selects which positions get logits.
+type LogitsMode int
+
+const (
+	LogitsAll  LogitsMode = iota // every input position (verify)
+	LogitsLast                   // only the last position (decode)
+	LogitsNone                   // none (prefill chunks: mlx-lm never evaluates them)
+)
+
+// ForwardOptions controls one forward pass.
+type ForwardOptions struct {
+	// Taps lists decoder-layer indices whose residual outputs (after the layer, before the
+	// final norm) are returned, concatenated on the feature axis in this order.
+	Taps   []int
+	Logits LogitsMode
+}
+
+// Output of a forward pass; arrays are lazy and belong to the caller's scope.
+type Output struct {
+	Logits *mlxc.Array // [B, L or 1, V], nil with LogitsNone
+	Hidden *mlxc.Array // [B, L, len(Taps)·H], nil without taps
+}
+
+// Model is a loaded target model.
+type Model interface {
+	Arch() Arch
+	NewCache() Cache
+	// Forward runs ids [B, L] (int32) through the model at the cache's offset and appends
+	// them to the cache.
+	Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output
+	// Embed looks up token embeddings (the drafter embeds its block with these).
+	Embed(ids *mlxc.Array) *mlxc.Array
+	// Head maps final-normed hidden states to logits (tied embedding or lm_head).
+	Head(h *mlxc.Array) *mlxc.Array
+	// Free releases the weights.
+	Free()
+}
+
+// Family builds a model of one model_type from its config and validated weights.
+type Family func(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error)
+
+// The family registry is filled by init functions of this package only (read-only after).
+var families = map[string]Family{}
+
+// Register adds a family; called from init.
+func Register(modelType string, f Family) { families[modelType] = f }
+
+// Families lists the registered model types.
+func Families() []string {
+	out := make([]string, 0, len(families))
+	for k := range families {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LoadOptions tunes Load.
+type LoadOptions struct {
+	Progress Progress
+}
+
+// Load reads a model folder: config, headers (validated), weights, family dispatch.
+// It must run on the MLX thread. Weights are evaluated before it returns, so a bad file
+// fails here, not during the first token.
+func Load(dir string, opt LoadOptions) (Model, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	mt, err := cfg.StringOr("model_type", "")
+	if err != nil {
+		return nil, err
+	}
+	if mt == "" {
+		return nil, cfg.missing("model_type")
+	}
+	fam, ok := families[mt]
+	if !ok {
+		return nil, fmt.Errorf("%s: model_type %q is not supported (supported: %s)", cfg.Path, mt, strings.Join(Families(), ", "))
+	}
+	q, err := cfg.ParseQuantization()
+	if err != nil {
+		return nil, err
+	}
+	w, err := ReadWeightHeaders(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Load(opt.Progress); err != nil {
+		return nil, err
+	}
+	m, err := fam(cfg, w, q)
+	if err != nil {
+		w.Free()
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	if err := mlxc.Catch(func() { evalModel(m) }); err != nil {
+		m.Free()
+		return nil, fmt.Errorf("load %s: reading weights: %w", dir, err)
+	}
+	return m, nil
+}
+
+// evaluator is implemented by models that can list their weights.
+type evaluator interface{ weights() []*mlxc.Array }
+
+func evalModel(m Model) {
+	if e, ok := m.(evaluator); ok {
+		ws := e.weights()
+		// Evaluate in batches so a huge model does not build one giant eval list.
+		for i := 0; i < len(ws); i += 64 {
+			j := min(i+64, len(ws))
+			mlxc.Eval(ws[i:j]...)
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+func init() { Register("qwen3", loadQwen3) }
+
+type qwen3Attention struct {
+	q, k, v, o   *Linear
+	qNorm, kNorm *mlxc.Array
+}
+
+type qwen3Layer struct {
+	inputNorm, postNorm *mlxc.Array
+	attn                qwen3Attention
+	gate, up, down      *Linear
+}
+
+// Qwen3 is the dense Qwen3 decoder (model_type "qwen3").
+type Qwen3 struct {
+	arch   Arch
+	embed  *Embedding
+	layers []qwen3Layer
+	norm   *mlxc.Array
+	lmHead *Linear // nil when tied
+	rope   *Rope
+	scale  float32
+}
+
+func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
+	a := Arch{Family: "qwen3", TrimmableCache: true}
+	var err error
+	get := func(key string, dst *int) {
+		if err == nil {
+			*dst, err = cfg.Int(key)
+			if err == nil && *dst <= 0 {
+				err = fmt.Errorf("%s: %q must be positive, got %d", cfg.Path, key, *dst)
+			}
+		}
+	}
+	get("hidden_size", &a.HiddenSize)
+	get("num_hidden_layers", &a.NumLayers)
+	get("num_attention_heads", &a.NumHeads)
+	get("num_key_value_heads", &a.NumKVHeads)
+	get("head_dim", &a.HeadDim)
+	get("vocab_size", &a.VocabSize)
+	var inter int
+	get("intermediate_size", &inter)
+	if err != nil {
+		return nil, err
+	}
+	if a.MaxPositions, err = cfg.IntOr("max_position_embeddings", 40960); err != nil {
+		return nil, err
+	}
+	eps, err := cfg.Float("rms_norm_eps")
+	if err != nil {
+		return nil, err
+	}
+	a.RMSNormEps = float32(eps)
+	if a.RopeTheta, err = cfg.Float("rope_theta"); err != nil {
+		return nil, err
+	}
+	if a.TiedEmbeddings, err = cfg.BoolOr("tie_word_embeddings", false); err != nil {
+		return nil, err
+	}
+	if a.EOSTokenIDs, err = cfg.IntList("eos_token_id"); err != nil {
+		return nil, err
+	}
+	if a.NumHeads%a.NumKVHeads != 0 {
+		return nil, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", cfg.Path, a.NumHeads, a.NumKVHeads)
+	}
+	rope, err := ParseRope(cfg, a.HeadDim, a.RopeTheta, a.MaxPositions)
+	if err != nil {
+		return nil, err
+	}
+	m := &Qwen3{rope: rope, scale: float32(math.Pow(float64(a.HeadDim), -0.5))}
+	H, hd := a.HiddenSize, a.HeadDim
+	b := newBuilder(w, q)
+	m.embed = b.embedding("model.embed_tokens", a.VocabSize, H)
+	m.layers = make([]qwen3Layer, a.NumLayers)
+	for i := range m.layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		l := &m.layers[i]
+		l.inputNorm = b.float(p+"input_layernorm.weight", H)
+		l.postNorm = b.float(p+"post_attention_layernorm.weight", H)
+		l.attn.q = b.linear(p+"self_attn.q_proj", a.NumHeads*hd, H, false)
+		l.attn.k = b.linear(p+"self_attn.k_proj", a.NumKVHeads*hd, H, false)
+		l.attn.v = b.linear(p+"self_attn.v_proj", a.NumKVHeads*hd, H, false)
+		l.attn.o = b.linear(p+"self_attn.o_proj", H, a.NumHeads*hd, false)
+		l.attn.qNorm = b.float(p+"self_attn.q_norm.weight", hd)
+		l.attn.kNorm = b.float(p+"self_attn.k_norm.weight", hd)
+		l.gate = b.linear(p+"mlp.gate_proj", inter, H, false)
+		l.up = b.linear(p+"mlp.up_proj", inter, H, false)
+		l.down = b.linear(p+"mlp.down_proj", H, inter, false)
+	}
+	m.norm = b.float("model.norm.weight", H)
+	if !a.TiedEmbeddings {
+		m.lmHead = b.linear("lm_head", a.VocabSize, H, false)
+	}
+	// mlx-lm's sanitize drops lm_head.* when the embeddings are tied; rotary caches that
+	// some HF exports carry are not parameters.
+	ignore := func(name string) bool {
+		if a.TiedEmbeddings && (name == "lm_head.weight" || name == "lm_head.scales" || name == "lm_head.biases") {
+			return true
+		}
+		return len(name) > 20 && name[len(name)-20:] == "rotary_emb.inv_freq"
+	}
+	if err := b.finish(ignore); err != nil {
+		return nil, err
+	}
+	a.Quantized = m.embed.Q != nil || (len(m.layers) > 0 && m.layers[0].attn.q.Q != nil)
+	if m.embed.Q != nil {
+		a.Dtype = m.embed.Q.Scales.Dtype()
+	} else {
+		a.Dtype = m.embed.W.Dtype()
+	}
+	a.WeightBytes = w.Bytes
+	m.arch = a
+	return m, nil
+}
+
+func (m *Qwen3) Arch() Arch { return m.arch }
+
+func (m *Qwen3) NewCache() Cache { return NewKVCaches(len(m.layers)) }
+
+func (m *Qwen3) Embed(ids *mlxc.Array) *mlxc.Array { return m.embed.Lookup(ids) }
+
+func (m *Qwen3) Head(h *mlxc.Array) *mlxc.Array {
+	if m.lmHead != nil {
+		return m.lmHead.Apply(h)
+	}
+	return m.embed.AsLinear(h)
+}
+
+// FinalNorm applies the model's final RMSNorm.
+func (m *Qwen3) FinalNorm(h *mlxc.Array) *mlxc.Array {
+	return mlxc.RMSNorm(h, m.norm, m.arch.RMSNormEps)
+}
+
+// Forward follows mlx-lm's qwen3.py op for op.
+func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
+	kv, ok := c.(*KVCaches)
+	if !ok || len(kv.Layers) != len(m.layers) {
+		panic(&mlxc.Error{Op: "qwen3.forward", Msg: "cache does not belong to this model"})
+	}
+	sh := ids.Shape()
+	if len(sh) != 2 {
+		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("ids must be [B, L], got %v", sh)})
+	}
+	B, L := sh[0], sh[1]
+	mask := mlxc.MaskNone
+	if L > 1 {
+		mask = mlxc.MaskCausal // bottom-right aligned: right for prefill chunks and verify blocks
+	}
+	var taps []*mlxc.Array
+	tapAt := map[int]int{}
+	for i, t := range opt.Taps {
+		if t < 0 || t >= len(m.layers) {
+			panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("tap layer %d out of range [0, %d)", t, len(m.layers))})
+		}
+		tapAt[t] = i
+	}
+	if len(opt.Taps) > 0 {
+		taps = make([]*mlxc.Array, len(opt.Taps))
+	}
+	a := m.arch
+	h := m.embed.Lookup(ids)
+	for i := range m.layers {
+		l := &m.layers[i]
+		lc := kv.Layers[i]
+		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
+		offset := lc.Offset()
+		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.attn.q.Apply(x), B, L, a.NumHeads, -1), l.attn.qNorm, a.RMSNormEps), 0, 2, 1, 3)
+		k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.attn.k.Apply(x), B, L, a.NumKVHeads, -1), l.attn.kNorm, a.RMSNormEps), 0, 2, 1, 3)
+		v := mlxc.Transpose(mlxc.Reshape(l.attn.v.Apply(x), B, L, a.NumKVHeads, -1), 0, 2, 1, 3)
+		q = m.rope.Apply(q, offset)
+		k = m.rope.Apply(k, offset)
+		keys, values := lc.UpdateAndFetch(k, v)
+		o := mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mask, nil, nil)
+		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), B, L, -1)
+		h = mlxc.Add(h, l.attn.o.Apply(o))
+		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
+		h = mlxc.Add(h, l.down.Apply(mlxc.Multiply(mlxc.SiLU(l.gate.Apply(x)), l.up.Apply(x))))
+		if j, ok := tapAt[i]; ok {
+			taps[j] = h
+		}
+	}
+	var out Output
+	if taps != nil {
+		if len(taps) == 1 {
+			out.Hidden = taps[0]
+		} else {
+			out.Hidden = mlxc.Concatenate(taps, -1)
+		}
+	}
+	switch opt.Logits {
+	case LogitsAll:
+		out.Logits = m.Head(m.FinalNorm(h))
+	case LogitsLast:
+		if L > 1 {
+			h = mlxc.SliceAxis(h, 1, L-1, L)
+		}
+		out.Logits = m.Head(m.FinalNorm(h))
+	}
+	return out
+}
+
+func (m *Qwen3) weights() []*mlxc.Array {
+	var ws []*mlxc.Array
+	addL := func(l *Linear) {
+		if l == nil {
+			return
+		}
+		if l.Q != nil {
+			ws = append(ws, l.Q.W, l.Q.Scales)
+			if l.Q.Biases != nil {
+				ws = append(ws, l.Q.Biases)
+			}
+		} else {
+			ws = append(ws, l.W)
+		}
+		if l.Bias != nil {
+			ws = append(ws, l.Bias)
+		}
+	}
+	if m.embed.Q != nil {
+		ws = append(ws, m.embed.Q.W, m.embed.Q.Scales)
+		if m.embed.Q.Biases != nil {
+			ws = append(ws, m.embed.Q.Biases)
+		}
+	} else {
+		ws = append(ws, m.embed.W)
+	}
+	for i := range m.layers {
+		l := &m.layers[i]
+		ws = append(ws, l.inputNorm, l.postNorm, l.attn.qNorm, l.attn.kNorm)
+		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
+			addL(x)
+		}
+	}
+	ws = append(ws, m.norm)
+	addL(m.lmHead)
+	return ws
+}
+
+// Free releases all weights.
+func (m *Qwen3) Free() {
+	m.embed.free()
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.inputNorm.Free()
+		l.postNorm.Free()
+		l.attn.qNorm.Free()
+		l.attn.kNorm.Free()
+		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
+			x.free()
+		}
+	}
+	m.norm.Free()
+	m.lmHead.free()
+	m.rope.free()
+}

@@ -1,0 +1,166 @@
+package model_test
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+)
+
+func writeModel(t *testing.T, dir string, spec modelgen.Qwen3Spec) {
+	t.Helper()
+	if err := mlxc.Do(func() error { return modelgen.WriteQwen3(dir, spec) }); err != nil {
+		t.Fatalf("write model: %v", err)
+	}
+}
+
+func loadModel(t *testing.T, dir string) model.Model {
+	t.Helper()
+	var m model.Model
+	err := mlxc.Do(func() error {
+		var err error
+		m, err = model.Load(dir, model.LoadOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("load %s: %v", dir, err)
+	}
+	t.Cleanup(func() { _ = mlxc.Do(func() error { m.Free(); return nil }) })
+	return m
+}
+
+// greedy decodes like mlx-lm's generate_step: prefill all but the last prompt token in
+// chunks of ≤ 2048 without logits, then the last token alone, then one token at a time.
+func greedy(m model.Model, prompt []int32, n int) []int32 {
+	s := mlxc.NewScope()
+	defer s.Close()
+	c := m.NewCache()
+	defer c.Free()
+	rest := prompt
+	for len(rest) > 1 {
+		k := min(2048, len(rest)-1)
+		inner := mlxc.NewScope()
+		m.Forward(mlxc.FromSlice(rest[:k], 1, k), c, model.ForwardOptions{Logits: model.LogitsNone})
+		mlxc.Eval(c.(*model.KVCaches).Arrays()...)
+		inner.Close()
+		rest = rest[k:]
+	}
+	tok := rest[0]
+	var out []int32
+	for i := 0; i < n; i++ {
+		inner := mlxc.NewScope()
+		o := m.Forward(mlxc.FromSlice([]int32{tok}, 1, 1), c, model.ForwardOptions{Logits: model.LogitsLast})
+		logits := mlxc.Reshape(o.Logits, -1)
+		// mlx-lm takes argmax of logprobs (logits − logsumexp, rounded to bf16), which can
+		// tie where the logits did not.
+		logprobs := mlxc.Subtract(logits, mlxc.LogSumExp(logits, []int{-1}, true))
+		tok = int32(mlxc.Argmax(logprobs, -1, false).Int())
+		inner.Close()
+		out = append(out, tok)
+	}
+	return out
+}
+
+func maxAbsDiff(a, b []float32) (float64, int) {
+	worst, at := 0.0, -1
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if d > worst || math.IsNaN(d) {
+			worst, at = d, i
+		}
+	}
+	return worst, at
+}
+
+func TestQwen3MatchesMLXLM(t *testing.T) {
+	py := reftest.Python(t)
+	script := filepath.Join(reftest.RepoRoot(), "model", "testdata", "mlxlm_ref.py")
+	base := modelgen.TinyQwen3()
+	cases := []struct {
+		name        string
+		mod         func(*modelgen.Qwen3Spec)
+		bits, group int
+	}{
+		{name: "bf16-tied-single", mod: func(s *modelgen.Qwen3Spec) {}},
+		{name: "bf16-untied-sharded-index", mod: func(s *modelgen.Qwen3Spec) { s.Tied = false; s.Shards = 3; s.Seed = 2 }},
+		{name: "bf16-sharded-noindex-headdim", mod: func(s *modelgen.Qwen3Spec) { s.Shards = 2; s.NoIndex = true; s.HeadDim = 48; s.Seed = 3 }},
+		{name: "4bit-g64-tied", mod: func(s *modelgen.Qwen3Spec) { s.Seed = 4 }, bits: 4, group: 64},
+		{name: "8bit-g32-untied", mod: func(s *modelgen.Qwen3Spec) { s.Tied = false; s.Seed = 5 }, bits: 8, group: 32},
+	}
+	prompt := []int32{5, 17, 99, 3, 250, 42, 7, 7, 128, 64, 11, 200, 1, 0, 33, 90, 45, 12, 8, 190}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := base
+			tc.mod(&spec)
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, "hf")
+			writeModel(t, dir, spec)
+			if tc.bits > 0 {
+				q := filepath.Join(tmp, "mlx")
+				reftest.Run(t, py, script, "convert", dir, q, strconv.Itoa(tc.bits), strconv.Itoa(tc.group))
+				dir = q
+			}
+			refPath := filepath.Join(tmp, "ref.safetensors")
+			toks := make([]string, len(prompt))
+			for i, p := range prompt {
+				toks[i] = strconv.Itoa(int(p))
+			}
+			const nGreedy = 64
+			reftest.Run(t, py, script, "ref", dir, refPath, strings.Join(toks, ","), strconv.Itoa(nGreedy))
+			m := loadModel(t, dir)
+			a := m.Arch()
+			err := mlxc.Do(func() error {
+				s := mlxc.NewScope()
+				defer s.Close()
+				ref, _ := mlxc.LoadSafetensors(refPath)
+				taps := make([]int, a.NumLayers)
+				for i := range taps {
+					taps[i] = i
+				}
+				c := m.NewCache()
+				defer c.Free()
+				out := m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
+				got := out.Logits.Float32s()
+				want := ref["logits"].Float32s()
+				if d, at := maxAbsDiff(got, want); d != 0 {
+					t.Errorf("logits differ from mlx-lm: max |Δ| = %g at %d (want bit-identical on CPU)", d, at)
+				}
+				if d, _ := maxAbsDiff(ref["logits"].Float32s(), ref["logits_model"].Float32s()); d != 0 {
+					t.Errorf("reference layer loop disagrees with mlx-lm's own forward by %g", d)
+				}
+				hidden := out.Hidden.Float32s()
+				H, L := a.HiddenSize, len(prompt)
+				for i := 0; i < a.NumLayers; i++ {
+					w := ref[fmt.Sprintf("hidden_%d", i)].Float32s()
+					g := make([]float32, 0, L*H)
+					for p := 0; p < L; p++ {
+						row := hidden[p*len(taps)*H+i*H : p*len(taps)*H+(i+1)*H]
+						g = append(g, row...)
+					}
+					if d, at := maxAbsDiff(g, w); d != 0 {
+						t.Errorf("hidden tap of layer %d differs: max |Δ| = %g at %d", i, d, at)
+					}
+				}
+				gen := greedy(m, prompt, nGreedy)
+				wantGen := ref["greedy"].Int32s()
+				for i := range wantGen {
+					if gen[i] != wantGen[i] {
+						t.Errorf("greedy token %d = %d, mlx-lm %d (ours %v, ref %v)", i, gen[i], wantGen[i], gen, wantGen)
+						break
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

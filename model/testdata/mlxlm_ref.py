@@ -1,0 +1,66 @@
+"""Reference computations with mlx-lm for the Go parity tests (model package).
+
+  convert SRC DST BITS GROUP     quantize an HF-layout checkpoint into the mlx-community layout
+                                 with mlx-lm's own quantize_model / save_model / save_config
+  ref DIR OUT TOKENS GREEDY_N    load DIR with mlx-lm (strict) and write to OUT (safetensors):
+                                   logits   [L, V] float32 of one causal forward over TOKENS
+                                   hidden_i [L, H] float32 residual output of layer i
+                                   greedy   [GREEDY_N] int32 from generate_step (prefill chunking,
+                                            last prompt token alone, argmax sampler)
+                                 TOKENS is a comma-separated list of ids.
+"""
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm.generate import generate_step
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+
+def convert(src, dst, bits, group):
+    model, config = load_model(Path(src), lazy=True)
+    model, config = quantize_model(model, config, group, bits)
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=False)
+    save_model(dst, model, donate_model=True)
+    save_config(config, config_path=dst / "config.json")
+
+
+def ref(d, out, tokens, greedy_n):
+    model, _ = load_model(Path(d), strict=True)
+    toks = mx.array(tokens, dtype=mx.int32)
+    inner = model.model
+    cache = make_prompt_cache(model)
+    h = inner.embed_tokens(toks[None])
+    mask = create_attention_mask(h, cache[0])
+    res = {}
+    for i, (layer, c) in enumerate(zip(inner.layers, cache)):
+        h = layer(h, mask, c)
+        res[f"hidden_{i}"] = h[0].astype(mx.float32)
+    out_h = inner.norm(h)
+    if model.args.tie_word_embeddings:
+        logits = inner.embed_tokens.as_linear(out_h)
+    else:
+        logits = model.lm_head(out_h)
+    res["logits"] = logits[0].astype(mx.float32)
+    full = model(toks[None])  # the library's own forward must agree with the layer loop
+    res["logits_model"] = full[0].astype(mx.float32)
+    if greedy_n > 0:
+        gen = []
+        for tok, _ in generate_step(toks, model, max_tokens=greedy_n):
+            gen.append(int(tok))
+        res["greedy"] = mx.array(gen, dtype=mx.int32)
+    mx.save_safetensors(out, res)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "convert":
+        convert(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "ref":
+        ref(sys.argv[2], sys.argv[3], [int(t) for t in sys.argv[4].split(",")], int(sys.argv[5]))
+    else:
+        raise SystemExit(f"unknown command {cmd}")
