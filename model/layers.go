@@ -31,7 +31,7 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	return mlxc.Matmul(x, mlxc.Transpose(l.W))
 }
 
-func (l *Linear) free() {
+func (l *Linear) Free() {
 	if l == nil {
 		return
 	}
@@ -72,7 +72,7 @@ func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 	return mlxc.Matmul(x, mlxc.Transpose(e.W))
 }
 
-func (e *Embedding) free() {
+func (e *Embedding) Free() {
 	if e == nil {
 		return
 	}
@@ -84,23 +84,23 @@ func (e *Embedding) free() {
 	}
 }
 
-// builder takes tensors out of a Weights set while checking names, shapes and dtypes
+// Builder takes tensors out of a Weights set while checking names, shapes and dtypes
 // against what the architecture expects. All problems are collected so the user sees
 // them at once; on any problem nothing is kept (Release frees what was taken).
-type builder struct {
+type Builder struct {
 	w     *Weights
 	q     *QuantConfig
 	errs  []error
 	taken []*mlxc.Array
 }
 
-func newBuilder(w *Weights, q *QuantConfig) *builder { return &builder{w: w, q: q} }
+func NewBuilder(w *Weights, q *QuantConfig) *Builder { return &Builder{w: w, q: q} }
 
-func (b *builder) errf(format string, args ...any) {
+func (b *Builder) errf(format string, args ...any) {
 	b.errs = append(b.errs, fmt.Errorf(format, args...))
 }
 
-func (b *builder) take(name string) *mlxc.Array {
+func (b *Builder) take(name string) *mlxc.Array {
 	a, ok := b.w.Take(name)
 	if !ok {
 		b.errf("tensor %s is missing from the checkpoint", name)
@@ -123,7 +123,7 @@ func sameShape(a, b []int) bool {
 }
 
 // float takes a floating-point tensor of the given shape.
-func (b *builder) float(name string, shape ...int) *mlxc.Array {
+func (b *Builder) Float(name string, shape ...int) *mlxc.Array {
 	info, ok := b.w.Info[name]
 	if !ok {
 		b.errf("tensor %s is missing from the checkpoint", name)
@@ -139,7 +139,7 @@ func (b *builder) float(name string, shape ...int) *mlxc.Array {
 }
 
 // quantized takes the weight/scales/biases triple of a quantized module.
-func (b *builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized {
+func (b *Builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized {
 	wn, sn, bn := path+".weight", path+".scales", path+".biases"
 	if in%q.GroupSize != 0 {
 		b.errf("%s: input size %d is not a multiple of the group size %d", path, in, q.GroupSize)
@@ -186,7 +186,7 @@ func (b *builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized 
 }
 
 // linear takes a Linear module at path with the given sizes.
-func (b *builder) linear(path string, out, in int, bias bool) *Linear {
+func (b *Builder) Linear(path string, out, in int, bias bool) *Linear {
 	l := &Linear{}
 	if q := b.q.For(path, b.w.Has(path+".scales")); q != nil {
 		l.Q = b.quantized(path, q, out, in)
@@ -198,16 +198,16 @@ func (b *builder) linear(path string, out, in int, bias bool) *Linear {
 		if b.w.Has(path + ".scales") {
 			b.errf("tensor %s.scales exists but config.json has no \"quantization\" block", path)
 		}
-		l.W = b.float(path+".weight", out, in)
+		l.W = b.Float(path+".weight", out, in)
 	}
 	if bias {
-		l.Bias = b.float(path+".bias", out)
+		l.Bias = b.Float(path+".bias", out)
 	}
 	return l
 }
 
 // embedding takes an Embedding module.
-func (b *builder) embedding(path string, vocab, dim int) *Embedding {
+func (b *Builder) Embedding(path string, vocab, dim int) *Embedding {
 	e := &Embedding{}
 	if q := b.q.For(path, b.w.Has(path+".scales")); q != nil {
 		e.Q = b.quantized(path, q, vocab, dim)
@@ -217,13 +217,13 @@ func (b *builder) embedding(path string, vocab, dim int) *Embedding {
 		b.errf("%s: tensor %s.weight is packed (uint32) but %s.scales / config.json \"quantization\" is missing", b.w.fileOf(path+".weight"), path, path)
 		return e
 	}
-	e.W = b.float(path+".weight", vocab, dim)
+	e.W = b.Float(path+".weight", vocab, dim)
 	return e
 }
 
 // finish checks that no tensor was left unused (mlx-lm loads strictly) and returns all
 // problems as one error; on error everything taken is freed.
-func (b *builder) finish(ignore func(name string) bool) error {
+func (b *Builder) Finish(ignore func(name string) bool) error {
 	var extra []string
 	for name := range b.w.Info {
 		if _, still := b.w.Arrays[name]; still && (ignore == nil || !ignore(name)) {

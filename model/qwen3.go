@@ -79,27 +79,27 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	}
 	m := &Qwen3{rope: rope, scale: float32(math.Pow(float64(a.HeadDim), -0.5))}
 	H, hd := a.HiddenSize, a.HeadDim
-	b := newBuilder(w, q)
-	m.embed = b.embedding("model.embed_tokens", a.VocabSize, H)
+	b := NewBuilder(w, q)
+	m.embed = b.Embedding("model.embed_tokens", a.VocabSize, H)
 	m.layers = make([]qwen3Layer, a.NumLayers)
 	for i := range m.layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l := &m.layers[i]
-		l.inputNorm = b.float(p+"input_layernorm.weight", H)
-		l.postNorm = b.float(p+"post_attention_layernorm.weight", H)
-		l.attn.q = b.linear(p+"self_attn.q_proj", a.NumHeads*hd, H, false)
-		l.attn.k = b.linear(p+"self_attn.k_proj", a.NumKVHeads*hd, H, false)
-		l.attn.v = b.linear(p+"self_attn.v_proj", a.NumKVHeads*hd, H, false)
-		l.attn.o = b.linear(p+"self_attn.o_proj", H, a.NumHeads*hd, false)
-		l.attn.qNorm = b.float(p+"self_attn.q_norm.weight", hd)
-		l.attn.kNorm = b.float(p+"self_attn.k_norm.weight", hd)
-		l.gate = b.linear(p+"mlp.gate_proj", inter, H, false)
-		l.up = b.linear(p+"mlp.up_proj", inter, H, false)
-		l.down = b.linear(p+"mlp.down_proj", H, inter, false)
+		l.inputNorm = b.Float(p+"input_layernorm.weight", H)
+		l.postNorm = b.Float(p+"post_attention_layernorm.weight", H)
+		l.attn.q = b.Linear(p+"self_attn.q_proj", a.NumHeads*hd, H, false)
+		l.attn.k = b.Linear(p+"self_attn.k_proj", a.NumKVHeads*hd, H, false)
+		l.attn.v = b.Linear(p+"self_attn.v_proj", a.NumKVHeads*hd, H, false)
+		l.attn.o = b.Linear(p+"self_attn.o_proj", H, a.NumHeads*hd, false)
+		l.attn.qNorm = b.Float(p+"self_attn.q_norm.weight", hd)
+		l.attn.kNorm = b.Float(p+"self_attn.k_norm.weight", hd)
+		l.gate = b.Linear(p+"mlp.gate_proj", inter, H, false)
+		l.up = b.Linear(p+"mlp.up_proj", inter, H, false)
+		l.down = b.Linear(p+"mlp.down_proj", H, inter, false)
 	}
-	m.norm = b.float("model.norm.weight", H)
+	m.norm = b.Float("model.norm.weight", H)
 	if !a.TiedEmbeddings {
-		m.lmHead = b.linear("lm_head", a.VocabSize, H, false)
+		m.lmHead = b.Linear("lm_head", a.VocabSize, H, false)
 	}
 	// mlx-lm's sanitize drops lm_head.* when the embeddings are tied; rotary caches that
 	// some HF exports carry are not parameters.
@@ -109,7 +109,7 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 		}
 		return len(name) > 20 && name[len(name)-20:] == "rotary_emb.inv_freq"
 	}
-	if err := b.finish(ignore); err != nil {
+	if err := b.Finish(ignore); err != nil {
 		return nil, err
 	}
 	a.Quantized = m.embed.Q != nil || (len(m.layers) > 0 && m.layers[0].attn.q.Q != nil)
@@ -249,7 +249,7 @@ func (m *Qwen3) weights() []*mlxc.Array {
 
 // Free releases all weights.
 func (m *Qwen3) Free() {
-	m.embed.free()
+	m.embed.Free()
 	for i := range m.layers {
 		l := &m.layers[i]
 		l.inputNorm.Free()
@@ -257,10 +257,10 @@ func (m *Qwen3) Free() {
 		l.attn.qNorm.Free()
 		l.attn.kNorm.Free()
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
-			x.free()
+			x.Free()
 		}
 	}
 	m.norm.Free()
-	m.lmHead.free()
-	m.rope.free()
+	m.lmHead.Free()
+	m.rope.Free()
 }

@@ -97,4 +97,4 @@ func (r *Rope) Apply(x *mlxc.Array, offset int) *mlxc.Array {
 	return mlxc.RoPE(x, r.Dims, false, r.Base, r.Scale, offset, nil)
 }
 
-func (r *Rope) free() { r.freqsA.Free() }
+func (r *Rope) Free() { r.freqsA.Free() }

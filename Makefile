@@ -1,0 +1,73 @@
+# dflash-mlx build. `make` installs dependencies (first time) and builds everything;
+# `make test` runs the test suite; `make demo` runs the whole pipeline offline on a tiny
+# generated model pair. MLX_BACKEND=cpu|cuda|metal picks the MLX wheel (default: metal on
+# macOS, cpu elsewhere).
+SHELL := /bin/bash
+ROOT := $(CURDIR)
+GO ?= go
+BIN := $(ROOT)/bin/dflash-mlx
+export CGO_ENABLED := 1
+export CGO_LDFLAGS := -L$(ROOT)/third_party/tokenizers $(CGO_LDFLAGS)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GOFLAGS_BUILD := -ldflags "-X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION)"
+PREFIX ?= /usr/local
+
+.PHONY: all deps lib build test test-short demo bench bench-ref install lint clean distclean
+
+all: build
+
+deps:
+	@bash scripts/deps_mlx.sh
+	@bash scripts/deps_tokenizers.sh
+	@bash scripts/deps_testdata.sh
+	@bash scripts/deps_pyref.sh
+
+# The MLX wheel must be there before anything is compiled; the other deps are needed by
+# the tokenizer package (link) and the tests.
+third_party/mlx/.installed:
+	@bash scripts/deps_mlx.sh
+third_party/tokenizers/libtokenizers.a:
+	@bash scripts/deps_tokenizers.sh
+
+lib: third_party/mlx/.installed
+	@mkdir -p build
+	@if [ ! -f build/build.ninja ] && [ ! -f build/Makefile ]; then \
+	  if command -v ninja >/dev/null; then cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null; \
+	  else cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null; fi; fi
+	@cmake --build build --parallel
+
+build: lib third_party/tokenizers/libtokenizers.a
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/dflash-mlx
+
+test: deps build
+	DFLASH_REQUIRE_REFERENCE=$${DFLASH_REQUIRE_REFERENCE:-$${CI:+1}} $(GO) test -count=1 -timeout 30m ./...
+
+test-short: build
+	$(GO) test -count=1 -short ./...
+
+demo: build third_party/testdata/qwen3/STAMP
+	$(BIN) demo
+
+third_party/testdata/qwen3/STAMP:
+	@bash scripts/deps_testdata.sh
+
+bench: build
+	$(BIN) bench --demo
+
+bench-ref: deps build
+	bash bench/bench_ref.sh
+
+install: build
+	install -d $(PREFIX)/bin $(PREFIX)/lib
+	install -m 0755 $(BIN) $(PREFIX)/bin/dflash-mlx
+	cp -a third_party/mlx/lib/libmlx.* $(PREFIX)/lib/
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+clean:
+	rm -rf build bin
+
+distclean: clean
+	rm -rf third_party/mlx third_party/mlx_*.libs third_party/tokenizers third_party/testdata third_party/pyref

@@ -1,0 +1,120 @@
+package draft
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dflash-mlx/dflash-mlx/model"
+)
+
+// Config is a DFlash drafter's config.json.
+type Config struct {
+	HiddenSize, NumLayers, NumHeads, NumKVHeads, HeadDim, Intermediate, VocabSize int
+	RMSNormEps                                                                    float32
+	RopeTheta                                                                     float64
+	BlockSize                                                                     int
+	MaskTokenID                                                                   int
+	TargetLayerIDs                                                                []int
+	NumTargetLayers                                                               int
+	AttentionBias                                                                 bool
+}
+
+// FallbackLayerIDs is z-lab's build_target_layer_ids: evenly spaced from 1 to N−3
+// (N//2 for a one-layer drafter), rounding half to even like Python.
+func FallbackLayerIDs(numTarget, numDraft int) []int {
+	if numDraft == 1 {
+		return []int{numTarget / 2}
+	}
+	ids := make([]int, numDraft)
+	for i := range ids {
+		ids[i] = int(math.RoundToEven(1 + float64(i)*float64(numTarget-4)/float64(numDraft-1)))
+	}
+	return ids
+}
+
+func parseConfig(cfg *model.RawConfig) (Config, *model.Rope, error) {
+	var c Config
+	var err error
+	get := func(key string, dst *int) {
+		if err == nil {
+			*dst, err = cfg.Int(key)
+			if err == nil && *dst <= 0 {
+				err = fmt.Errorf("%s: %q must be positive", cfg.Path, key)
+			}
+		}
+	}
+	get("hidden_size", &c.HiddenSize)
+	get("num_hidden_layers", &c.NumLayers)
+	get("num_attention_heads", &c.NumHeads)
+	get("num_key_value_heads", &c.NumKVHeads)
+	get("head_dim", &c.HeadDim)
+	get("intermediate_size", &c.Intermediate)
+	get("vocab_size", &c.VocabSize)
+	if err != nil {
+		return c, nil, err
+	}
+	eps, err := cfg.FloatOr("rms_norm_eps", 1e-6)
+	if err != nil {
+		return c, nil, err
+	}
+	c.RMSNormEps = float32(eps)
+	if c.RopeTheta, err = cfg.FloatOr("rope_theta", 1000000); err != nil {
+		return c, nil, err
+	}
+	if c.BlockSize, err = cfg.IntOr("block_size", 16); err != nil {
+		return c, nil, err
+	}
+	if c.BlockSize < 2 {
+		return c, nil, fmt.Errorf("%s: block_size must be ≥ 2, got %d", cfg.Path, c.BlockSize)
+	}
+	if c.NumTargetLayers, err = cfg.IntOr("num_target_layers", 0); err != nil {
+		return c, nil, err
+	}
+	if c.AttentionBias, err = cfg.BoolOr("attention_bias", false); err != nil {
+		return c, nil, err
+	}
+	if c.NumHeads%c.NumKVHeads != 0 {
+		return c, nil, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", cfg.Path, c.NumHeads, c.NumKVHeads)
+	}
+	dc, _ := cfg.M["dflash_config"].(map[string]any)
+	if raw, ok := cfg.M["dflash_config"]; ok && raw != nil && dc == nil {
+		return c, nil, fmt.Errorf("%s: dflash_config must be an object", cfg.Path)
+	}
+	c.MaskTokenID = -1
+	if dc != nil {
+		if v, ok := dc["mask_token_id"]; ok && v != nil {
+			f, ok := v.(float64)
+			if !ok || f < 0 || f != math.Trunc(f) {
+				return c, nil, fmt.Errorf("%s: dflash_config.mask_token_id must be a non-negative integer", cfg.Path)
+			}
+			c.MaskTokenID = int(f)
+		}
+		if v, ok := dc["target_layer_ids"]; ok && v != nil {
+			list, ok := v.([]any)
+			if !ok || len(list) == 0 {
+				return c, nil, fmt.Errorf("%s: dflash_config.target_layer_ids must be a non-empty list", cfg.Path)
+			}
+			for _, e := range list {
+				f, ok := e.(float64)
+				if !ok || f != math.Trunc(f) {
+					return c, nil, fmt.Errorf("%s: dflash_config.target_layer_ids must list integers", cfg.Path)
+				}
+				c.TargetLayerIDs = append(c.TargetLayerIDs, int(f))
+			}
+		}
+	}
+	if c.MaskTokenID < 0 {
+		return c, nil, fmt.Errorf("%s: missing dflash_config.mask_token_id (is this a DFlash drafter?)", cfg.Path)
+	}
+	if len(c.TargetLayerIDs) == 0 {
+		if c.NumTargetLayers <= 0 {
+			return c, nil, fmt.Errorf("%s: needs dflash_config.target_layer_ids or num_target_layers", cfg.Path)
+		}
+		c.TargetLayerIDs = FallbackLayerIDs(c.NumTargetLayers, c.NumLayers)
+	}
+	rope, err := model.ParseRope(cfg, c.HeadDim, c.RopeTheta, 0)
+	if err != nil {
+		return c, nil, err
+	}
+	return c, rope, nil
+}

@@ -1,0 +1,224 @@
+package draft
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+)
+
+type layer struct {
+	inputNorm, postNorm *mlxc.Array
+	q, k, v, o          *model.Linear
+	qNorm, kNorm        *mlxc.Array
+	gate, up, down      *model.Linear
+}
+
+// Drafter is a loaded DFlash draft model bound to its target.
+type Drafter struct {
+	Cfg        Config
+	target     model.Model
+	fc         *model.Linear
+	hiddenNorm *mlxc.Array
+	layers     []layer
+	norm       *mlxc.Array
+	rope       *model.Rope
+	scale      float32
+}
+
+// Load reads a drafter folder and checks it against the target (hidden size, vocabulary,
+// layer ids in range). It must run on the MLX thread.
+func Load(dir string, target model.Model) (*Drafter, error) {
+	raw, err := model.ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, rope, err := parseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	ta := target.Arch()
+	if cfg.HiddenSize != ta.HiddenSize {
+		return nil, fmt.Errorf("%s: drafter hidden_size %d does not match the target's %d (wrong draft for this model?)", raw.Path, cfg.HiddenSize, ta.HiddenSize)
+	}
+	if cfg.VocabSize != ta.VocabSize {
+		return nil, fmt.Errorf("%s: drafter vocab_size %d does not match the target's %d", raw.Path, cfg.VocabSize, ta.VocabSize)
+	}
+	for _, id := range cfg.TargetLayerIDs {
+		if id < 0 || id >= ta.NumLayers {
+			return nil, fmt.Errorf("%s: dflash_config.target_layer_ids has %d, outside the target's %d layers", raw.Path, id, ta.NumLayers)
+		}
+	}
+	if cfg.NumTargetLayers > 0 && cfg.NumTargetLayers != ta.NumLayers {
+		return nil, fmt.Errorf("%s: num_target_layers %d does not match the target's %d layers", raw.Path, cfg.NumTargetLayers, ta.NumLayers)
+	}
+	if cfg.MaskTokenID >= ta.VocabSize {
+		return nil, fmt.Errorf("%s: mask_token_id %d is outside the vocabulary (%d)", raw.Path, cfg.MaskTokenID, ta.VocabSize)
+	}
+	q, err := raw.ParseQuantization()
+	if err != nil {
+		return nil, err
+	}
+	w, err := model.ReadWeightHeaders(dir)
+	if err != nil {
+		return nil, err
+	}
+	for name := range w.Info {
+		if len(name) >= 8 && name[:8] == "lm_head." || len(name) >= 13 && name[:13] == "embed_tokens." {
+			return nil, fmt.Errorf("%s: drafter has its own %s; DFlash drafters share the target's embedding and head", dir, name)
+		}
+	}
+	if err := w.Load(nil); err != nil {
+		return nil, err
+	}
+	d := &Drafter{Cfg: cfg, target: target, rope: rope, scale: float32(math.Pow(float64(cfg.HeadDim), -0.5))}
+	H, hd := cfg.HiddenSize, cfg.HeadDim
+	b := model.NewBuilder(w, q)
+	d.fc = b.Linear("fc", H, len(cfg.TargetLayerIDs)*H, false)
+	d.hiddenNorm = b.Float("hidden_norm.weight", H)
+	d.norm = b.Float("norm.weight", H)
+	d.layers = make([]layer, cfg.NumLayers)
+	for i := range d.layers {
+		p := fmt.Sprintf("layers.%d.", i)
+		l := &d.layers[i]
+		l.inputNorm = b.Float(p+"input_layernorm.weight", H)
+		l.postNorm = b.Float(p+"post_attention_layernorm.weight", H)
+		l.q = b.Linear(p+"self_attn.q_proj", cfg.NumHeads*hd, H, cfg.AttentionBias)
+		l.k = b.Linear(p+"self_attn.k_proj", cfg.NumKVHeads*hd, H, cfg.AttentionBias)
+		l.v = b.Linear(p+"self_attn.v_proj", cfg.NumKVHeads*hd, H, cfg.AttentionBias)
+		l.o = b.Linear(p+"self_attn.o_proj", H, cfg.NumHeads*hd, cfg.AttentionBias)
+		l.qNorm = b.Float(p+"self_attn.q_norm.weight", hd)
+		l.kNorm = b.Float(p+"self_attn.k_norm.weight", hd)
+		l.gate = b.Linear(p+"mlp.gate_proj", cfg.Intermediate, H, false)
+		l.up = b.Linear(p+"mlp.up_proj", cfg.Intermediate, H, false)
+		l.down = b.Linear(p+"mlp.down_proj", H, cfg.Intermediate, false)
+	}
+	if err := b.Finish(func(name string) bool { return false }); err != nil {
+		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+	}
+	if err := mlxc.Catch(func() { mlxc.Eval(d.weights()...) }); err != nil {
+		d.Free()
+		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
+	}
+	return d, nil
+}
+
+// NewCache makes the draft KV cache (committed context only).
+func (d *Drafter) NewCache() *model.KVCaches { return model.NewKVCaches(len(d.layers)) }
+
+// BlockSize is the trained block length (staged token + drafts).
+func (d *Drafter) BlockSize() int { return d.Cfg.BlockSize }
+
+// TapLayers are the target layers whose outputs the drafter reads.
+func (d *Drafter) TapLayers() []int { return d.Cfg.TargetLayerIDs }
+
+// Forward drafts a block. block is int32 [1, L] = [staged, mask…]; ctx is the target's
+// tapped hidden rows [1, T, n·H] for the positions committed since the last call (nil when
+// none); they are appended to the cache. Returns logits [1, L−1, V] for slots 1..L−1.
+func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array {
+	c0 := d.Cfg
+	L := block.Dim(1)
+	x := d.target.Embed(block)
+	var proj *mlxc.Array
+	T := 0
+	if ctx != nil {
+		T = ctx.Dim(1)
+		proj = mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, c0.RMSNormEps)
+	}
+	for i := range d.layers {
+		l := &d.layers[i]
+		lc := c.Layers[i]
+		off := lc.Offset()
+		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
+		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.q.Apply(h), 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+		q = d.rope.Apply(q, off+T)
+		kn := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(h), 1, L, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
+		kn = d.rope.Apply(kn, off+T)
+		vn := mlxc.Transpose(mlxc.Reshape(l.v.Apply(h), 1, L, c0.NumKVHeads, -1), 0, 2, 1, 3)
+		var kc, vc *mlxc.Array
+		if proj != nil {
+			k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(proj), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
+			k = d.rope.Apply(k, off)
+			v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(proj), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
+			kc, vc = lc.UpdateAndFetch(k, v)
+		} else {
+			kc, vc = lc.State()
+		}
+		keys, values := kn, vn
+		if kc != nil {
+			keys = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2)
+			values = mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
+		}
+		// No mask: the block attends bidirectionally to itself and to all context.
+		o := mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskNone, nil, nil)
+		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), 1, L, -1)
+		x = mlxc.Add(x, l.o.Apply(o))
+		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
+		x = mlxc.Add(x, l.down.Apply(mlxc.Multiply(mlxc.SiLU(l.gate.Apply(h)), l.up.Apply(h))))
+	}
+	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 1, 1, L), d.norm, c0.RMSNormEps)
+	return d.target.Head(out)
+}
+
+func (d *Drafter) weights() []*mlxc.Array {
+	var ws []*mlxc.Array
+	add := func(l *model.Linear) {
+		if l.Q != nil {
+			ws = append(ws, l.Q.W, l.Q.Scales)
+			if l.Q.Biases != nil {
+				ws = append(ws, l.Q.Biases)
+			}
+		} else {
+			ws = append(ws, l.W)
+		}
+		if l.Bias != nil {
+			ws = append(ws, l.Bias)
+		}
+	}
+	add(d.fc)
+	ws = append(ws, d.hiddenNorm, d.norm)
+	for i := range d.layers {
+		l := &d.layers[i]
+		ws = append(ws, l.inputNorm, l.postNorm, l.qNorm, l.kNorm)
+		for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+			add(x)
+		}
+	}
+	return ws
+}
+
+// Free releases the drafter's weights (not the target's).
+func (d *Drafter) Free() {
+	d.fc.Free()
+	d.hiddenNorm.Free()
+	d.norm.Free()
+	for i := range d.layers {
+		l := &d.layers[i]
+		l.inputNorm.Free()
+		l.postNorm.Free()
+		l.qNorm.Free()
+		l.kNorm.Free()
+		for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+			x.Free()
+		}
+	}
+	d.rope.Free()
+}
+
+// AddContext appends committed context rows [1, T, n·H] to the draft cache without
+// drafting (used for prefill chunks).
+func (d *Drafter) AddContext(ctx *mlxc.Array, c *model.KVCaches) {
+	c0 := d.Cfg
+	T := ctx.Dim(1)
+	proj := mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, c0.RMSNormEps)
+	for i := range d.layers {
+		l := &d.layers[i]
+		lc := c.Layers[i]
+		off := lc.Offset()
+		k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(proj), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
+		k = d.rope.Apply(k, off)
+		v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(proj), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
+		lc.UpdateAndFetch(k, v)
+	}
+}

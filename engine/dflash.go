@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// dflash is the speculative loop. Per cycle: the drafter proposes n tokens after the staged
+// one, the target verifies [staged, drafts] in one forward, the acceptance (greedy or
+// speculative sampling) is built on the device, and one evaluation brings back the drafts,
+// the per-slot verdicts and the candidate next tokens. The host then commits staged plus
+// the accepted drafts, rewinds the target cache over the rejected rows, and hands the
+// accepted rows' hidden states to the drafter as the next context.
+func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
+	mlxc.ResetPeakMemory()
+	start := time.Now()
+	e.budget(&req)
+	p := e.Proposer
+	B := p.BlockSize()
+	if req.BlockSize > 0 && req.BlockSize < B {
+		B = req.BlockSize
+	}
+	if B < 1 {
+		B = 1
+	}
+	arch := e.Target.Arch()
+	o := newOutput(req, arch.EOSTokenIDs)
+	st := Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
+	if req.MaxTokens == 0 {
+		o.end(FinishLength)
+		return Result{FinishReason: o.finish, Stats: st}, nil
+	}
+	c := e.Target.NewCache()
+	defer c.Free()
+	c.Reserve(len(req.Prompt) + req.MaxTokens + B)
+	p.Begin()
+	defer p.End()
+	if err := e.prefill(ctx, req.Prompt, c, p); err != nil {
+		return Result{FinishReason: FinishCancelled, Stats: st}, nil
+	}
+	sp := req.Sampling
+	keys := newKeys(sp)
+	taps := p.TapLayers()
+	history := []int32{req.Prompt[len(req.Prompt)-1]}
+
+	// First token: the last prompt token alone, like plain decoding, so both paths agree.
+	var ctxRows *mlxc.Array
+	var staged int32
+	{
+		s := mlxc.NewScope()
+		last := mlxc.FromSlice([]int32{req.Prompt[len(req.Prompt)-1]}, 1, 1)
+		out := e.Target.Forward(last, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
+		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, 1, -1), history, nil)
+		lp := sample.LogProbs(logits)
+		var v verify.Verdict
+		if sp.Greedy() {
+			v = verify.Greedy(lp, nil)
+		} else {
+			v = verify.Speculative(lp, nil, nil, sp, keys)
+		}
+		mlxc.Eval(v.Next)
+		staged = mlxc.ToSlice[int32](v.Next)[0]
+		if out.Hidden != nil {
+			ctxRows = out.Hidden.Detach()
+		}
+		s.Close()
+	}
+	defer func() { ctxRows.Free() }()
+	firstTok := time.Now()
+	st.FirstTokenTime = firstTok.Sub(start)
+	st.PrefillTime = st.FirstTokenTime
+	history = append(history, staged)
+	cont := o.push(staged) && !checkCancel(ctx, o)
+	if err := emitPending(o, emit); err != nil {
+		return Result{}, err
+	}
+
+	for cont {
+		n := min(B-1, req.MaxTokens-len(o.tokens)-1)
+		if n < 0 {
+			n = 0
+		}
+		s := mlxc.NewScope()
+		tb := time.Now()
+		prop := p.Propose(staged, c.Offset(), ctxRows, n, sp, keys)
+		if prop.Tokens == nil {
+			n = 0
+		}
+		if req.Profile && n > 0 {
+			st.BuildTime += time.Since(tb)
+			td := time.Now()
+			mlxc.Eval(prop.Tokens)
+			st.DraftTime += time.Since(td)
+			tb = time.Now()
+		}
+		ids := mlxc.FromSlice([]int32{staged}, 1, 1)
+		if n > 0 {
+			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(prop.Tokens, 1, n)}, 1)
+		}
+		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
+		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), prop.Tokens)
+		lp := sample.LogProbs(logits)
+		var v verify.Verdict
+		var drafts *mlxc.Array
+		if n > 0 {
+			drafts = prop.Tokens
+		}
+		if sp.Greedy() {
+			v = verify.Greedy(lp, drafts)
+		} else {
+			v = verify.Speculative(lp, drafts, prop.Probs, sp, keys)
+		}
+		st.BuildTime += time.Since(tb)
+
+		tw := time.Now()
+		evalList := v.Arrays()
+		if drafts != nil {
+			evalList = append(evalList, drafts)
+		}
+		mlxc.Eval(evalList...)
+		waited := time.Since(tw)
+		st.WaitTime += waited
+		if req.Profile {
+			st.VerifyTime += waited
+		}
+
+		th := time.Now()
+		next := mlxc.ToSlice[int32](v.Next)
+		var accept []bool
+		var dtoks []int32
+		if n > 0 {
+			accept = mlxc.ToSlice[bool](v.Accept)
+			dtoks = mlxc.ToSlice[int32](drafts)
+		}
+		a, tok := verify.Resolve(next, accept)
+
+		tr := time.Now()
+		if err := c.Rewind(n - a); err != nil {
+			s.Close()
+			return Result{}, err
+		}
+		ctxRows.Free()
+		ctxRows = nil
+		if out.Hidden != nil {
+			ctxRows = mlxc.SliceAxis(out.Hidden, 1, 0, a+1).Detach()
+		}
+		st.RollbackTime += time.Since(tr)
+		s.Close()
+
+		st.Cycles++
+		st.Drafted += n
+		st.Accepted += a
+		st.AcceptHist[a]++
+		for i := 0; i < a && cont; i++ {
+			history = append(history, dtoks[i])
+			cont = o.push(dtoks[i])
+		}
+		if cont {
+			history = append(history, tok)
+			cont = o.push(tok)
+		}
+		staged = tok
+		if e.afterCycle != nil && cont {
+			committed := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
+			e.afterCycle(c, committed)
+		}
+		if cont && checkCancel(ctx, o) {
+			cont = false
+		}
+		if err := emitPending(o, emit); err != nil {
+			return Result{}, err
+		}
+		if st.Cycles%64 == 0 {
+			mlxc.ClearCache()
+		}
+		st.HostTime += time.Since(th) - time.Duration(0)
+	}
+	st.GeneratedTokens = len(o.tokens)
+	finishStats(&st, start, firstTok, time.Now())
+	// HostTime above includes rollback; report them separately.
+	st.HostTime -= st.RollbackTime
+	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil
+}

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+func decisiveSpec(seed uint64) modelgen.Qwen3Spec {
+	s := modelgen.TinyQwen3()
+	s.Seed = seed
+	s.WeightStd = 0.12 // large logit gaps: no bf16 near-ties between verify and decode
+	s.EOS = []int{-1}
+	return s
+}
+
+// The core promise: DFlash output equals plain greedy decoding token for token.
+func TestDFlashGreedyEqualsPlain(t *testing.T) {
+	specs := []struct {
+		name string
+		spec modelgen.Qwen3Spec
+	}{
+		{"bf16", decisiveSpec(11)},
+		{"4bit", func() modelgen.Qwen3Spec { s := decisiveSpec(12); s.QuantBits, s.QuantGroup = 4, 64; return s }()},
+	}
+	for _, sc := range specs {
+		p := loadPair(t, "decisive-"+sc.name, sc.spec, 2)
+		for pi, prompt := range prompts(sc.spec.Vocab) {
+			for _, maxTok := range []int{1, 5, 37} {
+				want := plainGreedy(t, p, prompt, maxTok)
+				for _, B := range []int{2, 4, 8, 16} {
+					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d", sc.name, pi, maxTok, B), func(t *testing.T) {
+						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft)}
+						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
+						if i, ok := eqTokens(res.Tokens, want); !ok {
+							t.Fatalf("DFlash diverges from plain at %d:\n dflash %v\n plain  %v", i, res.Tokens, want)
+						}
+						var streamed []int32
+						for _, ev := range evs {
+							streamed = append(streamed, ev.Tokens...)
+						}
+						if _, ok := eqTokens(streamed, res.Tokens); !ok {
+							t.Errorf("streamed tokens %v differ from result %v", streamed, res.Tokens)
+						}
+						st := res.Stats
+						if st.GeneratedTokens != len(res.Tokens) || res.FinishReason != FinishLength {
+							t.Errorf("stats: generated %d, tokens %d, finish %q", st.GeneratedTokens, len(res.Tokens), res.FinishReason)
+						}
+						// Honest statistics: every committed token comes from a cycle (1 + accepted each),
+						// plus the first token from prefill; truncation only at the end.
+						if got := 1 + st.Cycles + st.Accepted; got < st.GeneratedTokens || got > st.GeneratedTokens+B {
+							t.Errorf("1 + cycles %d + accepted %d = %d, generated %d", st.Cycles, st.Accepted, got, st.GeneratedTokens)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// Scripted drafters: every acceptance length 0..B−1 and full acceptance, output still exact.
+func TestDFlashScriptedAcceptanceLengths(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{4, 8, 15, 16, 23, 42}
+	const N = 400
+	want := plainGreedy(t, p, prompt, N)
+	ref := append(append([]int32(nil), prompt...), want...)
+	for _, B := range []int{4, 16} {
+		t.Run(fmt.Sprintf("B%d", B), func(t *testing.T) {
+			sched := func(cycle, n int) int { return cycle % (B + 1) } // 0..B−1 and "all"
+			sp := &verify.Scripted{Ref: ref, Correct: sched, Vocab: p.spec.Vocab, Block: B}
+			e := &Engine{Target: p.target, Proposer: sp}
+			res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: B, IgnoreEOS: true})
+			if i, ok := eqTokens(res.Tokens, want); !ok {
+				t.Fatalf("diverges at %d", i)
+			}
+			for a := 0; a < B; a++ {
+				if res.Stats.AcceptHist[a] == 0 {
+					t.Errorf("acceptance length %d never happened: %v", a, res.Stats.AcceptHist)
+				}
+			}
+		})
+	}
+}
+
+// After every cycle the target KV cache and the draft cache hold exactly what a fresh run
+// over the committed tokens would.
+func TestDFlashCachesMatchFreshRun(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+	const N = 60
+	want := plainGreedy(t, p, prompt, N)
+	ref := append(append([]int32(nil), prompt...), want...)
+	prop := &verify.Scripted{Ref: ref, Correct: func(c, n int) int { return (c * 7) % (n + 1) }, Vocab: p.spec.Vocab, Block: 8}
+	dfl := verify.NewDFlash(p.drft)
+	checked := 0
+	for _, pr := range []verify.Proposer{prop, dfl} {
+		e := &Engine{Target: p.target, Proposer: pr}
+		e.afterCycle = func(c model.Cache, committed []int32) {
+			checked++
+			compareWithFresh(t, p, c, committed, pr)
+		}
+		res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: 8, IgnoreEOS: true})
+		if _, ok := eqTokens(res.Tokens, want); !ok {
+			t.Fatalf("output differs from plain")
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d cycles checked", checked)
+	}
+}
+
+// compareWithFresh runs a fresh target forward over the committed tokens and compares the
+// KV contents; for the DFlash proposer, also the draft cache against context built from
+// the fresh hidden states. Runs on the MLX thread (inside the hook).
+func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, pr verify.Proposer) {
+	s := mlxc.NewScope()
+	defer s.Close()
+	kv := c.(*model.KVCaches)
+	if kv.Offset() != len(committed) {
+		t.Errorf("target cache offset %d, committed %d", kv.Offset(), len(committed))
+		return
+	}
+	fresh := p.target.NewCache()
+	defer fresh.Free()
+	var taps []int
+	if d, ok := pr.(*verify.DFlash); ok {
+		taps = d.TapLayers()
+	}
+	out := p.target.Forward(mlxc.FromSlice(committed, 1, len(committed)), fresh, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
+	fkv := fresh.(*model.KVCaches)
+	for i, l := range kv.Layers {
+		k1, v1 := l.State()
+		k2, v2 := fkv.Layers[i].State()
+		if d := maxDiff(k1, k2); d > 0 {
+			t.Errorf("layer %d keys differ from a fresh run by %g", i, d)
+		}
+		if d := maxDiff(v1, v2); d > 0 {
+			t.Errorf("layer %d values differ from a fresh run by %g", i, d)
+		}
+	}
+	if d, ok := pr.(*verify.DFlash); ok {
+		dc := d.Cache()
+		off := dc.Offset()
+		if off > len(committed) || off < len(committed)-d.BlockSize() {
+			t.Errorf("draft cache offset %d vs committed %d", off, len(committed))
+			return
+		}
+		fd := d.D.NewCache()
+		defer fd.Free()
+		d.D.AddContext(mlxc.SliceAxis(out.Hidden, 1, 0, off), fd)
+		for i, l := range dc.Layers {
+			k1, v1 := l.State()
+			k2, v2 := fd.Layers[i].State()
+			if dd := maxDiff(k1, k2); dd > 0 {
+				t.Errorf("draft layer %d keys differ from a fresh run by %g", i, dd)
+			}
+			if dd := maxDiff(v1, v2); dd > 0 {
+				t.Errorf("draft layer %d values differ from a fresh run by %g", i, dd)
+			}
+		}
+	}
+}
+
+func maxDiff(a, b *mlxc.Array) float64 {
+	if a == nil || b == nil {
+		if a != b {
+			return 1e9
+		}
+		return 0
+	}
+	if fmt.Sprint(a.Shape()) != fmt.Sprint(b.Shape()) {
+		return 1e9
+	}
+	return mlxc.Max(mlxc.Abs(mlxc.Subtract(mlxc.AsType(a, mlxc.Float32), mlxc.AsType(b, mlxc.Float32))), nil, false).Float()
+}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// PrefillChunk is mlx-lm's prefill_step_size: the same chunking reproduces its rounding.
+const PrefillChunk = 2048
+
+// Engine generates with a target model and, optionally, a proposer (the DFlash drafter).
+type Engine struct {
+	Target   model.Model
+	Proposer verify.Proposer // nil: plain decoding only
+	// ContextLength bounds prompt + generation; 0 = the model's max_position_embeddings.
+	ContextLength int
+
+	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's
+	// rollback together with the tokens committed so far (prompt + output − staged).
+	afterCycle func(c model.Cache, committed []int32)
+}
+
+// ContextLen is the usable context.
+func (e *Engine) ContextLen() int {
+	if e.ContextLength > 0 {
+		return e.ContextLength
+	}
+	return e.Target.Arch().MaxPositions
+}
+
+// Generate runs one request on the MLX thread, calling emit after every step or cycle that
+// committed something. An error from emit stops the generation and is returned. Context
+// cancellation ends the generation with FinishCancelled (checked once per step/cycle).
+func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) error) (res Result, err error) {
+	ctxLen := e.ContextLen()
+	if err := req.validate(ctxLen); err != nil {
+		return Result{}, err
+	}
+	err = mlxc.Catch(func() {
+		if e.Proposer != nil && !req.NoDraft {
+			res, err = e.dflash(ctx, req, emit)
+		} else {
+			res, err = e.plain(ctx, req, emit)
+		}
+	})
+	return res, err
+}
+
+// budget clamps max tokens to the context left after the prompt.
+func (e *Engine) budget(req *Request) (hitContext bool) {
+	left := e.ContextLen() - len(req.Prompt)
+	if req.MaxTokens > left {
+		req.MaxTokens = left
+		return true
+	}
+	return false
+}
+
+// prefill runs all prompt tokens but the last through the target in chunks (no logits),
+// feeding tapped hidden rows to the proposer chunk by chunk. It returns the last prompt
+// token, which the caller runs as the first decode-shaped step (as mlx-lm does).
+func (e *Engine) prefill(ctx context.Context, prompt []int32, c model.Cache, p verify.Proposer) error {
+	var taps []int
+	if p != nil {
+		taps = p.TapLayers()
+	}
+	rest := prompt[:len(prompt)-1]
+	for len(rest) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := min(PrefillChunk, len(rest))
+		s := mlxc.NewScope()
+		out := e.Target.Forward(mlxc.FromSlice(rest[:k], 1, k), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
+		if p != nil {
+			p.Context(out.Hidden)
+		}
+		evalCache(c, out.Hidden)
+		s.Close()
+		rest = rest[k:]
+	}
+	return nil
+}
+
+// evalCache evaluates the cache buffers (and extra arrays) so a chunk's graph is freed.
+func evalCache(c model.Cache, extra ...*mlxc.Array) {
+	var arrs []*mlxc.Array
+	if kv, ok := c.(interface{ Arrays() []*mlxc.Array }); ok {
+		arrs = kv.Arrays()
+	}
+	for _, a := range extra {
+		if a != nil {
+			arrs = append(arrs, a)
+		}
+	}
+	mlxc.Eval(arrs...)
+}
+
+func finishStats(st *Stats, start, firstTok time.Time, end time.Time) {
+	st.DecodeTime = end.Sub(firstTok)
+	if st.PrefillTime > 0 {
+		st.PromptTPS = float64(st.PromptTokens) / st.FirstTokenTime.Seconds()
+	}
+	if st.DecodeTime > 0 && st.GeneratedTokens > 1 {
+		// Tokens after the first over the time after the first: no overstatement.
+		st.GenerationTPS = float64(st.GeneratedTokens-1) / st.DecodeTime.Seconds()
+	}
+	if st.Cycles > 0 {
+		st.Tau = float64(st.Accepted+st.Cycles) / float64(st.Cycles)
+	}
+	st.PeakMemory = mlxc.PeakMemory()
+}
+
+func emitPending(o *output, emit func(Event) error) error {
+	if ev, ok := o.take(); ok && emit != nil {
+		return emit(ev)
+	}
+	return nil
+}
+
+func newKeys(sp sample.Params) *sample.Keys { return sample.NewKeys(sp.Seed) }
+
+func lastN(toks []int32, n int) []int32 {
+	if len(toks) > n {
+		return toks[len(toks)-n:]
+	}
+	return toks
+}
+
+func checkCancel(ctx context.Context, o *output) bool {
+	if ctx.Err() != nil {
+		o.end(FinishCancelled)
+		return true
+	}
+	return false
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

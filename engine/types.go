@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/sample"
+)
+
+// Detokenizer turns token ids into text incrementally (UTF-8 safe). The tokenizer package
+// provides one; the engine only needs this much of it.
+type Detokenizer interface {
+	Add(id int32) string
+	Flush() string
+}
+
+// Request is one generation.
+type Request struct {
+	Prompt    []int32
+	MaxTokens int
+	Sampling  sample.Params
+	// Stop strings end the generation when they appear in the text; they are not emitted.
+	Stop []string
+	// StopTokens end the generation (not emitted). Nil means the model's EOS ids.
+	StopTokens []int32
+	IgnoreEOS  bool
+	// BlockSize caps the DFlash block (staged token + drafts); 0 = the drafter's.
+	BlockSize int
+	// NoDraft forces plain decoding even when a drafter is loaded.
+	NoDraft bool
+	// Detok, when set, produces Event.Text and enables Stop.
+	Detok Detokenizer
+	// Profile adds a synchronisation after each draft to split draft and verify time
+	// (slightly slower; for benchmarks).
+	Profile bool
+}
+
+// Event is what one step or cycle commits.
+type Event struct {
+	Tokens []int32
+	Text   string
+}
+
+// Finish reasons.
+const (
+	FinishStop      = "stop"
+	FinishLength    = "length"
+	FinishCancelled = "cancelled"
+)
+
+// ErrPromptTooLong is returned when the prompt does not fit the model's context.
+var ErrPromptTooLong = errors.New("prompt is longer than the model's context")
+
+// Stats are the honest numbers of one generation.
+type Stats struct {
+	Mode            string `json:"mode"` // "plain" or "dflash"
+	PromptTokens    int    `json:"prompt_tokens"`
+	GeneratedTokens int    `json:"generated_tokens"`
+	Cycles          int    `json:"cycles"`
+	// Tau is tokens per cycle including the bonus token (DFlash only).
+	Tau float64 `json:"tau"`
+	// AcceptHist[a] counts cycles that accepted a drafts.
+	AcceptHist []int `json:"accept_hist,omitempty"`
+	// Drafted and Accepted count draft tokens proposed and accepted.
+	Drafted  int `json:"drafted"`
+	Accepted int `json:"accepted"`
+
+	PrefillTime time.Duration `json:"prefill_ns"`
+	// FirstTokenTime is from the start to the first token (TTFT).
+	FirstTokenTime time.Duration `json:"first_token_ns"`
+	DecodeTime     time.Duration `json:"decode_ns"` // first token → end
+	// Per-phase totals over the decode loop. Build is host time spent building graphs;
+	// Wait is time blocked on the device; Rollback and Host (bookkeeping, detokenising,
+	// callbacks) complete the split so that they add up to DecodeTime. Draft and Verify
+	// split Wait when Request.Profile is set.
+	BuildTime    time.Duration `json:"build_ns"`
+	WaitTime     time.Duration `json:"wait_ns"`
+	RollbackTime time.Duration `json:"rollback_ns"`
+	HostTime     time.Duration `json:"host_ns"`
+	DraftTime    time.Duration `json:"draft_ns"`
+	VerifyTime   time.Duration `json:"verify_ns"`
+
+	PromptTPS     float64 `json:"prompt_tps"`
+	GenerationTPS float64 `json:"generation_tps"`
+	PeakMemory    uint64  `json:"peak_memory_bytes"`
+}
+
+// Result of a generation.
+type Result struct {
+	Tokens       []int32
+	Text         string
+	FinishReason string
+	Stats        Stats
+}
+
+func (r Request) validate(ctxLen int) error {
+	if len(r.Prompt) == 0 {
+		return errors.New("empty prompt")
+	}
+	if r.MaxTokens < 0 {
+		return fmt.Errorf("max tokens must be ≥ 0, got %d", r.MaxTokens)
+	}
+	if err := r.Sampling.Validate(); err != nil {
+		return err
+	}
+	if ctxLen > 0 && len(r.Prompt) >= ctxLen {
+		return fmt.Errorf("%w: %d prompt tokens, context is %d", ErrPromptTooLong, len(r.Prompt), ctxLen)
+	}
+	for _, s := range r.Stop {
+		if s == "" {
+			return errors.New("empty stop string")
+		}
+		if r.Detok == nil {
+			return errors.New("stop strings need a detokenizer")
+		}
+	}
+	return nil
+}

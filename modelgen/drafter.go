@@ -1,0 +1,94 @@
+package modelgen
+
+import (
+	"fmt"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// DrafterSpec sizes a random DFlash drafter in z-lab's layout (no embedding, no head).
+type DrafterSpec struct {
+	Hidden, Layers, Heads, KVHeads, HeadDim, Inter, Vocab int
+	BlockSize, MaskTokenID                                int
+	TargetLayerIDs                                        []int
+	NumTargetLayers                                       int
+	Dtype                                                 mlxc.Dtype
+	Seed                                                  uint64
+	RopeTheta                                             float64
+	WeightStd                                             float32
+}
+
+// DrafterFor sizes a small drafter for a target spec.
+func DrafterFor(t Qwen3Spec, layers int) DrafterSpec {
+	ids := []int{0}
+	if t.Layers > 1 {
+		ids = []int{0, t.Layers - 1}
+	}
+	return DrafterSpec{Hidden: t.Hidden, Layers: layers, Heads: t.Heads, KVHeads: t.KVHeads, HeadDim: t.HeadDim,
+		Inter: t.Inter, Vocab: t.Vocab, BlockSize: 16, MaskTokenID: t.Vocab - 1, TargetLayerIDs: ids,
+		NumTargetLayers: t.Layers, Dtype: t.Dtype, Seed: t.Seed + 1000, RopeTheta: t.RopeTheta, WeightStd: t.WeightStd}
+}
+
+func (s DrafterSpec) config() map[string]any {
+	return map[string]any{
+		"architectures":           []string{"DFlashDraftModel"},
+		"model_type":              "qwen3",
+		"hidden_size":             s.Hidden,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"intermediate_size":       s.Inter,
+		"vocab_size":              s.Vocab,
+		"rms_norm_eps":            1e-6,
+		"rope_theta":              s.RopeTheta,
+		"rope_scaling":            nil,
+		"max_position_embeddings": 40960,
+		"tie_word_embeddings":     false,
+		"attention_bias":          false,
+		"block_size":              s.BlockSize,
+		"num_target_layers":       s.NumTargetLayers,
+		"torch_dtype":             s.Dtype.String(),
+		"dflash_config": map[string]any{
+			"mask_token_id":    s.MaskTokenID,
+			"target_layer_ids": s.TargetLayerIDs,
+		},
+	}
+}
+
+func (s DrafterSpec) tensors() []tensorSpec {
+	H, hd := s.Hidden, s.HeadDim
+	ts := []tensorSpec{
+		{name: "fc.weight", shape: []int{H, len(s.TargetLayerIDs) * H}},
+		{name: "hidden_norm.weight", shape: []int{H}, norm: true},
+		{name: "norm.weight", shape: []int{H}, norm: true},
+	}
+	for i := 0; i < s.Layers; i++ {
+		p := fmt.Sprintf("layers.%d.", i)
+		ts = append(ts,
+			tensorSpec{name: p + "input_layernorm.weight", shape: []int{H}, norm: true},
+			tensorSpec{name: p + "post_attention_layernorm.weight", shape: []int{H}, norm: true},
+			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int{s.Heads * hd, H}},
+			tensorSpec{name: p + "self_attn.k_proj.weight", shape: []int{s.KVHeads * hd, H}},
+			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int{s.KVHeads * hd, H}},
+			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int{H, s.Heads * hd}},
+			tensorSpec{name: p + "self_attn.q_norm.weight", shape: []int{hd}, norm: true},
+			tensorSpec{name: p + "self_attn.k_norm.weight", shape: []int{hd}, norm: true},
+			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int{s.Inter, H}},
+			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int{s.Inter, H}},
+			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int{H, s.Inter}},
+		)
+	}
+	return ts
+}
+
+// WriteDrafter writes the drafter into dir. It must run on the MLX thread.
+func WriteDrafter(dir string, s DrafterSpec) error {
+	if s.Dtype == 0 {
+		s.Dtype = mlxc.BFloat16
+	}
+	if s.WeightStd == 0 {
+		s.WeightStd = 0.05
+	}
+	return writeCheckpoint(dir, s.config(), s.tensors(), s.Seed, s.Dtype, s.WeightStd, 1, false, 0, 0)
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Creates the Python reference environment third_party/pyref used only by tests and
+# reference benchmarks (mlx-lm parity, tokenizer/template parity, Hub cache interop,
+# OpenAI SDK). The engine itself never needs Python. Idempotent via a stamp file.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/third_party/pyref"
+PKGS=(
+  "mlx==0.32.4" "mlx-cpu==0.32.4" "mlx-lm==0.32.2" "tokenizers==0.23.3" "transformers==5.24.0"
+  "jinja2==3.1.6" "huggingface_hub==2.4.0" "openai==3.57.0" "safetensors==0.8.0" "numpy==2.4.6"
+)
+STAMP="$VENV/.installed"
+WANT="${PKGS[*]}"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
+  echo "deps_pyref: reference venv up to date"; exit 0
+fi
+echo "deps_pyref: creating $VENV"
+rm -rf "$VENV"
+python3 -m venv "$VENV" || { echo "deps_pyref: python3 -m venv failed (install python3-venv)" >&2; exit 1; }
+"$VENV/bin/pip" install -q --disable-pip-version-check "${PKGS[@]}" \
+  || { echo "deps_pyref: pip install of the reference packages failed" >&2; exit 1; }
+echo "$WANT" > "$STAMP"
+echo "deps_pyref: installed ${#PKGS[@]} pinned packages"

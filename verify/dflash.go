@@ -1,0 +1,77 @@
+package verify
+
+import (
+	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+)
+
+// DFlash adapts a DFlash drafter to the Proposer interface.
+type DFlash struct {
+	D     *draft.Drafter
+	cache *model.KVCaches
+	mask  []int32
+}
+
+// NewDFlash wraps a loaded drafter.
+func NewDFlash(d *draft.Drafter) *DFlash { return &DFlash{D: d} }
+
+func (p *DFlash) TapLayers() []int { return p.D.TapLayers() }
+func (p *DFlash) BlockSize() int   { return p.D.BlockSize() }
+
+func (p *DFlash) Begin() {
+	p.End()
+	p.cache = p.D.NewCache()
+}
+
+// Context writes committed prompt rows into the draft cache without drafting: the cheap
+// way to keep a long prompt's context, chunk by chunk.
+func (p *DFlash) Context(ctx *mlxc.Array) {
+	if ctx == nil {
+		return
+	}
+	p.D.AddContext(ctx, p.cache)
+}
+
+func (p *DFlash) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sample.Params, keys *sample.Keys) Proposal {
+	if n <= 0 {
+		if ctx != nil {
+			p.D.AddContext(ctx, p.cache)
+		}
+		return Proposal{}
+	}
+	if cap(p.mask) < n+1 {
+		p.mask = make([]int32, n+1)
+	}
+	block := p.mask[:n+1]
+	block[0] = staged
+	for i := 1; i <= n; i++ {
+		block[i] = int32(p.D.Cfg.MaskTokenID)
+	}
+	logits := mlxc.Reshape(p.D.Forward(mlxc.FromSlice(block, 1, n+1), ctx, p.cache), n, -1)
+	if sp.Greedy() {
+		return Proposal{Tokens: mlxc.AsType(mlxc.Argmax(logits, -1, false), mlxc.Int32)}
+	}
+	q := sp.Probs(sp.Filter(sample.LogProbs(logits)))
+	toks := mlxc.Categorical(mlxc.Log(q), -1, keys.Next())
+	return Proposal{Tokens: mlxc.AsType(toks, mlxc.Int32), Probs: q}
+}
+
+func (p *DFlash) End() {
+	if p.cache != nil {
+		p.cache.Free()
+		p.cache = nil
+	}
+}
+
+// CacheOffset is the number of context positions in the draft cache (for tests).
+func (p *DFlash) CacheOffset() int {
+	if p.cache == nil {
+		return 0
+	}
+	return p.cache.Offset()
+}
+
+// Cache exposes the draft cache (for tests that compare it with a fresh run).
+func (p *DFlash) Cache() *model.KVCaches { return p.cache }

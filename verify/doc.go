@@ -1,0 +1,7 @@
+// Package verify is one DFlash verification step: the interface a drafter implements
+// (Proposer, so tests can plug in scripted drafters), the acceptance rules (greedy longest
+// prefix; lossless speculative sampling for temperature > 0) built as lazy device graphs so
+// the loop needs a single host synchronisation per cycle, and the host-side resolution of
+// the accepted length and the next token. Rollback goes through model.Cache.Rewind, which
+// each model family implements (KV trim for attention; tape replay for recurrent layers).
+package verify
