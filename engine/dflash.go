@@ -81,6 +81,9 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	}
 
 	for cont {
+		if checkCancel(ctx, o) {
+			break
+		}
 		n := min(B-1, req.MaxTokens-len(o.tokens)-1)
 		if n < 0 {
 			n = 0
@@ -112,6 +115,8 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		}
 		if sp.Greedy() {
 			v = verify.Greedy(lp, drafts)
+		} else if e.speculative != nil {
+			v = e.speculative(lp, drafts, prop.Probs, sp, keys)
 		} else {
 			v = verify.Speculative(lp, drafts, prop.Probs, sp, keys)
 		}
@@ -168,9 +173,6 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		if e.afterCycle != nil && cont {
 			committed := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
 			e.afterCycle(c, committed)
-		}
-		if cont && checkCancel(ctx, o) {
-			cont = false
 		}
 		if err := emitPending(o, emit); err != nil {
 			return Result{}, err

@@ -24,6 +24,9 @@ type Engine struct {
 	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's
 	// rollback together with the tokens committed so far (prompt + output − staged).
 	afterCycle func(c model.Cache, committed []int32)
+	// speculative replaces verify.Speculative (tests inject a wrong rule to show that the
+	// distribution test has power).
+	speculative func(lp, drafts, probs *mlxc.Array, sp sample.Params, keys *sample.Keys) verify.Verdict
 }
 
 // ContextLen is the usable context.
@@ -42,14 +45,17 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 	if err := req.validate(ctxLen); err != nil {
 		return Result{}, err
 	}
-	err = mlxc.Catch(func() {
+	var genErr error
+	if err := mlxc.Catch(func() {
 		if e.Proposer != nil && !req.NoDraft {
-			res, err = e.dflash(ctx, req, emit)
+			res, genErr = e.dflash(ctx, req, emit)
 		} else {
-			res, err = e.plain(ctx, req, emit)
+			res, genErr = e.plain(ctx, req, emit)
 		}
-	})
-	return res, err
+	}); err != nil {
+		return Result{}, err
+	}
+	return res, genErr
 }
 
 // budget clamps max tokens to the context left after the prompt.

@@ -49,6 +49,9 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 	defer func() { y.Free() }()
 	var firstTok time.Time
 	for !o.done {
+		if checkCancel(ctx, o) {
+			break
+		}
 		s := mlxc.NewScope()
 		tb := time.Now()
 		var next *mlxc.Array
@@ -67,7 +70,7 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 			st.PrefillTime = st.FirstTokenTime
 		}
 		history = append(history, tok)
-		cont := o.push(tok) && !checkCancel(ctx, o)
+		cont := o.push(tok)
 		if err := emitPending(o, emit); err != nil {
 			next.Free()
 			s.Close()
