@@ -1,0 +1,94 @@
+package draft
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestRegistryResolve(t *testing.T) {
+	r, err := NewRegistry("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ target, want string }{
+		{"mlx-community/Qwen3-4B-bf16", "z-lab/Qwen3-4B-DFlash-b16"},
+		{"mlx-community/Qwen3-4B-4bit", "z-lab/Qwen3-4B-DFlash-b16"},
+		{"mlx-community/Qwen3-4B-8bit", "z-lab/Qwen3-4B-DFlash-b16"},
+		{"Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16"},
+		{"Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"},
+		{"mlx-community/Qwen3.5-4B-MLX-bf16", "z-lab/Qwen3.5-4B-DFlash"},
+		{"mlx-community/Qwen3.5-9B-4bit", "z-lab/Qwen3.5-9B-DFlash"},
+		{"mlx-community/Qwen3.5-27B-4bit", "z-lab/Qwen3.5-27B-DFlash"},
+		{"mlx-community/Qwen3.5-35B-A3B-4bit", "z-lab/Qwen3.5-35B-A3B-DFlash"},
+		{"Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash"},
+		{"/home/me/models/qwen3-4b-bf16/", "z-lab/Qwen3-4B-DFlash-b16"},
+		{"mlx-community/Llama-3-8B", ""},
+		{"mlx-community/Qwen3-40B", ""}, // "Qwen3-4" is not a key; "Qwen3-4B" does not prefix "qwen3-40b"
+	}
+	for _, c := range cases {
+		got, ok := r.Resolve(c.target)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", c.target, got, ok, c.want)
+		}
+	}
+}
+
+func TestRegistryUserFile(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "list.json")
+	os.WriteFile(list, []byte(`[{"target":"my-org/MyModel","draft":"my-org/MyModel-DFlash"},{"target":"Qwen3-4B","draft":"me/better-draft"}]`), 0o644)
+	r, err := NewRegistry(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := r.Resolve("my-org/MyModel"); d != "my-org/MyModel-DFlash" {
+		t.Errorf("user pair not used: %q", d)
+	}
+	if d, _ := r.Resolve("mlx-community/Qwen3-4B-bf16"); d != "me/better-draft" {
+		t.Errorf("user pair does not override the built-in: %q", d)
+	}
+	obj := filepath.Join(dir, "obj.json")
+	os.WriteFile(obj, []byte(`{"a/B":"c/D"}`), 0o644)
+	r, err = NewRegistry(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := r.Resolve("a/B"); d != "c/D" {
+		t.Errorf("object form: %q", d)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`[{"target":"x"}]`), 0o644)
+	if _, err := NewRegistry(bad); err == nil {
+		t.Error("entry without draft accepted")
+	}
+	os.WriteFile(bad, []byte(`{nope`), 0o644)
+	if _, err := NewRegistry(bad); err == nil {
+		t.Error("malformed file accepted")
+	}
+	if _, err := NewRegistry(filepath.Join(dir, "absent.json")); err != nil {
+		t.Errorf("missing file must be fine: %v", err)
+	}
+}
+
+func TestFallbackLayerIDs(t *testing.T) {
+	cases := []struct {
+		n, d int
+		want []int
+	}{
+		{64, 5, []int{1, 16, 31, 46, 61}},
+		{40, 5, []int{1, 10, 19, 28, 37}},
+		{32, 5, []int{1, 8, 15, 22, 29}},
+		{36, 5, []int{1, 9, 17, 25, 33}},
+		{36, 1, []int{18}},
+	}
+	for _, c := range cases {
+		got := FallbackLayerIDs(c.n, c.d)
+		for i := range c.want {
+			if got[i] != c.want[i] {
+				t.Errorf("FallbackLayerIDs(%d,%d) = %v, want %v", c.n, c.d, got, c.want)
+				break
+			}
+		}
+	}
+}
