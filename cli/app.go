@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Version is set at build time (-ldflags "-X …/cli.Version=…").
+var Version = "dev"
+
+// Main runs the command line and returns the exit code.
+func Main(args []string) int {
+	app := &cli.App{
+		Name:  "dflash-mlx",
+		Usage: "fast, lossless LLM inference on MLX with DFlash speculative decoding",
+		Description: `dflash-mlx runs Qwen-family models on MLX (Metal, CUDA or CPU) and decodes them
+3-5x faster with DFlash: a small block-diffusion drafter proposes a block of tokens in one
+pass, the target verifies the block in one pass, and only tokens the target itself would
+have produced are kept. Output equals plain decoding of the target.
+
+Models are Hugging Face IDs (downloaded into the standard HF cache) or local folders.
+The drafter is found automatically for known targets (see 'dflash-mlx models').
+
+Examples:
+  dflash-mlx demo                                   # offline, tiny random model pair
+  dflash-mlx run --prompt "Explain DFlash in one paragraph."
+  dflash-mlx run --target-model mlx-community/Qwen3-8B-4bit --stats
+  dflash-mlx chat
+  dflash-mlx serve --port 8000                      # OpenAI-compatible API
+  dflash-mlx bench --demo                           # plain vs DFlash, side by side`,
+		Version: Version,
+		Commands: []*cli.Command{
+			runCommand(),
+			chatCommand(),
+			serveCommand(),
+			benchCommand(),
+			downloadCommand(),
+			modelsCommand(),
+			demoCommand(),
+			versionCommand(),
+		},
+		ExitErrHandler: func(c *cli.Context, err error) {},
+	}
+	if err := app.Run(args); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		if ec, ok := err.(cli.ExitCoder); ok && ec.ExitCode() != 0 {
+			return ec.ExitCode()
+		}
+		return 1
+	}
+	return 0
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print versions and the device in use",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			var info struct {
+				Version      string `json:"version"`
+				MLX          string `json:"mlx"`
+				MLXHeaders   string `json:"mlx_headers"`
+				Backend      string `json:"backend"`
+				Device       string `json:"device"`
+				DeviceName   string `json:"device_name,omitempty"`
+				CUDAKernels  bool   `json:"cuda_kernels"`
+				MetalKernels bool   `json:"metal_kernels"`
+			}
+			err := mlxc.Do(func() error {
+				info.Version = Version
+				info.MLX = mlxc.Version()
+				info.MLXHeaders = mlxc.HeaderVersion()
+				info.Backend = mlxc.Backend()
+				d := mlxc.CurrentDevice()
+				info.Device = d.String()
+				if d.GPU {
+					info.DeviceName = mlxc.DeviceInfo(d)["device_name"]
+				}
+				info.CUDAKernels = mlxc.CUDAKernelsAvailable()
+				info.MetalKernels = mlxc.MetalKernelsAvailable()
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(info)
+			}
+			fmt.Printf("dflash-mlx %s\nMLX %s (headers %s), backend %s, device %s", info.Version, info.MLX, info.MLXHeaders, info.Backend, info.Device)
+			if info.DeviceName != "" {
+				fmt.Printf(" (%s)", info.DeviceName)
+			}
+			fmt.Println()
+			return nil
+		},
+	}
+}

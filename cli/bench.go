@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/tokenizer"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+var benchPrompts = []string{
+	"Explain how speculative decoding makes language models faster without changing their output.",
+	"Write a Python function that returns the n-th Fibonacci number using memoization, and explain it.",
+	"List five practical tips for writing clear technical documentation.",
+	"Solve step by step: a train travels 180 km in 2.5 hours. What is its average speed in m/s?",
+}
+
+func benchCommand() *cli.Command {
+	flags := append(modelFlags(),
+		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, or tiny"},
+		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
+		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
+		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},
+		&cli.IntFlag{Name: "num-prompts", Value: 0, Usage: "use only the first N prompts (0: all)"},
+		&cli.IntFlag{Name: "max-new-tokens", Aliases: []string{"n"}, Value: 128, Usage: "tokens per generation (EOS ignored so runs have equal length)"},
+		&cli.IntFlag{Name: "repeats", Value: 3, Usage: "timed runs per prompt and mode (median reported)"},
+		&cli.IntFlag{Name: "warmup", Value: 1, Usage: "untimed runs first"},
+		&cli.IntFlag{Name: "block-size", Value: 0, Usage: "DFlash block (0: the drafter's)"},
+		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "propose from the target's recorded greedy output, each draft wrong with this probability (0 = all right); the drafter still runs. Numbers are labelled 'replayed drafts'"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+	)
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "plain decoding vs DFlash on the same prompts, in one process",
+		Description: `Runs each prompt with plain decoding, then with DFlash (warm-up, repeats, median),
+checks that DFlash produced exactly the plain tokens, and prints tok/s, speedup, τ and
+the per-cycle time split (a profiled extra run splits draft and verify).
+
+Random weights accept almost no drafts; --replay-drafts ERR fixes τ by proposing the
+target's own continuation with a per-token error rate, so the engine's real cycle cost
+at a known τ is measured (labelled as such).
+
+Examples:
+  dflash-mlx bench --demo
+  dflash-mlx bench --target-model mlx-community/Qwen3-4B-bf16 --json
+  dflash-mlx bench --random qwen3-4b --replay-drafts 0.08 -n 256`,
+		Flags:  flags,
+		Action: benchAction,
+	}
+}
+
+type benchRow struct {
+	Prompt        int     `json:"prompt"`
+	PromptTokens  int     `json:"prompt_tokens"`
+	Tokens        int     `json:"tokens"`
+	PlainTPS      float64 `json:"plain_tok_s"`
+	DFlashTPS     float64 `json:"dflash_tok_s"`
+	Speedup       float64 `json:"speedup"`
+	Tau           float64 `json:"tau"`
+	Exact         bool    `json:"exact"`
+	CycleMS       float64 `json:"cycle_ms"`
+	DraftMS       float64 `json:"draft_ms_per_cycle"`
+	VerifyMS      float64 `json:"verify_ms_per_cycle"`
+	BuildMS       float64 `json:"build_ms_per_cycle"`
+	RollbackMS    float64 `json:"rollback_ms_per_cycle"`
+	HostMS        float64 `json:"host_ms_per_cycle"`
+	PlainStepMS   float64 `json:"plain_step_ms"`
+	PeakMemoryGiB float64 `json:"peak_memory_gib"`
+}
+
+type benchReport struct {
+	Target      string     `json:"target"`
+	Draft       string     `json:"draft"`
+	Backend     string     `json:"backend"`
+	Device      string     `json:"device"`
+	MLX         string     `json:"mlx"`
+	Replay      *float64   `json:"replay_error_rate,omitempty"`
+	MaxTokens   int        `json:"max_new_tokens"`
+	Repeats     int        `json:"repeats"`
+	Rows        []benchRow `json:"rows"`
+	MedianPlain float64    `json:"median_plain_tok_s"`
+	MedianDFl   float64    `json:"median_dflash_tok_s"`
+	MedianSpeed float64    `json:"median_speedup"`
+	MedianTau   float64    `json:"median_tau"`
+	AllExact    bool       `json:"all_exact"`
+	Note        string     `json:"note,omitempty"`
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func benchAction(c *cli.Context) error {
+	ctx := context.Background()
+	cfg := loadConfig(c)
+	cfg.Quiet = cfg.Quiet || c.Bool("json")
+	note := ""
+	if c.Bool("demo") || c.String("random") != "" {
+		dir := c.String("dir")
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "dflash-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
+		}
+		shape := c.String("random")
+		if c.Bool("demo") {
+			shape = "demo"
+		}
+		td, dd, err := writeRandomPair(dir, shape)
+		if err != nil {
+			return err
+		}
+		cfg.Target, cfg.Draft = td, dd
+		note = "random weights (" + shape + ")"
+	}
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if s.Engine.Proposer == nil {
+		return cli.Exit("bench needs a drafter: pass --draft-model or a target the registry knows", 2)
+	}
+	prompts, err := benchPromptIDs(c, s)
+	if err != nil {
+		return err
+	}
+	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
+	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, AllExact: true, Note: note}
+	_ = mlxc.Do(func() error {
+		rep.Backend, rep.Device, rep.MLX = mlxc.Backend(), mlxc.CurrentDevice().String(), mlxc.Version()
+		return nil
+	})
+	replay := c.Float64("replay-drafts")
+	if replay >= 0 {
+		rep.Replay = &replay
+		rep.Note = strings.TrimSpace(rep.Note + "; replayed drafts (τ set by the error rate, drafter cost real)")
+	}
+	dfl := s.Engine.Proposer
+	gen := func(prompt []int32, noDraft, profile bool) (engine.Result, error) {
+		req := engine.Request{Prompt: prompt, MaxTokens: n, IgnoreEOS: true, NoDraft: noDraft, BlockSize: c.Int("block-size"), Profile: profile}
+		return s.Generate(ctx, req, nil)
+	}
+	for i, prompt := range prompts {
+		s.Engine.Proposer = dfl
+		for w := 0; w < c.Int("warmup"); w++ {
+			if _, err := gen(prompt, true, false); err != nil {
+				return err
+			}
+			if _, err := gen(prompt, false, false); err != nil {
+				return err
+			}
+		}
+		var plainTPS []float64
+		var ref engine.Result
+		for r := 0; r < repeats; r++ {
+			res, err := gen(prompt, true, false)
+			if err != nil {
+				return err
+			}
+			plainTPS = append(plainTPS, res.Stats.GenerationTPS)
+			ref = res
+		}
+		if replay >= 0 {
+			full := append(append([]int32(nil), prompt...), ref.Tokens...)
+			s.Engine.Proposer = verify.NewReplay(dfl, full, replay, uint64(i)+1, s.Engine.Target.Arch().VocabSize)
+		}
+		var dTPS, taus []float64
+		exact := true
+		var last engine.Result
+		for r := 0; r < repeats; r++ {
+			if replay >= 0 {
+				// A fresh script per run so every repeat sees the same error pattern.
+				full := append(append([]int32(nil), prompt...), ref.Tokens...)
+				s.Engine.Proposer = verify.NewReplay(dfl, full, replay, uint64(i)+1, s.Engine.Target.Arch().VocabSize)
+			}
+			res, err := gen(prompt, false, false)
+			if err != nil {
+				return err
+			}
+			dTPS = append(dTPS, res.Stats.GenerationTPS)
+			taus = append(taus, res.Stats.Tau)
+			if _, ok := sameTokens(res.Tokens, ref.Tokens); !ok {
+				exact = false
+			}
+			last = res
+		}
+		// One profiled run splits the cycle into draft and verify.
+		if replay >= 0 {
+			full := append(append([]int32(nil), prompt...), ref.Tokens...)
+			s.Engine.Proposer = verify.NewReplay(dfl, full, replay, uint64(i)+1, s.Engine.Target.Arch().VocabSize)
+		}
+		prof, err := gen(prompt, false, true)
+		if err != nil {
+			return err
+		}
+		st, ps := prof.Stats, max(1, prof.Stats.Cycles)
+		row := benchRow{Prompt: i, PromptTokens: len(prompt), Tokens: len(last.Tokens), PlainTPS: median(plainTPS),
+			DFlashTPS: median(dTPS), Tau: median(taus), Exact: exact,
+			CycleMS: ms(last.Stats.DecodeTime) / float64(max(1, last.Stats.Cycles)),
+			DraftMS: ms(st.DraftTime) / float64(ps), VerifyMS: ms(st.VerifyTime) / float64(ps),
+			BuildMS: ms(st.BuildTime) / float64(ps), RollbackMS: ms(st.RollbackTime) / float64(ps),
+			HostMS: ms(st.HostTime) / float64(ps), PeakMemoryGiB: float64(last.Stats.PeakMemory) / (1 << 30)}
+		if row.PlainTPS > 0 {
+			row.Speedup = row.DFlashTPS / row.PlainTPS
+			row.PlainStepMS = 1000 / row.PlainTPS
+		}
+		rep.AllExact = rep.AllExact && exact
+		rep.Rows = append(rep.Rows, row)
+		if !c.Bool("json") {
+			fmt.Fprintf(os.Stderr, "prompt %d: plain %.1f tok/s, dflash %.1f tok/s (τ %.2f)\n", i, row.PlainTPS, row.DFlashTPS, row.Tau)
+		}
+	}
+	s.Engine.Proposer = dfl
+	var pl, df, sp, ta []float64
+	for _, r := range rep.Rows {
+		pl, df, sp, ta = append(pl, r.PlainTPS), append(df, r.DFlashTPS), append(sp, r.Speedup), append(ta, r.Tau)
+	}
+	rep.MedianPlain, rep.MedianDFl, rep.MedianSpeed, rep.MedianTau = median(pl), median(df), median(sp), median(ta)
+	if c.Bool("json") {
+		return printJSON(rep)
+	}
+	printBench(rep)
+	return nil
+}
+
+func sameTokens(a, b []int32) (int, bool) {
+	if len(a) != len(b) {
+		return min(len(a), len(b)), false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i, false
+		}
+	}
+	return -1, true
+}
+
+func printBench(r benchReport) {
+	fmt.Printf("target %s, draft %s, %s on %s (MLX %s), %d new tokens, median of %d\n", r.Target, r.Draft, r.Backend, r.Device, r.MLX, r.MaxTokens, r.Repeats)
+	if r.Note != "" {
+		fmt.Printf("note: %s\n", r.Note)
+	}
+	fmt.Printf("%-6s %7s %11s %12s %8s %6s %6s %9s %9s %9s %8s %8s\n", "prompt", "tokens", "plain tok/s", "dflash tok/s", "speedup", "τ", "exact", "cycle ms", "draft ms", "verify ms", "build ms", "host ms")
+	for _, x := range r.Rows {
+		fmt.Printf("%-6d %7d %11.1f %12.1f %7.2fx %6.2f %6v %9.2f %9.2f %9.2f %8.2f %8.2f\n", x.Prompt, x.PromptTokens, x.PlainTPS, x.DFlashTPS, x.Speedup, x.Tau, x.Exact, x.CycleMS, x.DraftMS, x.VerifyMS, x.BuildMS, x.HostMS)
+	}
+	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %v\n", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, r.AllExact)
+}
+
+func benchPromptIDs(c *cli.Context, s *Session) ([][]int32, error) {
+	texts := benchPrompts
+	if f := c.String("prompts-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		texts = nil
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.TrimSpace(l) != "" {
+				texts = append(texts, l)
+			}
+		}
+		if len(texts) == 0 {
+			return nil, fmt.Errorf("%s: no prompts", f)
+		}
+	}
+	if k := c.Int("num-prompts"); k > 0 && k < len(texts) {
+		texts = texts[:k]
+	}
+	var out [][]int32
+	if s.Tok != nil && s.Tok.HasChatTemplate() && c.String("random") == "" {
+		for _, t := range texts {
+			f := false
+			ids, err := s.ChatPrompt([]tokenizer.Message{tokenizer.NewMessage("user", t)}, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &f})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ids)
+		}
+		return out, nil
+	}
+	// Random token ids (seeded) for models without a usable tokenizer.
+	V := s.Engine.Target.Arch().VocabSize
+	for i := range texts {
+		r := rand.New(rand.NewPCG(uint64(i)+1, 99))
+		ids := make([]int32, c.Int("prompt-tokens"))
+		for j := range ids {
+			ids[j] = int32(r.IntN(min(V, 150000)))
+		}
+		out = append(out, ids)
+	}
+	return out, nil
+}
+
+// writeRandomPair writes a random target + drafter of a named shape with the demo tokenizer.
+func writeRandomPair(dir, shape string) (string, string, error) {
+	td, dd := filepath.Join(dir, "target"), filepath.Join(dir, "draft")
+	tspec, dspec, err := pairShape(shape)
+	if err != nil {
+		return "", "", err
+	}
+	start := time.Now()
+	if err := writePair(td, dd, tspec, dspec); err != nil {
+		return "", "", err
+	}
+	fmt.Fprintf(os.Stderr, "wrote random %s pair to %s in %.1fs\n", shape, dir, time.Since(start).Seconds())
+	return td, dd, nil
+}

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/hub"
+)
+
+func downloadCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "download",
+		Usage:     "pre-fetch a target model and its DFlash drafter into the Hugging Face cache",
+		ArgsUsage: "[TARGET-ID]",
+		Description: `Downloads the target (default ` + DefaultTarget + `) and the drafter the registry
+pairs with it (or --draft-model) into the standard cache (HF_HOME / HF_HUB_CACHE), where
+Python tools find them too. Interrupted downloads resume.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "draft-model", Usage: "drafter to fetch (default: from the registry)"},
+			&cli.BoolFlag{Name: "no-draft", Usage: "fetch the target only"},
+			&cli.StringFlag{Name: "revision", Usage: "target revision"},
+			&cli.StringFlag{Name: "drafts-file", Usage: "extra target→draft pairs (JSON)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}},
+		},
+		Action: func(c *cli.Context) error {
+			target := c.Args().First()
+			if target == "" {
+				target = DefaultTarget
+			}
+			if c.NArg() > 1 {
+				return cli.Exit("download takes one target ID", 2)
+			}
+			cfg := LoadConfig{Target: target, Draft: c.String("draft-model"), NoDraft: c.Bool("no-draft"), DraftsFile: c.String("drafts-file")}
+			draftRef, err := resolveDraft(cfg)
+			if err != nil {
+				return err
+			}
+			client, err := hub.NewClientFromEnv()
+			if err != nil {
+				return err
+			}
+			opts := hub.DownloadOptions{Revision: c.String("revision"), Quiet: c.Bool("quiet"), Progress: os.Stderr}
+			for _, ref := range []string{target, draftRef} {
+				if ref == "" {
+					continue
+				}
+				m, err := client.ResolveModel(c.Context, ref, opts)
+				if err != nil {
+					return fmt.Errorf("%s: %w", ref, err)
+				}
+				fmt.Printf("%s → %s\n", ref, m.Dir)
+				opts.Revision = ""
+			}
+			if draftRef == "" && !c.Bool("no-draft") {
+				fmt.Fprintf(os.Stderr, "note: no DFlash draft known for %s\n", target)
+			}
+			return nil
+		},
+	}
+}
+
+func modelsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "models",
+		Usage: "list cached models and the known target → draft pairs",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			&cli.StringFlag{Name: "drafts-file", Usage: "extra target→draft pairs (JSON)"},
+		},
+		Action: func(c *cli.Context) error {
+			env, err := hub.LoadEnv()
+			if err != nil {
+				return err
+			}
+			cached, err := hub.ListCachedModels(env.CacheDir)
+			if err != nil {
+				return err
+			}
+			path := c.String("drafts-file")
+			if path == "" {
+				path = draft.DefaultUserFile()
+			}
+			reg, err := draft.NewRegistry(path)
+			if err != nil {
+				return err
+			}
+			type row struct {
+				RepoID string `json:"repo_id"`
+				Size   int64  `json:"size_bytes"`
+				Draft  string `json:"draft,omitempty"`
+				Dir    string `json:"dir"`
+			}
+			var rows []row
+			for _, m := range cached {
+				d, _ := reg.Resolve(m.RepoID)
+				rows = append(rows, row{RepoID: m.RepoID, Size: m.SizeOnDisk, Draft: d, Dir: m.Dir})
+			}
+			pairs := reg.Pairs()
+			sort.SliceStable(pairs, func(i, j int) bool { return false })
+			if c.Bool("json") {
+				return printJSON(map[string]any{"cache_dir": env.CacheDir, "cached": rows, "pairs": pairs})
+			}
+			fmt.Printf("Cached models (%s):\n", env.CacheDir)
+			if len(rows) == 0 {
+				fmt.Println("  (none)")
+			}
+			for _, r := range rows {
+				d := ""
+				if r.Draft != "" {
+					d = "  draft: " + r.Draft
+				}
+				fmt.Printf("  %-50s %9s%s\n", r.RepoID, human(r.Size), d)
+			}
+			fmt.Println("\nKnown target → DFlash draft pairs (targets match by name prefix, e.g. -bf16/-4bit/-8bit):")
+			for _, p := range pairs {
+				fmt.Printf("  %-20s → %s\n", p.Target, p.Draft)
+			}
+			fmt.Printf("\nAdd pairs in %s: [{\"target\": \"org/Model\", \"draft\": \"org/Model-DFlash\"}]\n", path)
+			_ = strings.TrimSpace
+			return nil
+		},
+	}
+}

@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/tokenizer"
+)
+
+func runCommand() *cli.Command {
+	flags := append(modelFlags(), samplingFlags()...)
+	flags = append(flags,
+		&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "the prompt; without it, stdin is read"},
+		&cli.StringFlag{Name: "system", Usage: "system message"},
+		&cli.BoolFlag{Name: "no-chat-template", Usage: "send the prompt as raw text, without the chat template"},
+		&cli.BoolFlag{Name: "enable-thinking", Usage: "let Qwen3 think (<think>…</think>) before answering"},
+		&cli.BoolFlag{Name: "stats", Usage: "print statistics to stderr when done"},
+		&cli.BoolFlag{Name: "json", Usage: "print one JSON object (text, finish reason, statistics) instead of streaming"},
+		&cli.BoolFlag{Name: "profile", Usage: "split draft and verify time (adds a sync per cycle)"},
+	)
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "generate a completion for one prompt, streaming tokens as they are verified",
+		ArgsUsage: " ",
+		Description: `Generates with the target model, using its DFlash drafter when one is known.
+The prompt goes through the model's chat template unless --no-chat-template.
+
+Examples:
+  dflash-mlx run --prompt "Write a haiku about GPUs."
+  echo "Summarise: ..." | dflash-mlx run --max-new-tokens 200 --stats
+  dflash-mlx run --target-model ./my-model --draft-model ./my-draft --json`,
+		Flags:  flags,
+		Action: runAction,
+	}
+}
+
+func readPrompt(c *cli.Context) (string, error) {
+	if c.IsSet("prompt") {
+		return c.String("prompt"), nil
+	}
+	if isTerminal(os.Stdin) {
+		return "", cli.Exit("no prompt: pass --prompt or pipe text on stdin", 2)
+	}
+	b, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return "", fmt.Errorf("read stdin: %w", err)
+	}
+	return strings.TrimRight(string(b), "\n"), nil
+}
+
+func runAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("unexpected argument %q (use --prompt)", c.Args().First()), 2)
+	}
+	sp, err := samplingParams(c)
+	if err != nil {
+		return err
+	}
+	prompt, err := readPrompt(c)
+	if err != nil {
+		return err
+	}
+	if prompt == "" {
+		return cli.Exit("empty prompt", 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	s, err := Open(ctx, loadConfig(c))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var ids []int32
+	if c.Bool("no-chat-template") {
+		ids, err = s.Tok.Encode(prompt, true)
+	} else {
+		var msgs []tokenizer.Message
+		if sys := c.String("system"); sys != "" {
+			msgs = append(msgs, tokenizer.NewMessage("system", sys))
+		}
+		msgs = append(msgs, tokenizer.NewMessage("user", prompt))
+		think := c.Bool("enable-thinking")
+		ids, err = s.ChatPrompt(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &think})
+	}
+	if err != nil {
+		return err
+	}
+	req := engine.Request{
+		Prompt:     ids,
+		MaxTokens:  c.Int("max-new-tokens"),
+		Sampling:   sp,
+		StopTokens: s.StopTokens(),
+		BlockSize:  c.Int("block-size"),
+		Detok:      s.Tok.NewStreamDecoder(true),
+		Profile:    c.Bool("profile"),
+	}
+	jsonOut := c.Bool("json")
+	start := time.Now()
+	res, err := s.Generate(ctx, req, func(ev engine.Event) error {
+		if !jsonOut && ev.Text != "" {
+			fmt.Print(ev.Text)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !jsonOut {
+		fmt.Println()
+	}
+	out := runOutput{
+		Text: res.Text, FinishReason: res.FinishReason, TargetModel: s.TargetRef, DraftModel: s.DraftRef,
+		TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
+		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens,
+	}
+	if jsonOut {
+		return printJSON(out)
+	}
+	if c.Bool("stats") {
+		printRunStats(os.Stderr, out)
+	}
+	return nil
+}
+
+type runOutput struct {
+	Text         string       `json:"text"`
+	Tokens       []int32      `json:"tokens"`
+	FinishReason string       `json:"finish_reason"`
+	TargetModel  string       `json:"target_model"`
+	DraftModel   string       `json:"draft_model,omitempty"`
+	TargetDir    string       `json:"target_dir"`
+	DraftDir     string       `json:"draft_dir,omitempty"`
+	Stats        engine.Stats `json:"stats"`
+	WallSeconds  float64      `json:"wall_seconds"`
+	LoadSeconds  float64      `json:"load_seconds"`
+}
+
+func printRunStats(w io.Writer, o runOutput) {
+	st := o.Stats
+	fmt.Fprintf(w, "── %s ", st.Mode)
+	if o.DraftModel != "" {
+		fmt.Fprintf(w, "(target %s, draft %s)", o.TargetModel, o.DraftModel)
+	} else {
+		fmt.Fprintf(w, "(target %s)", o.TargetModel)
+	}
+	fmt.Fprintf(w, "\nprompt:     %d tokens, %.1f tok/s (time to first token %.0f ms)\n", st.PromptTokens, st.PromptTPS, ms(st.FirstTokenTime))
+	fmt.Fprintf(w, "generation: %d tokens, %.1f tok/s, finish %s\n", st.GeneratedTokens, st.GenerationTPS, o.FinishReason)
+	if st.Mode == "dflash" && st.Cycles > 0 {
+		fmt.Fprintf(w, "dflash:     %d cycles, τ = %.2f tokens/cycle, %d/%d drafts accepted\n", st.Cycles, st.Tau, st.Accepted, st.Drafted)
+		fmt.Fprintf(w, "accepted:   %s\n", histogram(st.AcceptHist))
+	}
+	fmt.Fprintf(w, "time split: build %.0f ms, device wait %.0f ms, rollback %.1f ms, host %.0f ms", ms(st.BuildTime), ms(st.WaitTime), ms(st.RollbackTime), ms(st.HostTime))
+	if st.DraftTime > 0 {
+		fmt.Fprintf(w, " (draft %.0f ms, verify %.0f ms)", ms(st.DraftTime), ms(st.VerifyTime))
+	}
+	fmt.Fprintf(w, "\nmemory:     peak %s\n", human(int64(st.PeakMemory)))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func histogram(h []int) string {
+	var b strings.Builder
+	for a, n := range h {
+		if n > 0 {
+			fmt.Fprintf(&b, "%d:%d ", a, n)
+		}
+	}
+	return strings.TrimSpace(b.String())
+}

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/server"
+	"github.com/dflash-mlx/dflash-mlx/tokenizer"
+)
+
+func serveCommand() *cli.Command {
+	flags := append(modelFlags(),
+		&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on (0.0.0.0 exposes the server to your network)"},
+		&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on"},
+		&cli.StringFlag{Name: "model-id", Usage: "id reported by /v1/models (default: the target model name)"},
+		&cli.IntFlag{Name: "max-queue", Value: 32, Usage: "requests that may wait behind the running one (more get 429)"},
+		&cli.StringFlag{Name: "api-key", Usage: "require 'Authorization: Bearer KEY'", EnvVars: []string{"DFLASH_API_KEY"}},
+		&cli.IntFlag{Name: "max-tokens-limit", Usage: "largest max_tokens a request may ask for (default: the context)"},
+		&cli.IntFlag{Name: "default-max-tokens", Value: 4096, Usage: "max_tokens when a request sets none"},
+		&cli.StringSliceFlag{Name: "cors-origins", Usage: "browser origins allowed to call the API (\"*\" for any)"},
+		&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time to read a whole request"},
+		&cli.DurationFlag{Name: "write-timeout", Value: 60 * time.Second, Usage: "longest stall writing to a client"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on SIGTERM, time to finish running requests"},
+		&cli.IntFlag{Name: "block-size", Value: 0, Usage: "DFlash block (0 = the drafter's)"},
+		&cli.BoolFlag{Name: "log-json", Usage: "log as JSON lines"},
+	)
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve an OpenAI-compatible API (chat completions, completions, SSE streaming)",
+		Description: `Starts an HTTP server with the OpenAI API shape on --host:--port:
+  POST /v1/chat/completions   POST /v1/completions   GET /v1/models
+  GET /health                 GET /metrics (Prometheus)
+One generation runs at a time; others wait in a FIFO queue (--max-queue). SIGTERM drains.
+
+Point clients at it:
+  OpenAI SDK:  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+  Open WebUI:  Settings → Connections → OpenAI API → http://127.0.0.1:8000/v1
+  Continue:    provider "openai", apiBase "http://127.0.0.1:8000/v1"`,
+		Flags:  flags,
+		Action: serveAction,
+	}
+}
+
+func serveAction(c *cli.Context) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := Open(ctx, loadConfig(c))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	id := c.String("model-id")
+	if id == "" {
+		id = s.TargetRef
+	}
+	b := &backend{s: s, id: id, blockSize: c.Int("block-size")}
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	if c.Bool("log-json") {
+		handler = slog.NewJSONHandler(os.Stderr, nil)
+	}
+	cfg := server.Config{
+		Host: c.String("host"), Port: c.Int("port"), MaxQueue: c.Int("max-queue"), APIKey: c.String("api-key"),
+		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),
+		CORSOrigins: c.StringSlice("cors-origins"), ReadTimeout: c.Duration("read-timeout"),
+		WriteTimeout: c.Duration("write-timeout"), DrainTimeout: c.Duration("drain-timeout"),
+	}
+	if base := s.TargetRef[strings.LastIndex(s.TargetRef, "/")+1:]; base != id {
+		cfg.ModelAliases = []string{base}
+	}
+	srv, err := server.New(cfg, b, slog.New(handler))
+	if err != nil {
+		return err
+	}
+	mode := "plain decoding"
+	if s.DraftRef != "" {
+		mode = "DFlash (" + s.DraftRef + ")"
+	}
+	fmt.Fprintf(os.Stderr, "serving %s with %s on http://%s:%d/v1\n", id, mode, cfg.Host, cfg.Port)
+	return srv.ListenAndServe(ctx)
+}
+
+// backend adapts a Session to server.Backend.
+type backend struct {
+	s         *Session
+	id        string
+	blockSize int
+}
+
+func (b *backend) ModelID() string    { return b.id }
+func (b *backend) ContextLength() int { return b.s.Engine.ContextLen() }
+
+func (b *backend) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opts server.TemplateOptions) (server.Prompt, error) {
+	tm := make([]tokenizer.Message, 0, len(msgs))
+	for _, m := range msgs {
+		content := m.Content
+		msg := tokenizer.Message{Role: m.Role, Content: &content, ToolCallID: m.ToolCallID, Name: m.Name}
+		if m.Role == "assistant" && content == "" && len(m.ToolCalls) > 0 {
+			msg.Content = &content // Qwen3's template needs a content key even with tool calls
+		}
+		if m.ReasoningContent != "" {
+			rc := m.ReasoningContent
+			msg.ReasoningContent = &rc
+		}
+		for _, tc := range m.ToolCalls {
+			args := tc.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			// OpenAI sends arguments as a JSON string; the template prints strings as they are.
+			raw, _ := json.Marshal(args)
+			msg.ToolCalls = append(msg.ToolCalls, tokenizer.ToolCall{ID: tc.ID, Type: "function", Function: tokenizer.FunctionCall{Name: tc.Name, Arguments: raw}})
+		}
+		tm = append(tm, msg)
+	}
+	co := tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: opts.EnableThinking}
+	if len(tools) > 0 {
+		for _, t := range tools {
+			co.Tools = append(co.Tools, t.Raw)
+		}
+	}
+	if len(opts.ExtraArgs) > 0 {
+		co.Variables = map[string]json.RawMessage{}
+		for k, v := range opts.ExtraArgs {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return server.Prompt{}, fmt.Errorf("chat_template_kwargs.%s: %w", k, err)
+			}
+			co.Variables[k] = raw
+		}
+	}
+	text, err := b.s.Tok.ApplyChatTemplate(tm, co)
+	if err != nil {
+		if errors.Is(err, tokenizer.ErrNoChatTemplate) {
+			return server.Prompt{}, fmt.Errorf("the model has no chat template; use /v1/completions")
+		}
+		return server.Prompt{}, err
+	}
+	text += opts.ResponsePrefix
+	ids, err := b.s.Tok.Encode(text, false)
+	if err != nil {
+		return server.Prompt{}, err
+	}
+	open := strings.LastIndex(text, "<think>") > strings.LastIndex(text, "</think>")
+	return server.Prompt{Tokens: ids, OpensInThinking: open}, nil
+}
+
+func (b *backend) TextPrompt(text string) (server.Prompt, error) {
+	ids, err := b.s.Tok.Encode(text, true)
+	if err != nil {
+		return server.Prompt{}, err
+	}
+	return server.Prompt{Tokens: ids}, nil
+}
+
+func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit func(server.Delta) error) (server.GenerateResult, error) {
+	seed := uint64(time.Now().UnixNano())
+	if req.Seed != nil {
+		seed = uint64(*req.Seed)
+	}
+	er := engine.Request{
+		Prompt:    req.Prompt,
+		MaxTokens: req.MaxTokens,
+		Sampling: sample.Params{Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP,
+			Seed: seed},
+		Stop:       req.Stop,
+		StopTokens: b.s.StopTokens(),
+		BlockSize:  b.blockSize,
+		Detok:      b.s.Tok.NewStreamDecoder(true),
+	}
+	res, err := b.s.Generate(ctx, er, func(ev engine.Event) error {
+		if ev.Text == "" && len(ev.Tokens) == 0 {
+			return nil
+		}
+		return emit(server.Delta{Text: ev.Text, Tokens: len(ev.Tokens)})
+	})
+	st := res.Stats
+	out := server.GenerateResult{
+		FinishReason: server.FinishReason(res.FinishReason), PromptTokens: len(req.Prompt),
+		CompletionTokens: len(res.Tokens), Cycles: st.Cycles, PrefillTime: st.PrefillTime,
+		DecodeTime: st.DecodeTime, DraftTime: st.DraftTime, VerifyTime: st.VerifyTime, TokensPerSecond: st.GenerationTPS,
+	}
+	if st.Cycles > 0 {
+		out.Tau = st.Tau
+	}
+	if err != nil && ctx.Err() != nil {
+		out.FinishReason = server.FinishCancelled
+	}
+	return out, err
+}

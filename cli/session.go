@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/hub"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/tokenizer"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// Default models: the pair the public projects use.
+const (
+	DefaultTarget = "mlx-community/Qwen3-4B-bf16"
+	DefaultDraft  = "z-lab/Qwen3-4B-DFlash-b16"
+)
+
+// LoadConfig says which models to load.
+type LoadConfig struct {
+	Target       string
+	Draft        string // "" = resolve from the registry
+	NoDraft      bool
+	RequireDraft bool
+	DraftsFile   string // user registry; "" = the default location
+	Revision     string
+	Quiet        bool
+	Log          io.Writer // notices and progress (stderr)
+	// ContextLength overrides the model's max_position_embeddings when > 0.
+	ContextLength int
+}
+
+// Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
+type Session struct {
+	Engine    *engine.Engine
+	Tok       *tokenizer.Tokenizer
+	TargetRef string
+	DraftRef  string // "" without a drafter
+	TargetDir string
+	DraftDir  string
+	drafter   *draft.Drafter
+	LoadTime  time.Duration
+}
+
+// resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
+// else none (with a notice, or an error under RequireDraft).
+func resolveDraft(cfg LoadConfig) (string, error) {
+	if cfg.NoDraft {
+		return "", nil
+	}
+	if cfg.Draft != "" {
+		return cfg.Draft, nil
+	}
+	path := cfg.DraftsFile
+	if path == "" {
+		path = draft.DefaultUserFile()
+	}
+	reg, err := draft.NewRegistry(path)
+	if err != nil {
+		return "", err
+	}
+	if d, ok := reg.Resolve(cfg.Target); ok {
+		return d, nil
+	}
+	if cfg.RequireDraft {
+		return "", fmt.Errorf("no DFlash draft is known for %s (known targets: %v); pass --draft-model or add it to %s", cfg.Target, reg.Known(), path)
+	}
+	return "", nil
+}
+
+// Open resolves (downloading if needed) and loads the models.
+func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
+	start := time.Now()
+	if cfg.Log == nil {
+		cfg.Log = os.Stderr
+	}
+	if cfg.Target == "" {
+		cfg.Target = DefaultTarget
+	}
+	draftRef, err := resolveDraft(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if draftRef == "" && !cfg.NoDraft && !cfg.Quiet {
+		fmt.Fprintf(cfg.Log, "note: no DFlash draft known for %s; using plain decoding (pass --draft-model to speed it up)\n", cfg.Target)
+	}
+	client, err := hub.NewClientFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	opts := hub.DownloadOptions{Revision: cfg.Revision, Quiet: cfg.Quiet, Progress: cfg.Log}
+	tm, err := client.ResolveModel(ctx, cfg.Target, opts)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", cfg.Target, err)
+	}
+	var dm *hub.Model
+	if draftRef != "" {
+		dopts := opts
+		dopts.Revision = ""
+		if dm, err = client.ResolveModel(ctx, draftRef, dopts); err != nil {
+			return nil, fmt.Errorf("draft %s: %w", draftRef, err)
+		}
+	}
+	tok, err := tokenizer.Load(tm.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
+	}
+	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir}
+	var bar *progressBar
+	if !cfg.Quiet {
+		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
+	}
+	err = mlxc.Do(func() error {
+		opt := model.LoadOptions{}
+		if bar != nil {
+			opt.Progress = bar.update
+		}
+		m, err := model.Load(tm.Dir, opt)
+		if bar != nil {
+			bar.done()
+		}
+		if err != nil {
+			return err
+		}
+		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength}
+		if dm != nil {
+			d, err := draft.Load(dm.Dir, m)
+			if err != nil {
+				m.Free()
+				return fmt.Errorf("draft %s: %w", draftRef, err)
+			}
+			s.drafter = d
+			s.DraftDir = dm.Dir
+			s.Engine.Proposer = verify.NewDFlash(d)
+		}
+		return nil
+	})
+	if err != nil {
+		tok.Close()
+		return nil, err
+	}
+	if v := s.Engine.Target.Arch().VocabSize; v < tok.VocabSize() {
+		s.Close()
+		return nil, fmt.Errorf("%s: tokenizer has %d tokens but the model's vocab_size is %d", cfg.Target, tok.VocabSize(), v)
+	}
+	s.LoadTime = time.Since(start)
+	return s, nil
+}
+
+// Close frees the models.
+func (s *Session) Close() {
+	if s == nil {
+		return
+	}
+	_ = mlxc.Do(func() error {
+		if s.drafter != nil {
+			s.drafter.Free()
+		}
+		if s.Engine != nil {
+			s.Engine.Target.Free()
+		}
+		return nil
+	})
+	if s.Tok != nil {
+		s.Tok.Close()
+	}
+}
+
+// StopTokens is the union of the model's and the tokenizer's EOS ids.
+func (s *Session) StopTokens() []int32 {
+	seen := map[int32]bool{}
+	var out []int32
+	for _, id := range s.Engine.Target.Arch().EOSTokenIDs {
+		if !seen[int32(id)] {
+			seen[int32(id)] = true
+			out = append(out, int32(id))
+		}
+	}
+	for _, id := range s.Tok.EOSTokenIDs() {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Generate runs a request on the MLX thread.
+func (s *Session) Generate(ctx context.Context, req engine.Request, emit func(engine.Event) error) (engine.Result, error) {
+	var res engine.Result
+	err := mlxc.Do(func() error {
+		var err error
+		res, err = s.Engine.Generate(ctx, req, emit)
+		return err
+	})
+	return res, err
+}
+
+// ChatPrompt renders messages through the model's own template and tokenizes them.
+func (s *Session) ChatPrompt(msgs []tokenizer.Message, opts tokenizer.ChatOptions) ([]int32, error) {
+	text, err := s.Tok.ApplyChatTemplate(msgs, opts)
+	if err != nil {
+		if errors.Is(err, tokenizer.ErrNoChatTemplate) {
+			return nil, fmt.Errorf("%s has no chat template; use --no-chat-template to send the prompt as plain text", s.TargetRef)
+		}
+		return nil, err
+	}
+	return s.Tok.Encode(text, false)
+}
