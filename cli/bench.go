@@ -39,6 +39,8 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "block-size", Value: 0, Usage: "DFlash block (0: the drafter's)"},
 		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "propose from the target's recorded greedy output, each draft wrong with this probability (0 = all right); the drafter still runs. Numbers are labelled 'replayed drafts'"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
+		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
 	)
 	return &cli.Command{
 		Name:  "bench",
@@ -95,6 +97,12 @@ type benchReport struct {
 	MedianTau   float64    `json:"median_tau"`
 	AllExact    bool       `json:"all_exact"`
 	Note        string     `json:"note,omitempty"`
+	// Roofline: plain decoding reads every weight once per token, so copy bandwidth over
+	// weight bytes bounds its tok/s.
+	WeightBytes      int64   `json:"weight_bytes"`
+	CopyBandwidthGBs float64 `json:"copy_bandwidth_gb_s,omitempty"`
+	RooflineTPS      float64 `json:"roofline_plain_tok_s,omitempty"`
+	PlainOfRoofline  float64 `json:"plain_fraction_of_roofline,omitempty"`
 }
 
 func median(v []float64) float64 {
@@ -146,6 +154,9 @@ func benchAction(c *cli.Context) error {
 	prompts, err := benchPromptIDs(c, s)
 	if err != nil {
 		return err
+	}
+	if c.Bool("flips") {
+		return benchFlips(c, s, prompts)
 	}
 	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
 	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, AllExact: true, Note: note}
@@ -239,6 +250,18 @@ func benchAction(c *cli.Context) error {
 		pl, df, sp, ta = append(pl, r.PlainTPS), append(df, r.DFlashTPS), append(sp, r.Speedup), append(ta, r.Tau)
 	}
 	rep.MedianPlain, rep.MedianDFl, rep.MedianSpeed, rep.MedianTau = median(pl), median(df), median(sp), median(ta)
+	rep.WeightBytes = s.Engine.Target.Arch().WeightBytes
+	if c.Bool("bandwidth") {
+		bw, err := copyBandwidth()
+		if err != nil {
+			return err
+		}
+		rep.CopyBandwidthGBs = bw / 1e9
+		rep.RooflineTPS = bw / float64(rep.WeightBytes)
+		if rep.RooflineTPS > 0 {
+			rep.PlainOfRoofline = rep.MedianPlain / rep.RooflineTPS
+		}
+	}
 	if c.Bool("json") {
 		return printJSON(rep)
 	}
@@ -268,6 +291,9 @@ func printBench(r benchReport) {
 		fmt.Printf("%-6d %7d %11.1f %12.1f %7.2fx %6.2f %6v %9.2f %9.2f %9.2f %8.2f %8.2f\n", x.Prompt, x.PromptTokens, x.PlainTPS, x.DFlashTPS, x.Speedup, x.Tau, x.Exact, x.CycleMS, x.DraftMS, x.VerifyMS, x.BuildMS, x.HostMS)
 	}
 	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %v\n", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, r.AllExact)
+	if r.CopyBandwidthGBs > 0 {
+		fmt.Printf("roofline: weights %s, copy bandwidth %.0f GB/s → plain ≤ %.1f tok/s; measured plain is %.0f%% of it\n", human(r.WeightBytes), r.CopyBandwidthGBs, r.RooflineTPS, 100*r.PlainOfRoofline)
+	}
 }
 
 func benchPromptIDs(c *cli.Context, s *Session) ([][]int32, error) {
@@ -322,10 +348,17 @@ func writeRandomPair(dir, shape string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
+	if stamp, err := os.ReadFile(filepath.Join(dir, "SHAPE")); err == nil && string(stamp) == shape {
+		fmt.Fprintf(os.Stderr, "reusing the random %s pair in %s\n", shape, dir)
+		return td, dd, nil
+	}
 	start := time.Now()
 	if err := writePair(td, dd, tspec, dspec); err != nil {
 		return "", "", err
 	}
 	fmt.Fprintf(os.Stderr, "wrote random %s pair to %s in %.1fs\n", shape, dir, time.Since(start).Seconds())
+	if err := os.WriteFile(filepath.Join(dir, "SHAPE"), []byte(shape), 0o644); err != nil {
+		return "", "", err
+	}
 	return td, dd, nil
 }

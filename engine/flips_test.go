@@ -1,0 +1,30 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+)
+
+// On the CPU backend a 16-token verify reduces in the same order as a 1-token decode, so
+// the logprobs are bit-identical and no greedy token can flip, even on a model with
+// small logit gaps (near-ties). The same measurement runs on the GPU in `bench --flips`.
+func TestVerifyDecodeFlipsOnCPU(t *testing.T) {
+	spec := modelgen.TinyQwen3()
+	spec.Seed, spec.WeightStd = 31, 0.02 // flat logits: many near-ties
+	p := loadPair(t, "flat-logits", spec, 0)
+	var rep FlipReport
+	err := mlxc.Do(func() error {
+		var err error
+		rep, err = MeasureFlips(p.target, []int32{1, 2, 3, 4, 5}, 96, 16)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("positions %d, flips %d, max |Δ logprob| %g, median decode gap %g", rep.Positions, len(rep.Flips), rep.MaxAbsDiff, rep.MedianGap)
+	if rep.MaxAbsDiff != 0 || len(rep.Flips) != 0 {
+		t.Errorf("verify and decode differ on CPU: max |Δ| %g, %d flips", rep.MaxAbsDiff, len(rep.Flips))
+	}
+}
