@@ -1,0 +1,55 @@
+package server
+
+import (
+	"net/http"
+	"time"
+)
+
+// answerWriter delivers one answer to the client, streaming or not. The generation runner
+// calls begin once the generation slot is held, write for each batch of events, and then
+// either end or abort.
+type answerWriter interface {
+	begin() error
+	write(events []chatEvent) error
+	end(o outcome) error
+	// abort reports an error that happened after begin: a JSON error response when nothing
+	// was sent yet, an in-stream error event otherwise.
+	abort(e *apiError)
+}
+
+// outcome is how a generation ended, as the client sees it.
+type outcome struct {
+	finish string // "stop", "length" or "tool_calls"
+	usage  usage
+	stats  dflashStats
+}
+
+// answerMeta is what every response object of one request shares.
+type answerMeta struct {
+	id           string
+	created      int64
+	model        string
+	includeUsage bool
+}
+
+func newAnswerMeta(idPrefix, model string, includeUsage bool) answerMeta {
+	return answerMeta{id: randomID(idPrefix), created: time.Now().Unix(), model: model, includeUsage: includeUsage}
+}
+
+// chunkUsage is the usage field of a streamed chunk other than the usage chunk.
+func (m answerMeta) chunkUsage() []byte {
+	if m.includeUsage {
+		return jsonNull
+	}
+	return nil
+}
+
+// writeFinal sends a complete non-streaming JSON answer, bounded by the write timeout.
+func writeFinal(w http.ResponseWriter, writeTimeout time.Duration, v any) {
+	if writeTimeout > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,79 @@
+// Package server is dflash-mlx's OpenAI-compatible HTTP API.
+//
+// Its one job is HTTP: decode and validate requests, queue them, run one generation at a
+// time on a Backend, and answer in OpenAI's JSON and SSE shapes. It knows nothing about
+// MLX, models or tokenizers: the engine is reached through the small Backend interface
+// (backend.go), which the serve command implements over engine and tokenizer. It imports
+// only the standard library.
+//
+// # Endpoints
+//
+//	POST /v1/chat/completions   chat, streaming (SSE) or not; tools; reasoning
+//	POST /v1/completions        plain text completion, streaming or not
+//	GET  /v1/models             the served model; GET /v1/models/{id} for one
+//	GET  /health                {"status":"ok", ...}; never needs the API key
+//	GET  /metrics               Prometheus text format
+//
+// /chat/completions, /completions and /models answer too, for clients whose base URL has
+// no /v1. Unknown paths get 404 and wrong methods 405, both as OpenAI error JSON.
+//
+// # Policies
+//
+// Concurrency: the engine has one MLX worker, so exactly one generation runs at a time.
+// Others wait in a FIFO queue of Config.MaxQueue places; one more gets 429 with Retry-After.
+// A client that disconnects, while queued or mid-answer, cancels its generation (the
+// Backend sees its context end). On shutdown the server stops accepting, lets running and
+// queued work finish for Config.DrainTimeout, then cancels the rest (503 / an in-stream
+// error) and returns nil.
+//
+// Stop strings are passed to the backend, which must end generation at them and never emit
+// them. The server checks the text again and cuts at the first stop string itself, holding
+// back a possible partial match between deltas, so a stop string never reaches a client
+// even if a backend emits it; finish_reason is then "stop".
+//
+// Context: the prompt must leave at least one token free. An explicit max_tokens (or
+// max_completion_tokens, which wins) must fit in the rest of the context and under
+// Config.MaxTokensLimit, or the request gets a 400 naming the field; without one the answer
+// gets Config.DefaultMaxTokens, shortened to fit, and ends with "length" when it runs out.
+//
+// Tool calls (Qwen format): with tools given and tool_choice not "none", each
+// <tool_call>{"name": ..., "arguments": {...}}</tool_call> block in the output becomes an
+// OpenAI tool call (id "call_<random>", arguments as a JSON string), sent in a stream as
+// one tool_calls delta when its block closes; the answer then ends with finish_reason
+// "tool_calls". A block that does not parse stays in the content. tool_choice "required"
+// and a named function are enforced by starting the answer with "<tool_call>\n" (and the
+// name), through TemplateOptions.ResponsePrefix. parallel_tool_calls false keeps the first
+// call only.
+//
+// Reasoning: <think>...</think> at the start of a chat answer (or from the start, when the
+// template opened the block, Prompt.OpensInThinking) is sent as reasoning_content, not as
+// content, in streams and in full answers. chat_template_kwargs.enable_thinking reaches the
+// template. Text completions are sent raw.
+//
+// Every answer carries usage and a "dflash" object (tau, cycles, prefill_ms, decode_ms,
+// draft_ms, verify_ms, queue_ms, tokens_per_second); streams carry it on the final chunk.
+// stream_options.include_usage adds the usage chunk with empty choices before [DONE].
+//
+// Requests are validated strictly: a wrong type or value is a 400 whose message and param
+// name the field ("messages[1].content[0].type"); a body over Config.MaxBodyBytes is a 413;
+// a wrong API key a 401; an unknown model a 404. n other than 1, logprobs, response_format
+// other than text, echo and suffix are refused with 400 because the server cannot honour
+// them; presence/frequency penalties, logit_bias, user, metadata, store and unknown fields
+// are accepted and ignored. A panic in a handler becomes a 500 JSON error.
+//
+// Each request is logged in one line: id, status, prompt and completion tokens, τ, tok/s,
+// finish reason, queue time.
+//
+// # Example
+//
+//	srv, err := server.New(server.Config{Port: 8000, MaxQueue: 16}, backend, slog.Default())
+//	if err != nil {
+//		return err
+//	}
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	return srv.ListenAndServe(ctx) // returns nil after a drain on SIGTERM
+//
+// Package servertest holds a scripted fake Backend and a loopback test server; sdktest
+// drives a server with the official openai SDKs for Python and Node.
+package server

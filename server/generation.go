@@ -1,0 +1,239 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// generation is one validated request, ready to run.
+type generation struct {
+	req GenerateRequest
+	// initial are events decided before generation (from a tool-call response prefix).
+	initial []chatEvent
+	// parse turns output text (stop strings already cut) into events; finish flushes what
+	// parse still holds at the end; toolCalls counts the tool calls parsed.
+	parse     func(string) []chatEvent
+	finish    func() []chatEvent
+	toolCalls func() int
+}
+
+// plainTextGeneration is a generation whose output is sent as it comes (text completions).
+func plainTextGeneration(req GenerateRequest) *generation {
+	var one [1]chatEvent
+	return &generation{
+		req: req,
+		parse: func(text string) []chatEvent {
+			one[0] = chatEvent{Content: text}
+			return one[:]
+		},
+		finish:    func() []chatEvent { return nil },
+		toolCalls: func() int { return 0 },
+	}
+}
+
+var (
+	// errStopString is what emit returns to end a generation whose output reached a stop
+	// string the backend did not catch.
+	errStopString = errors.New("stop string reached")
+	// errGenerationOver is what emit returns if a backend calls it after Generate returned.
+	errGenerationOver = errors.New("emit called after Generate returned")
+)
+
+// runOutcome is what happened during Backend.Generate.
+type runOutcome struct {
+	result    GenerateResult
+	err       error // the backend's error
+	stopped   bool  // the server's stop filter ended the output
+	writeErr  error // sending to the client failed: it is gone
+	firstText time.Time
+	ended     time.Time
+}
+
+// runGeneration waits for the generation slot, runs the generation and answers through
+// out. Whatever happens, the slot is released and the request gets a complete answer, a
+// clean error, or nothing because the client is gone.
+func (s *Server) runGeneration(w http.ResponseWriter, r *http.Request, g *generation, out answerWriter) {
+	info := infoFrom(r.Context())
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stopOnShutdown := context.AfterFunc(s.hardStop, func() { cancel(errDraining) })
+	defer stopOnShutdown()
+
+	queued := time.Now()
+	release, err := s.queue.acquire(ctx)
+	info.queueWait = time.Since(queued)
+	if err != nil {
+		s.refuse(ctx, w, info, err)
+		return
+	}
+	defer release()
+	s.metrics.observeQueueWait(info.queueWait)
+
+	if err := out.begin(); err != nil {
+		info.statusOverride = statusClientClosed
+		return
+	}
+	if err := out.write(g.initial); err != nil {
+		info.statusOverride = statusClientClosed
+		return
+	}
+	run := s.generate(ctx, g, out)
+	s.answer(ctx, r, g, out, run, info)
+}
+
+// refuse answers a request that never got the generation slot.
+func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, info *requestInfo, err error) {
+	switch {
+	case errors.Is(err, errQueueFull):
+		s.metrics.observeQueueRejected()
+		waiting, _ := s.queue.depth()
+		writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "queue_full",
+			Message:    fmt.Sprintf("the server is busy: one generation runs and %d requests wait; retry later", waiting),
+			RetryAfter: s.queue.retryAfter()})
+	case errors.Is(err, errDraining) || errors.Is(context.Cause(ctx), errDraining):
+		writeError(w, unavailable("the server is shutting down"))
+	default:
+		info.statusOverride = statusClientClosed // gone while queued; nobody to answer
+	}
+}
+
+// generate calls the backend, passing its text through the stop filter and the parser to
+// out as it comes.
+func (s *Server) generate(ctx context.Context, g *generation, out answerWriter) *runOutcome {
+	run := &runOutcome{}
+	filter := newStopFilter(g.req.Stop)
+	var mu sync.Mutex // makes a late emit harmless instead of racing the final writes
+	returned := false
+	emit := func(d Delta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case returned:
+			return errGenerationOver
+		case run.writeErr != nil:
+			return run.writeErr
+		case run.stopped:
+			return errStopString
+		}
+		if run.firstText.IsZero() {
+			run.firstText = time.Now()
+		}
+		safe, matched := filter.push(d.Text)
+		if safe != "" {
+			if err := out.write(g.parse(safe)); err != nil {
+				run.writeErr = err
+				return err
+			}
+		}
+		if matched {
+			run.stopped = true
+			return errStopString
+		}
+		return nil
+	}
+	result, err := s.backend.Generate(ctx, g.req, emit)
+	mu.Lock()
+	defer mu.Unlock()
+	returned = true
+	run.result, run.err, run.ended = result, err, time.Now()
+	if run.writeErr == nil && !run.stopped && err == nil {
+		// Text the filter held back because it looked like the start of a stop string.
+		if tail := filter.flush(); tail != "" {
+			run.writeErr = out.write(g.parse(tail))
+		}
+	}
+	if run.writeErr == nil && (err == nil || run.stopped) {
+		run.writeErr = out.write(g.finish())
+	}
+	return run
+}
+
+// answer finishes the response after the backend returned.
+func (s *Server) answer(ctx context.Context, r *http.Request, g *generation, out answerWriter, run *runOutcome, info *requestInfo) {
+	res := run.result
+	promptTokens := res.PromptTokens
+	if promptTokens == 0 {
+		promptTokens = len(g.req.Prompt)
+	}
+	stats := s.stats(run, info)
+	info.generated, info.promptTokens, info.completionTokens = true, promptTokens, res.CompletionTokens
+	info.tau, info.tokensPerSecond = stats.Tau, stats.TokensPerSecond
+
+	outcome := "cancelled"
+	defer func() {
+		info.finish = outcome
+		s.metrics.observeGeneration(outcome, promptTokens, res.CompletionTokens, stats.Tau, stats.TokensPerSecond)
+	}()
+	interrupted := !run.stopped && (run.err != nil || res.FinishReason == FinishCancelled)
+	switch {
+	case run.writeErr != nil || r.Context().Err() != nil:
+		info.statusOverride = statusClientClosed
+		return
+	case interrupted && errors.Is(context.Cause(ctx), errDraining):
+		out.abort(unavailable("the server is shutting down; the generation was cancelled"))
+		return
+	case run.err != nil && !run.stopped:
+		outcome = "error"
+		s.log.Error("generation failed", "id", info.id, "err", run.err)
+		out.abort(internalError("generation failed: " + run.err.Error()))
+		return
+	case !run.stopped && res.FinishReason == FinishCancelled:
+		outcome = "error"
+		s.log.Error("backend reported a cancellation nobody asked for", "id", info.id)
+		out.abort(internalError("the generation was cancelled inside the engine"))
+		return
+	}
+
+	finish := string(FinishStop)
+	if !run.stopped && res.FinishReason == FinishLength {
+		finish = string(FinishLength)
+	}
+	if finish == string(FinishStop) && g.toolCalls() > 0 {
+		finish = "tool_calls"
+	}
+	outcome = finish
+	err := out.end(outcomeFor(finish, promptTokens, res.CompletionTokens, stats))
+	if err != nil {
+		info.statusOverride = statusClientClosed
+	}
+}
+
+func outcomeFor(finish string, promptTokens, completionTokens int, stats dflashStats) outcome {
+	return outcome{
+		finish: finish,
+		usage:  usage{PromptTokens: promptTokens, CompletionTokens: completionTokens, TotalTokens: promptTokens + completionTokens},
+		stats:  stats,
+	}
+}
+
+// stats builds the dflash report, filling what the backend left at zero from what can be
+// derived: τ from tokens and cycles, speed from the decode time or the server's own clock.
+func (s *Server) stats(run *runOutcome, info *requestInfo) dflashStats {
+	res := run.result
+	st := dflashStats{
+		Tau: res.Tau, Cycles: res.Cycles,
+		PrefillMS: ms(res.PrefillTime), DecodeMS: ms(res.DecodeTime),
+		DraftMS: ms(res.DraftTime), VerifyMS: ms(res.VerifyTime),
+		QueueMS:         ms(info.queueWait),
+		TokensPerSecond: res.TokensPerSecond,
+	}
+	if st.Tau == 0 && res.Cycles > 0 {
+		st.Tau = float64(res.CompletionTokens) / float64(res.Cycles)
+	}
+	if st.TokensPerSecond == 0 && res.CompletionTokens > 0 {
+		switch {
+		case res.DecodeTime > 0:
+			st.TokensPerSecond = float64(res.CompletionTokens) / res.DecodeTime.Seconds()
+		case !run.firstText.IsZero() && run.ended.After(run.firstText) && res.CompletionTokens > 1:
+			// The first text arrives after the first token, so its token is not timed.
+			st.TokensPerSecond = float64(res.CompletionTokens-1) / run.ended.Sub(run.firstText).Seconds()
+		}
+	}
+	return st
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,181 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// metrics collects the counters /metrics exposes in the Prometheus text format (version
+// 0.0.4). It is written by hand: a handful of counters and histograms do not justify a
+// client library in the server's dependencies.
+type metrics struct {
+	mu               sync.Mutex
+	requests         map[[2]string]uint64 // {endpoint, status code} → count
+	generations      map[string]uint64    // finish reason (or "error", "cancelled") → count
+	promptTokens     uint64
+	completionTokens uint64
+	queueRejected    uint64
+	tau              *histogram
+	tokensPerSecond  *histogram
+	queueWait        *histogram
+	duration         *histogram
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		requests:        make(map[[2]string]uint64),
+		generations:     make(map[string]uint64),
+		tau:             newHistogram([]float64{1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16}),
+		tokensPerSecond: newHistogram([]float64{5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000}),
+		queueWait:       newHistogram([]float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
+		duration:        newHistogram([]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+	}
+}
+
+// observeRequest counts one finished HTTP request.
+func (m *metrics) observeRequest(endpoint string, status int, elapsed time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.requests[[2]string{endpoint, strconv.Itoa(status)}]++
+	if isGenerationEndpoint(endpoint) {
+		m.duration.observe(elapsed.Seconds())
+	}
+}
+
+// observeGeneration counts one generation that ran (outcome is the finish reason, or
+// "cancelled" or "error").
+func (m *metrics) observeGeneration(outcome string, promptTokens, completionTokens int, tau, tokensPerSecond float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.generations[outcome]++
+	m.promptTokens += uint64(max(promptTokens, 0))
+	m.completionTokens += uint64(max(completionTokens, 0))
+	if tau > 0 {
+		m.tau.observe(tau)
+	}
+	if tokensPerSecond > 0 {
+		m.tokensPerSecond.observe(tokensPerSecond)
+	}
+}
+
+func (m *metrics) observeQueueWait(wait time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.queueWait.observe(wait.Seconds())
+}
+
+func (m *metrics) observeQueueRejected() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.queueRejected++
+}
+
+// write renders every metric; waiting and running come from the queue at scrape time.
+func (m *metrics) write(w io.Writer, waiting int, running bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var b strings.Builder
+
+	header(&b, "dflash_http_requests_total", "counter", "HTTP requests by endpoint and status code.")
+	keys := make([][2]string, 0, len(m.requests))
+	for k := range m.requests {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		fmt.Fprintf(&b, "dflash_http_requests_total{endpoint=%s,code=%s} %d\n", label(k[0]), label(k[1]), m.requests[k])
+	}
+
+	header(&b, "dflash_generations_total", "counter", "Generations by outcome (finish reason, cancelled or error).")
+	outcomes := make([]string, 0, len(m.generations))
+	for k := range m.generations {
+		outcomes = append(outcomes, k)
+	}
+	sort.Strings(outcomes)
+	for _, k := range outcomes {
+		fmt.Fprintf(&b, "dflash_generations_total{outcome=%s} %d\n", label(k), m.generations[k])
+	}
+
+	header(&b, "dflash_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.")
+	fmt.Fprintf(&b, "dflash_prompt_tokens_total %d\n", m.promptTokens)
+	header(&b, "dflash_completion_tokens_total", "counter", "Generated tokens.")
+	fmt.Fprintf(&b, "dflash_completion_tokens_total %d\n", m.completionTokens)
+	header(&b, "dflash_queue_rejected_total", "counter", "Requests refused with 429 because the queue was full.")
+	fmt.Fprintf(&b, "dflash_queue_rejected_total %d\n", m.queueRejected)
+
+	header(&b, "dflash_queue_depth", "gauge", "Requests waiting for the generation slot.")
+	fmt.Fprintf(&b, "dflash_queue_depth %d\n", waiting)
+	header(&b, "dflash_generation_running", "gauge", "1 while a generation runs.")
+	fmt.Fprintf(&b, "dflash_generation_running %d\n", boolToInt(running))
+
+	m.tau.write(&b, "dflash_tau", "Mean tokens committed per DFlash cycle, per request.")
+	m.tokensPerSecond.write(&b, "dflash_tokens_per_second", "Decode speed per request, in tokens per second.")
+	m.queueWait.write(&b, "dflash_queue_wait_seconds", "Time a request waited for the generation slot.")
+	m.duration.write(&b, "dflash_request_duration_seconds", "Duration of completion requests.")
+
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func header(b *strings.Builder, name, typ, help string) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+// label quotes a label value as the text format requires.
+func label(v string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(v) + `"`
+}
+
+func boolToInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// histogram is a cumulative-bucket histogram with fixed upper bounds.
+type histogram struct {
+	bounds []float64
+	counts []uint64 // per bucket, not cumulative; len(bounds)+1 with +Inf last
+	sum    float64
+	count  uint64
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	if math.IsNaN(v) {
+		return
+	}
+	i := sort.SearchFloat64s(h.bounds, v) // first bound ≥ v
+	h.counts[i]++
+	h.sum += v
+	h.count++
+}
+
+func (h *histogram) write(b *strings.Builder, name, help string) {
+	header(b, name, "histogram", help)
+	var cumulative uint64
+	for i, bound := range h.bounds {
+		cumulative += h.counts[i]
+		fmt.Fprintf(b, "%s_bucket{le=%s} %d\n", name, label(strconv.FormatFloat(bound, 'g', -1, 64)), cumulative)
+	}
+	cumulative += h.counts[len(h.bounds)]
+	fmt.Fprintf(b, "%s_bucket{le=\"+Inf\"} %d\n", name, cumulative)
+	fmt.Fprintf(b, "%s_sum %s\n", name, strconv.FormatFloat(h.sum, 'g', -1, 64))
+	fmt.Fprintf(b, "%s_count %d\n", name, h.count)
+}

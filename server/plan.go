@@ -1,0 +1,83 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+)
+
+// checkModel accepts an absent model, the backend's id and the configured aliases.
+func (s *Server) checkModel(model string) error {
+	if model == "" || model == s.backend.ModelID() || slices.Contains(s.cfg.ModelAliases, model) {
+		return nil
+	}
+	return &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+		Message: "the model " + quote(model) + " does not exist; this server serves " + quote(s.backend.ModelID())}
+}
+
+// planGeneration applies defaults and limits to the request's fields and the prompt.
+//
+// Context policy: the prompt must leave at least one token of the context free. An
+// explicit max_tokens must fit in what is left (otherwise 400 context_length_exceeded, as
+// OpenAI answers); without one, the answer gets DefaultMaxTokens shortened to what is left,
+// and ends with finish_reason "length" when it runs out. max_tokens above MaxTokensLimit
+// is a 400 whatever the prompt.
+func (s *Server) planGeneration(id string, c commonRequest, prompt Prompt, promptParam string) (GenerateRequest, error) {
+	contextLen := s.backend.ContextLength()
+	n := len(prompt.Tokens)
+	if n == 0 {
+		return GenerateRequest{}, invalidField(promptParam, "%s is empty after tokenization; send some text", promptParam)
+	}
+	if n >= contextLen {
+		return GenerateRequest{}, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam,
+			Code: "context_length_exceeded",
+			Message: fmt.Sprintf("%s: %d tokens, but the model's context is %d tokens and the answer needs at least one",
+				promptParam, n, contextLen)}
+	}
+	room := contextLen - n
+	limit := s.cfg.MaxTokensLimit
+	if limit == 0 {
+		limit = contextLen
+	}
+	var maxTokens int
+	if c.MaxTokens != nil {
+		maxTokens = *c.MaxTokens
+		if maxTokens > limit {
+			return GenerateRequest{}, invalidField(c.MaxTokensParam, "%s is %d, more than this server's limit of %d",
+				c.MaxTokensParam, maxTokens, limit)
+		}
+		if maxTokens > room {
+			return GenerateRequest{}, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest,
+				Param: c.MaxTokensParam, Code: "context_length_exceeded",
+				Message: fmt.Sprintf("the model's context is %d tokens, but %d were requested (%d in the %s, %d in %s); "+
+					"shorten the %s or lower %s to at most %d", contextLen, n+maxTokens, n, promptParam, maxTokens,
+					c.MaxTokensParam, promptParam, c.MaxTokensParam, room)}
+		}
+	} else {
+		maxTokens = min(s.cfg.DefaultMaxTokens, limit, room)
+	}
+
+	req := GenerateRequest{
+		ID: id, Prompt: prompt.Tokens, MaxTokens: maxTokens,
+		Temperature: s.cfg.DefaultTemperature, TopP: s.cfg.DefaultTopP,
+		Seed: c.Seed, Stop: c.Stop,
+	}
+	if c.Temperature != nil {
+		req.Temperature = *c.Temperature
+	}
+	if c.TopP != nil {
+		req.TopP = *c.TopP
+	}
+	if c.TopK != nil {
+		req.TopK = *c.TopK
+	}
+	if c.MinP != nil {
+		req.MinP = *c.MinP
+	}
+	if req.TopP == 0 {
+		// top_p 0 keeps only the most likely token: that is greedy decoding, which the
+		// backend does exactly with temperature 0.
+		req.Temperature, req.TopP = 0, 1
+	}
+	return req, nil
+}

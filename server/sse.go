@@ -1,0 +1,65 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// sseStream writes Server-Sent Events: each event is "data: <json>\n\n", flushed at once,
+// and the stream ends with "data: [DONE]\n\n" as OpenAI's does.
+type sseStream struct {
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	writeTimeout time.Duration
+}
+
+func newSSEStream(w http.ResponseWriter, writeTimeout time.Duration) *sseStream {
+	return &sseStream{w: w, rc: http.NewResponseController(w), writeTimeout: writeTimeout}
+}
+
+// start sends the 200 status and the event-stream headers.
+func (s *sseStream) start() error {
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // tell reverse proxies not to buffer the stream
+	s.w.WriteHeader(http.StatusOK)
+	return s.flush()
+}
+
+// send writes v as one event.
+func (s *sseStream) send(v any) error {
+	payload, err := marshalJSON(v)
+	if err != nil {
+		return fmt.Errorf("encoding stream event: %w", err)
+	}
+	return s.write(append(append([]byte("data: "), payload...), '\n', '\n'))
+}
+
+// done writes the terminating event.
+func (s *sseStream) done() error {
+	return s.write([]byte("data: [DONE]\n\n"))
+}
+
+func (s *sseStream) write(b []byte) error {
+	// A per-write deadline: a client that stops reading is cut after writeTimeout, while a
+	// long generation that keeps writing is never cut.
+	if s.writeTimeout > 0 {
+		if err := s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return fmt.Errorf("setting the write deadline: %w", err)
+		}
+	}
+	if _, err := s.w.Write(b); err != nil {
+		return fmt.Errorf("writing stream event: %w", err)
+	}
+	return s.flush()
+}
+
+func (s *sseStream) flush() error {
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("flushing stream: %w", err)
+	}
+	return nil
+}
