@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine (no network, no Go): assembles the mlx-cuda-13 runtime that
+# was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
+# libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
+# Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE   (STAGE: setup | all | bench)
+set -uo pipefail
+STAGE="${1:-all}"
+X=/tmp/mlxcuda
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$X/mlx/lib" "$OUT" /tmp/stage
+log() { echo "== $*"; }
+if [ -d .gpu/p1 ]; then cp -n .gpu/p1/* /tmp/stage/ 2>/dev/null || true; fi
+if [ -d .gpu/p2 ]; then cp -n .gpu/p2/* /tmp/stage/ 2>/dev/null || true; fi
+if [ "$STAGE" = setup ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import nvidia,os;p=list(nvidia.__path__)[0];print(p);print(sorted(os.listdir(p)))"
+  ls -la /tmp/stage; df -h /tmp | tail -1
+  exit 0
+fi
+if [ ! -f "$X/mlx/lib/libmlx.so" ]; then
+  log "assembling libmlx.so"
+  cat /tmp/stage/libmlx.so.xz.part-* | xz -d > "$X/mlx/lib/libmlx.so" || { echo "libmlx parts missing: $(ls /tmp/stage)"; exit 3; }
+  tar -xJf /tmp/stage/include.tar.xz -C "$X/mlx"
+  tar -xJf /tmp/stage/libs.tar.xz -C "$X"
+  tar -xJf /tmp/stage/bin.tar.xz -C "$X"
+fi
+NV="$(python3 -c 'import nvidia;print(list(nvidia.__path__)[0])')"
+ln -sfn "$NV" "$X/nvidia"   # recreate the pip layout libmlx's RPATH and NVRTC expect
+LIBS="$(ls -d "$NV"/*/lib 2>/dev/null | tr '\n' ':')"
+export LD_LIBRARY_PATH="$X/mlx/lib:$LIBS${LD_LIBRARY_PATH:-}"
+[ -d "$NV/cu13/include" ] && export CUDA_HOME="$NV/cu13"
+[ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda/include ] && export CUDA_HOME=/usr/local/cuda
+export MLX_PTX_CACHE_DIR=/tmp/mlx-ptx
+B="$X/bin"
+log "version"; "$B/dflash-mlx" version 2>&1 | tee "$OUT/version.txt"
+if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
+  log "mlxc tests on CUDA"
+  ( cd mlxc && timeout 300 "$B/mlxc.test" -test.v -test.count=1 2>&1 ) > "$OUT/mlxc_cuda_tests.txt"; echo "exit $?" >> "$OUT/mlxc_cuda_tests.txt"
+  grep -E "^(--- FAIL|--- PASS: TestCUDAKernel|ok|FAIL|PASS)" "$OUT/mlxc_cuda_tests.txt" | head -40
+  log "mlxc overhead benchmark on CUDA"
+  ( cd mlxc && timeout 120 "$B/mlxc.test" -test.run XXX -test.bench . -test.benchtime 2000x 2>&1 ) > "$OUT/mlxc_cuda_bench.txt"; tail -15 "$OUT/mlxc_cuda_bench.txt"
+  log "engine exactness tests on CUDA"
+  ( cd engine && timeout 400 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashScripted|TestDFlashCaches|TestStopRules|TestVerifyDecodeFlips' 2>&1 ) > "$OUT/engine_cuda_tests.txt"; echo "exit $?" >> "$OUT/engine_cuda_tests.txt"
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|flips" "$OUT/engine_cuda_tests.txt" | head -30
+fi
+if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
+  N="${BENCH_TOKENS:-256}"
+  log "bench qwen3-4b shape, replayed drafts err 0.14 (τ≈6.5)"
+  timeout 400 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n "$N" --num-prompts 2 --repeats 3 --replay-drafts 0.14 --bandwidth --json > "$OUT/bench_4b_tau6.5.json" 2> "$OUT/bench_4b_tau6.5.err"; tail -3 "$OUT/bench_4b_tau6.5.err"
+  log "bench qwen3-4b shape, replayed drafts err 0 (τ=16)"
+  timeout 300 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n "$N" --num-prompts 2 --repeats 3 --replay-drafts 0 --json > "$OUT/bench_4b_tau16.json" 2> "$OUT/bench_4b_tau16.err"; tail -3 "$OUT/bench_4b_tau16.err"
+  log "verify vs decode flips on the 4B shape"
+  timeout 200 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$OUT/flips_4b.json" 2>&1; head -c 600 "$OUT/flips_4b.json"
+fi
