@@ -143,6 +143,10 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 			dtoks = mlxc.ToSlice[int32](drafts)
 		}
 		a, tok := verify.Resolve(next, accept)
+		if e.ReplayAccept != nil {
+			a = min(max(e.ReplayAccept(n), 0), n)
+			tok = next[a]
+		}
 
 		tr := time.Now()
 		if err := c.Rewind(n - a); err != nil {

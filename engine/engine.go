@@ -21,6 +21,13 @@ type Engine struct {
 	// ContextLength bounds prompt + generation; 0 = the model's max_position_embeddings.
 	ContextLength int
 
+	// ReplayAccept, when set, overrides how many drafts a cycle accepts (benchmarks only).
+	// Drafting, verification, rollback and commit all run for real, so the cycle cost is
+	// the engine's true cost at the acceptance rate the function sets; the emitted tokens
+	// are then NOT the model's output. Used by `bench --replay-drafts` to measure a
+	// random-weight model at a known τ; results must be labelled as replayed.
+	ReplayAccept func(n int) int
+
 	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's
 	// rollback together with the tokens committed so far (prompt + output − staged).
 	afterCycle func(c model.Cache, committed []int32)
