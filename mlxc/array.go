@@ -60,6 +60,13 @@ func (s *Scope) Close(keep ...*Array) {
 		}
 		a.release()
 	}
+	// Kept arrays that belong to an outer scope (an input passed through, say) stay there
+	// and must not count as kept when that scope closes.
+	for _, a := range keep {
+		if a != nil {
+			a.keep = false
+		}
+	}
 	s.arrays = nil
 	s.closed = true
 	scopeTop = s.parent

@@ -95,9 +95,11 @@ func mlxcGoGraphCallback(payload C.uintptr_t, inputs *C.mlxc_array, n C.int, out
 	if len(res) > int(capacity) {
 		panic(fmt.Sprintf("compiled function returned %d outputs, at most %d allowed", len(res), int(capacity)))
 	}
+	// The C side takes over the output handles and frees them; hand it clones, since this
+	// scope frees the originals when the callback returns.
 	out := unsafe.Slice(outs, int(capacity))
 	for i, a := range res {
-		out[i] = a.handle("compiled_call")
+		check("compiled_call", C.mlxc_array_clone(&out[i], a.handle("compiled_call")))
 	}
 	return C.int(len(res))
 }

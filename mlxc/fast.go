@@ -20,7 +20,8 @@ func LayerNorm(x, weight, bias *Array, eps float32) *Array {
 }
 
 // RoPE rotates the first dims features of x ([..., L, D]); positions start at offset.
-// freqs (dims/2 inverse frequencies) replaces base when not nil.
+// freqs ([dims/2]) replaces base when not nil: pair i turns by pos/freqs[i], so freqs are
+// the reciprocals of the inverse frequencies (base^(2i/dims) reproduces the base schedule).
 func RoPE(x *Array, dims int, traditional bool, base, scale float32, offset int, freqs *Array) *Array {
 	var h C.mlxc_array
 	check("rope", C.mlxc_rope(&h, x.handle("rope"), C.int(dims), C.bool(traditional), C.float(base), C.float(scale), C.int(offset), nil, optHandle("rope", freqs), curStream.c))

@@ -29,12 +29,14 @@ func Categorical(logits *Array, axis int, key *Array) *Array {
 
 // Uniform samples in [low, high).
 func Uniform(low, high float64, shape []int, dt Dtype, key *Array) *Array {
-	s := NewScope()
-	lo, hi := Scalar(low, dt), Scalar(high, dt)
 	var h C.mlxc_array
-	var buf [8]C.int
-	check("random.uniform", C.mlxc_random_uniform(&h, lo.h, hi.h, cInts(shape, &buf), C.int(len(shape)), C.int(dt), optHandle("random.uniform", key), curStream.c))
-	s.Close()
+	func() {
+		s := NewScope() // the bounds; closed also when the op fails
+		defer s.Close()
+		lo, hi := Scalar(low, dt), Scalar(high, dt)
+		var buf [8]C.int
+		check("random.uniform", C.mlxc_random_uniform(&h, lo.h, hi.h, cInts(shape, &buf), C.int(len(shape)), C.int(dt), optHandle("random.uniform", key), curStream.c))
+	}()
 	return newArray(h)
 }
 

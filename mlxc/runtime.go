@@ -100,11 +100,13 @@ func Do(fn func() error) error {
 func (t *mlxThread) loop(ready chan<- error) {
 	runtime.LockOSThread()
 	// The loop only ends through runtime.Goexit inside a job (t.FailNow, say). That ends this
-	// goroutine and its locked thread; keep serving on a fresh one, whose default streams MLX
-	// recreates lazily.
+	// goroutine and its locked thread; keep serving on a fresh one. MLX streams belong to the
+	// thread that created them, so the fresh thread switches to its own default stream.
 	defer func() { go t.loop(nil) }()
 	if ready != nil {
 		ready <- initRuntime()
+	} else {
+		resetStream()
 	}
 	for job := range t.jobs {
 		job()
@@ -155,6 +157,19 @@ func initRuntime() error {
 	curStream = Stream{c: s}
 	curDevice = Device{GPU: gpu}
 	return nil
+}
+
+// resetStream points curStream at the current device's default stream on this thread (used
+// when the MLX thread was replaced: the old thread's streams are gone with it).
+func resetStream() {
+	dt := C.int(0)
+	if curDevice.GPU {
+		dt = 1
+	}
+	var s C.mlxc_stream
+	if C.mlxc_default_stream(&s, dt, C.int(curDevice.Index)) == 0 {
+		curStream = Stream{c: s}
+	}
 }
 
 // Init starts the MLX thread (if needed) and reports start-up errors such as a version

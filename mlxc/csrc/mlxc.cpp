@@ -292,11 +292,16 @@ int mlxc_array_copy_to(mlxc_array a, void* dst, size_t nbytes) {
   });
 }
 
+int mlxc_array_clone(mlxc_array* out, mlxc_array a) {
+  return guard([&] { *out = wrap(mx::array(A(a))); });
+}
+
 int mlxc_array_item_f64(mlxc_array a, double* out) {
   return guard([&] {
-    auto x = mx::astype(A(a), mx::float32, mx::Device::cpu);
+    // float64 (CPU only) so that int64 and float64 values come back exactly.
+    auto x = mx::astype(A(a), mx::float64, mx::Device::cpu);
     if (x.size() != 1) throw std::invalid_argument("item: array has " + std::to_string(x.size()) + " elements");
-    *out = x.item<float>();
+    *out = x.item<double>();
   });
 }
 
@@ -745,11 +750,12 @@ int mlxc_compile(mlxc_compiled* out, mlxc_graph_fn fn, uintptr_t payload, bool s
       std::vector<mlxc_array> hout(64, nullptr);
       int n = fn(payload, hin.data(), static_cast<int>(hin.size()), hout.data(), static_cast<int>(hout.size()));
       for (auto h : hin) delete static_cast<mx::array*>(h);
-      if (n < 0) throw std::runtime_error("compiled function: " + g_callback_error);
+      // The output handles are ours (fresh clones made by the callback): copy the arrays,
+      // which are reference-counted, then free the handles.
       std::vector<mx::array> res;
-      // The outputs' handles stay owned by the Go side (its scope frees them); we copy the
-      // arrays, which are reference-counted.
       for (int i = 0; i < n; i++) res.push_back(*static_cast<mx::array*>(hout[i]));
+      for (auto h : hout) mlxc_array_free(h);
+      if (n < 0) throw std::runtime_error("compiled function: " + g_callback_error);
       return res;
     };
     auto c = new Compiled{mx::compile(std::function<std::vector<mx::array>(const std::vector<mx::array>&)>(body),

@@ -75,6 +75,7 @@ int mlxc_array_dtype(mlxc_array a);
 size_t mlxc_array_size(mlxc_array a);
 size_t mlxc_array_nbytes(mlxc_array a);
 int mlxc_array_copy_to(mlxc_array a, void* dst, size_t nbytes); /* evaluates, makes contiguous, copies */
+int mlxc_array_clone(mlxc_array* out, mlxc_array a);             /* a second handle to the same array */
 int mlxc_array_item_f64(mlxc_array a, double* out);
 int mlxc_array_item_i64(mlxc_array a, int64_t* out);
 int mlxc_eval(const mlxc_array* arrs, int n);
@@ -182,8 +183,10 @@ int mlxc_kernel_apply(mlxc_array* outs, mlxc_kernel k, const mlxc_array* inputs,
 
 /* ---- compile ---- */
 typedef void* mlxc_compiled;
-/* The callback builds the graph: it receives n inputs and must write up to cap outputs into outs and return the
- * count, or -1 on error (the message goes through mlxc_set_callback_error). */
+/* The callback builds the graph: it receives n inputs (borrowed handles, valid during the call) and must write up
+ * to cap outputs into outs and return the count, or -1 on error (the message goes through
+ * mlxc_set_callback_error). Output handles must be new (e.g. from mlxc_array_clone): the library takes them over
+ * and frees them, also the ones written before an error. */
 typedef int (*mlxc_graph_fn)(uintptr_t payload, const mlxc_array* inputs, int n, mlxc_array* outs, int cap);
 void mlxc_set_callback_error(const char* msg);
 int mlxc_compile(mlxc_compiled* out, mlxc_graph_fn fn, uintptr_t payload, bool shapeless);

@@ -1,0 +1,109 @@
+package mlxc
+
+import (
+	"testing"
+)
+
+// out[i] = a[i]·2 + b[i]. The grid is in threads and the last block may hold surplus
+// threads, so the body checks its index (N comes in as a template argument).
+const axpbSource = `
+  auto i = cg::this_grid().thread_rank();
+  if (i < N) {
+    out[i] = a[i] * static_cast<T>(2.0f) + b[i];
+  }
+`
+
+func axpbKernel() *Kernel {
+	return NewKernel(KernelSpec{
+		Backend: KernelCUDA,
+		Name:    "dflash_test_axpb",
+		Inputs:  []string{"a", "b"},
+		Outputs: []string{"out"},
+		Source:  axpbSource,
+	})
+}
+
+func TestCUDAKernelUnavailableOnCPU(t *testing.T) {
+	if CUDAKernelsAvailable() {
+		t.Skip("CUDA kernels are available here; TestCUDAKernel covers them")
+	}
+	if Backend() == "cuda" && GPUCount() > 0 {
+		t.Errorf("CUDAKernelsAvailable false with a CUDA backend and %d GPUs", GPUCount())
+	}
+	onMLX(t, func() {
+		// Building or calling a CUDA kernel without the CUDA backend is an error, not a crash.
+		err := Catch(func() {
+			k := axpbKernel()
+			defer k.Free()
+			a := f32(seq(8), 8)
+			out := k.Call([]*Array{a, a}, KernelCall{
+				OutputShapes: [][]int{{8}},
+				OutputDtypes: []Dtype{Float32},
+				Grid:         [3]int{8, 1, 1},
+				ThreadGroup:  [3]int{32, 1, 1},
+				Template:     []TemplateArg{{"N", 8}, {"T", Float32}},
+			})
+			Eval(out...)
+		})
+		if err == nil {
+			t.Errorf("a CUDA kernel ran without the CUDA backend")
+		} else {
+			t.Logf("CUDA kernel on %s: %v", Backend(), err)
+		}
+		var freed Kernel
+		wantErr(t, "call of a freed kernel", "freed", func() { freed.Call(nil, KernelCall{}) })
+		wantErr(t, "unknown kernel backend", "backend", func() { NewKernel(KernelSpec{Backend: 7, Name: "x"}) })
+		// The runtime keeps working.
+		closeTo(t, "after kernel errors", Add(f32([]float32{1}, 1), f32([]float32{2}, 1)).Float32s(), []float32{3}, 0)
+	})
+}
+
+// TestCUDAKernel runs a real fast::cuda_kernel on a GPU stream (H200 runs).
+func TestCUDAKernel(t *testing.T) {
+	if !CUDAKernelsAvailable() {
+		t.Skipf("no CUDA kernels here (backend %s, %d GPUs): run on a CUDA machine", Backend(), GPUCount())
+	}
+	const n = 1000 // not a multiple of the block size: 24 surplus threads in the last block
+	g := lcg(55)
+	av, bv := g.floats(n, -4, 4), g.floats(n, -4, 4)
+	onMLX(t, func() {
+		prev := DefaultStream()
+		defer SetStream(prev)
+		SetStream(NewStream(Device{GPU: true}))
+		k := axpbKernel()
+		defer k.Free()
+		call := func(a, b *Array, dt Dtype, cnt int) *Array {
+			return k.Call([]*Array{a, b}, KernelCall{
+				OutputShapes: [][]int{{cnt}},
+				OutputDtypes: []Dtype{dt},
+				Grid:         [3]int{cnt, 1, 1},
+				ThreadGroup:  [3]int{256, 1, 1},
+				Template:     []TemplateArg{{"N", cnt}, {"T", dt}},
+			})[0]
+		}
+		a, b := f32(av, n), f32(bv, n)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = float64(av[i])*2 + float64(bv[i])
+		}
+		out := call(a, b, Float32, n)
+		eqShape(t, "cuda kernel", out.Shape(), []int{n})
+		nearAll(t, "cuda kernel f32", out.Float32s(), want, 1e-6, 1e-6)
+		// Same kernel, another template instantiation (bf16).
+		ob := call(AsType(a, BFloat16), AsType(b, BFloat16), BFloat16, n)
+		if ob.Dtype() != BFloat16 {
+			t.Errorf("bf16 kernel output %v", ob.Dtype())
+		}
+		nearAll(t, "cuda kernel bf16", ob.Float32s(), want, 0.07, 0.01)
+		// A small call: the grid is smaller than one block.
+		nearAll(t, "cuda kernel n=5", call(SliceAxis(a, 0, 0, 5), SliceAxis(b, 0, 0, 5), Float32, 5).Float32s(), want[:5], 1e-6, 1e-6)
+		// InitValue fills the output first: a kernel that writes nothing leaves it.
+		noop := NewKernel(KernelSpec{Backend: KernelCUDA, Name: "dflash_test_noop", Inputs: []string{"a"}, Outputs: []string{"out"},
+			Source: "  if (cg::this_grid().thread_rank() == 0) { out[0] = a[0]; }\n"})
+		defer noop.Free()
+		init := float32(-3)
+		r := noop.Call([]*Array{a}, KernelCall{OutputShapes: [][]int{{4}}, OutputDtypes: []Dtype{Float32},
+			Grid: [3]int{1, 1, 1}, ThreadGroup: [3]int{1, 1, 1}, InitValue: &init})[0]
+		closeTo(t, "init value", r.Float32s(), []float32{av[0], -3, -3, -3}, 0)
+	})
+}
