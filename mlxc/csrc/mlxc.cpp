@@ -243,11 +243,9 @@ int mlxc_array_from_data(mlxc_array* out, const void* data, const int* shape, in
 int mlxc_array_scalar_f(mlxc_array* out, double v, int dtype) {
   return guard([&] {
     auto dt = dtype_of(dtype);
-    *out = wrap(mx::astype(mx::array(static_cast<float>(v)), dt));
-    if (dt == mx::float64) {
-      mlxc_array_free(*out);
-      *out = wrap(mx::array(v, mx::float64));
-    }
+    // float64 is built directly (no float32 detour, and no GPU op: GPUs lack float64).
+    if (dt == mx::float64) *out = wrap(mx::array(v, mx::float64));
+    else *out = wrap(mx::astype(mx::array(static_cast<float>(v)), dt));
   });
 }
 
