@@ -12,7 +12,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -ldflags "-X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION)"
 PREFIX ?= /usr/local
 
-.PHONY: all deps lib build test test-short demo bench bench-ref install lint clean distclean
+.PHONY: all deps lib build test test-short demo bench bench-ref install lint lint-workflows clean distclean
 
 all: build
 
@@ -21,6 +21,7 @@ deps:
 	@bash scripts/deps_tokenizers.sh
 	@bash scripts/deps_testdata.sh
 	@bash scripts/deps_pyref.sh
+	@bash scripts/deps_node.sh
 
 # The MLX wheel must be there before anything is compiled; the other deps are needed by
 # the tokenizer package (link) and the tests.
@@ -65,6 +66,11 @@ install: build
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+
+ACTIONLINT_VERSION := v1.7.7
+lint-workflows:
+	@GOBIN=$(ROOT)/build/tools $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	$(ROOT)/build/tools/actionlint .github/workflows/*.yml
 
 clean:
 	rm -rf build bin

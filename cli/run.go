@@ -25,6 +25,7 @@ func runCommand() *cli.Command {
 		&cli.BoolFlag{Name: "stats", Usage: "print statistics to stderr when done"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object (text, finish reason, statistics) instead of streaming"},
 		&cli.BoolFlag{Name: "profile", Usage: "split draft and verify time (adds a sync per cycle)"},
+		&cli.BoolFlag{Name: "ignore-eos", Usage: "keep generating past end-of-sequence tokens (benchmarks)"},
 	)
 	return &cli.Command{
 		Name:      "run",
@@ -101,6 +102,10 @@ func runAction(c *cli.Context) error {
 		BlockSize:  c.Int("block-size"),
 		Detok:      s.Tok.NewStreamDecoder(true),
 		Profile:    c.Bool("profile"),
+		IgnoreEOS:  c.Bool("ignore-eos"),
+	}
+	if req.IgnoreEOS {
+		req.StopTokens = nil
 	}
 	jsonOut := c.Bool("json")
 	start := time.Now()
