@@ -165,7 +165,14 @@ func (cs *chatSession) turn(ctx context.Context, user string) error {
 	msgs = append(msgs, cs.history...)
 	msgs = append(msgs, tokenizer.NewMessage("user", user))
 	think := cs.think
-	ids, err := cs.s.ChatPrompt(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &think})
+	opts := tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &think}
+	if os.Getenv("DFLASH_CHAT_DEBUG") == "1" {
+		// Shows the exact rendered prompt (tests check that history is kept).
+		if text, err := cs.s.Tok.ApplyChatTemplate(msgs, opts); err == nil {
+			fmt.Fprintf(os.Stderr, "[prompt]%s[/prompt]\n", text)
+		}
+	}
+	ids, err := cs.s.ChatPrompt(msgs, opts)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
+)
+
+// The test binary doubles as the CLI: with DFLASH_CLI_MAIN=1 it runs Main, so end-to-end
+// tests exercise the real command line in a separate process.
+func TestMain(m *testing.M) {
+	if os.Getenv("DFLASH_CLI_MAIN") == "1" {
+		os.Exit(Main(append([]string{"dflash-mlx"}, os.Args[1:]...)))
+	}
+	os.Exit(m.Run())
+}
+
+var pairDir string
+
+// tinyPair writes the demo pair (real Qwen3 tokenizer, random weights) once.
+func tinyPair(t *testing.T) (string, string) {
+	t.Helper()
+	tokDir := filepath.Join(reftest.RepoRoot(), "third_party", "testdata", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		reftest.Missing(t, "Qwen3 tokenizer asset "+tokDir)
+	}
+	t.Setenv("DFLASH_TOKENIZER_DIR", tokDir)
+	if pairDir == "" {
+		dir, err := os.MkdirTemp("", "dflash-cli-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tspec, dspec, _ := pairShape("demo")
+		if err := writePair(filepath.Join(dir, "target"), filepath.Join(dir, "draft"), tspec, dspec); err != nil {
+			t.Fatal(err)
+		}
+		pairDir = dir
+	}
+	return filepath.Join(pairDir, "target"), filepath.Join(pairDir, "draft")
+}
+
+func cliCmd(t *testing.T, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "DFLASH_CLI_MAIN=1", "HF_HUB_OFFLINE=1", "HF_HOME="+t.TempDir())
+	return cmd
+}
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := cliCmd(t, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func TestRunStreamsAndJSON(t *testing.T) {
+	td, dd := tinyPair(t)
+	out, errOut, code := runCLI(t, "run", "--target-model", td, "--draft-model", dd, "--prompt", "Hello there", "-n", "12", "--ignore-eos", "--block-size", "4", "--stats")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.TrimSpace(out) == "" {
+		t.Error("no streamed text")
+	}
+	if !strings.Contains(errOut, "dflash") || !strings.Contains(errOut, "tok/s") {
+		t.Errorf("--stats printed no statistics: %s", errOut)
+	}
+	var res struct {
+		Text         string  `json:"text"`
+		Tokens       []int32 `json:"tokens"`
+		FinishReason string  `json:"finish_reason"`
+		Stats        struct {
+			Mode            string  `json:"mode"`
+			GeneratedTokens int     `json:"generated_tokens"`
+			Cycles          int     `json:"cycles"`
+			Tau             float64 `json:"tau"`
+		} `json:"stats"`
+	}
+	dj, errOut, code := runCLI(t, "run", "--target-model", td, "--draft-model", dd, "--prompt", "Hello there", "-n", "12", "--ignore-eos", "--block-size", "4", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(dj), &res); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, dj)
+	}
+	if res.Stats.Mode != "dflash" || len(res.Tokens) != 12 || res.FinishReason != "length" || res.Stats.GeneratedTokens != 12 || res.Stats.Cycles == 0 {
+		t.Errorf("unexpected result: %+v", res)
+	}
+	if strings.TrimSpace(out) != strings.TrimSpace(res.Text) {
+		t.Errorf("streamed text %q differs from --json text %q", out, res.Text)
+	}
+	pj, _, code := runCLI(t, "run", "--target-model", td, "--no-draft", "--prompt", "Hello there", "-n", "12", "--ignore-eos", "--json")
+	var plain struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	if code != 0 || json.Unmarshal([]byte(pj), &plain) != nil {
+		t.Fatalf("plain run failed: %s", pj)
+	}
+	if fmt.Sprint(plain.Tokens) != fmt.Sprint(res.Tokens) {
+		t.Errorf("DFlash tokens %v differ from plain %v", res.Tokens, plain.Tokens)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	td, _ := tinyPair(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad temperature", []string{"run", "--target-model", td, "--no-draft", "--prompt", "x", "--temperature", "-1"}, "temperature"},
+		{"missing folder", []string{"run", "--target-model", "./no/such/model", "--no-draft", "--prompt", "x"}, "does not exist"},
+		{"unknown repo offline", []string{"run", "--target-model", "nobody/no-such-model", "--no-draft", "--prompt", "x"}, "nobody/no-such-model"},
+		{"unknown flag", []string{"run", "--bogus"}, "bogus"},
+		{"required draft", []string{"run", "--target-model", td, "--require-draft", "--prompt", "x"}, "no DFlash draft is known"},
+		{"stray argument", []string{"run", "--target-model", td, "hello"}, "unexpected argument"},
+		{"bad draft", []string{"run", "--target-model", td, "--draft-model", td, "--prompt", "x"}, "draft"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, errOut, code := runCLI(t, c.args...)
+			if code == 0 {
+				t.Fatalf("exit 0 for %v", c.args)
+			}
+			if !strings.Contains(errOut, c.want) {
+				t.Errorf("stderr %q does not mention %q", errOut, c.want)
+			}
+		})
+	}
+}
+
+// Chat keeps the real history: the second turn's prompt contains the first exchange
+// rendered through the template; Ctrl-C stops an answer without ending the program.
+func TestChatKeepsHistoryAndSurvivesCtrlC(t *testing.T) {
+	td, dd := tinyPair(t)
+	cmd := cliCmd(t, "chat", "--target-model", td, "--draft-model", dd, "-n", "6", "--block-size", "4")
+	cmd.Env = append(cmd.Env, "DFLASH_CHAT_DEBUG=1")
+	stdin, _ := cmd.StdinPipe()
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	prompts := make(chan string, 8)
+	go func() {
+		r := bufio.NewReader(stderr)
+		var cur strings.Builder
+		for {
+			line, err := r.ReadString('\n')
+			if strings.Contains(line, "[prompt]") || cur.Len() > 0 {
+				cur.WriteString(line)
+				if strings.Contains(line, "[/prompt]") {
+					prompts <- cur.String()
+					cur.Reset()
+				}
+			}
+			if err != nil {
+				close(prompts)
+				return
+			}
+		}
+	}()
+	next := func() string {
+		select {
+		case p, ok := <-prompts:
+			if !ok {
+				t.Fatal("chat ended early")
+			}
+			return p
+		case <-time.After(60 * time.Second):
+			t.Fatal("timed out waiting for a prompt")
+		}
+		return ""
+	}
+	io.WriteString(stdin, "first question about cats\n")
+	p1 := next()
+	io.WriteString(stdin, "second question about dogs\n")
+	p2 := next()
+	if strings.Contains(p1, "dogs") || !strings.Contains(p1, "first question about cats") {
+		t.Errorf("first prompt wrong: %q", p1)
+	}
+	if !strings.Contains(p2, "<|im_start|>user\nfirst question about cats<|im_end|>\n<|im_start|>assistant\n") ||
+		!strings.Contains(p2, "<|im_start|>user\nsecond question about dogs<|im_end|>") {
+		t.Errorf("second prompt lacks the first exchange through the template:\n%s", p2)
+	}
+	// /reset forgets the history.
+	io.WriteString(stdin, "/reset\nthird after reset\n")
+	p3 := next()
+	if strings.Contains(p3, "cats") {
+		t.Errorf("history kept after /reset: %q", p3)
+	}
+	// Ctrl-C while idle does not end the program.
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(stdin, "/stats\n/exit\n")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("chat exited with %v; output %s", err, stdout.String())
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("chat did not exit on /exit")
+	}
+	if !strings.Contains(stdout.String(), "tok/s") {
+		t.Errorf("/stats printed nothing: %s", stdout.String())
+	}
+}
+
+func TestChatCtrlCStopsTheAnswerOnly(t *testing.T) {
+	td, dd := tinyPair(t)
+	cmd := cliCmd(t, "chat", "--target-model", td, "--draft-model", dd, "-n", "100000", "--block-size", "4", "--context-length", "40000")
+	cmd.Env = append(cmd.Env, "DFLASH_CHAT_DEBUG=1")
+	stdin, _ := cmd.StdinPipe()
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "tell me a very long story\n")
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(stderr.String(), "[/prompt]") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // let it generate for a while
+	cmd.Process.Signal(syscall.SIGINT)
+	for !strings.Contains(stdout.String(), "[stopped]") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(stdout.String(), "[stopped]") {
+		cmd.Process.Kill()
+		t.Fatalf("Ctrl-C did not stop the answer: %q", stdout.String())
+	}
+	io.WriteString(stdin, "/exit\n")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("chat ended with %v after Ctrl-C", err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
