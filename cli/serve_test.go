@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
+)
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startServe runs `dflash-mlx serve` on the tiny pair and waits for /health.
+func startServe(t *testing.T, extra ...string) (string, *exec.Cmd, *syncBuffer) {
+	td, dd := tinyPair(t)
+	port := freePort(t)
+	args := append([]string{"serve", "--target-model", td, "--draft-model", dd, "--port", fmt.Sprint(port), "--block-size", "4", "--model-id", "tiny-qwen3"}, extra...)
+	cmd := cliCmd(t, args...)
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("server did not come up: %s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve did not exit cleanly on SIGTERM: %v\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("serve did not drain within 30 s")
+		}
+	})
+	return base, cmd, &logs
+}
+
+func postJSON(t *testing.T, url string, body any) (int, map[string]any) {
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// Greedy output through the server equals `dflash-mlx run`, which equals plain decoding.
+func TestServeMatchesRunAndPlain(t *testing.T) {
+	td, dd := tinyPair(t)
+	base, _, logs := startServe(t)
+	const prompt = "Name three colours."
+	code, resp := postJSON(t, base+"/v1/chat/completions", map[string]any{
+		"model": "tiny-qwen3", "messages": []map[string]any{{"role": "user", "content": prompt}},
+		"max_tokens": 10, "temperature": 0, "chat_template_kwargs": map[string]any{"enable_thinking": false},
+	})
+	if code != 200 {
+		t.Fatalf("status %d: %v\n%s", code, resp, logs.String())
+	}
+	choice := resp["choices"].([]any)[0].(map[string]any)
+	content, _ := choice["message"].(map[string]any)["content"].(string)
+	usage := resp["usage"].(map[string]any)
+	if _, ok := resp["dflash"]; !ok {
+		t.Errorf("no dflash object in %v", resp)
+	}
+	for _, mode := range [][]string{{"--draft-model", dd, "--block-size", "4"}, {"--no-draft"}} {
+		args := append([]string{"run", "--target-model", td, "--prompt", prompt, "-n", "10", "--json"}, mode...)
+		out, errOut, c := runCLI(t, args...)
+		if c != 0 {
+			t.Fatalf("run: %s", errOut)
+		}
+		var r struct {
+			Text   string  `json:"text"`
+			Tokens []int32 `json:"tokens"`
+		}
+		json.Unmarshal([]byte(out), &r)
+		if r.Text != content {
+			t.Errorf("run %v text %q differs from the server's %q", mode, r.Text, content)
+		}
+		if int(usage["completion_tokens"].(float64)) != len(r.Tokens) {
+			t.Errorf("usage.completion_tokens %v, run generated %d", usage["completion_tokens"], len(r.Tokens))
+		}
+	}
+	// Errors are answered, not dropped.
+	if code, body := postJSON(t, base+"/v1/chat/completions", map[string]any{"model": "tiny-qwen3", "messages": []any{}}); code != 400 || body["error"] == nil {
+		t.Errorf("empty messages: %d %v", code, body)
+	}
+	long := strings.Repeat("word ", 50000)
+	if code, body := postJSON(t, base+"/v1/completions", map[string]any{"model": "tiny-qwen3", "prompt": long, "max_tokens": 5}); code != 400 {
+		t.Errorf("over-long prompt: %d %v", code, body)
+	}
+}
+
+// The official OpenAI SDKs (Python and Node) against the real server and engine.
+func TestServeWithOpenAISDKs(t *testing.T) {
+	py := reftest.Python(t)
+	base, _, logs := startServe(t)
+	dir := filepath.Join(reftest.RepoRoot(), "server", "sdktest")
+	run := func(interp, script string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, interp, script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "DFLASH_BASE_URL="+base+"/v1", "DFLASH_API_KEY=unused", "DFLASH_MODEL=tiny-qwen3")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s\nserver log:\n%s", script, err, out, logs.String())
+		}
+	}
+	run(py, "sdk_test.py")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		reftest.Missing(t, "server/sdktest/node_modules (npm ci)")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		reftest.Missing(t, "node")
+	}
+	run(node, "sdk_test.mjs")
+}
