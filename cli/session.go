@@ -122,9 +122,13 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		if bar != nil {
 			opt.Progress = bar.update
 		}
+		mlxc.ResetPeakMemory()
 		m, err := model.Load(tm.Dir, opt)
 		if bar != nil {
 			bar.done()
+			if err == nil {
+				fmt.Fprintf(cfg.Log, "weights %s, peak memory while loading %s\n", human(m.Arch().WeightBytes), human(int64(mlxc.PeakMemory())))
+			}
 		}
 		if err != nil {
 			return err

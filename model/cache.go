@@ -154,6 +154,19 @@ func (c *KVCaches) Rewind(n int) error {
 	return nil
 }
 
+// Checkpoint marks the current length. Restore(cp) returns to it as long as the cache
+// has not been rewound below cp since: the rows are still in place (a KV snapshot is just
+// an offset), so both are O(1).
+func (c *KVCaches) Checkpoint() int { return c.Offset() }
+
+// Restore rewinds to a checkpoint taken earlier.
+func (c *KVCaches) Restore(cp int) error {
+	if cp > c.Offset() {
+		return fmt.Errorf("kv cache: checkpoint %d is past the current offset %d", cp, c.Offset())
+	}
+	return c.Rewind(c.Offset() - cp)
+}
+
 // Reserve makes the first allocation large enough for n positions.
 func (c *KVCaches) Reserve(n int) {
 	for _, l := range c.Layers {

@@ -46,9 +46,10 @@ func TestVerifyEqualsStepByStep(t *testing.T) {
 					t.Errorf("greedy token %d differs", i)
 				}
 			}
-			// Rewind the last 10 and re-run them: cache contents are identical.
+			// Rewind the last 10 (through a checkpoint) and re-run them: identical contents.
 			before := kvSnapshot(c1)
-			if err := c1.Rewind(10); err != nil {
+			kv := c1.(*model.KVCaches)
+			if err := kv.Restore(kv.Checkpoint() - 10); err != nil {
 				return err
 			}
 			if c1.Offset() != len(prompt)+6 {
