@@ -61,3 +61,13 @@ if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
   timeout 200 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$OUT/flips_4b.json" 2>&1
   python3 -c "import json,sys;r=json.load(open(sys.argv[1]));[print(x['positions'],len(x['flips'] or []),x['max_abs_logprob_diff'],x['median_decode_gap'],(x['flips'] or [])[:8]) for x in r['reports']]" "$OUT/flips_4b.json"
 fi
+if [ "$STAGE" = graphs ]; then
+  # Host-side cost per kernel: plain decoding with MLX's CUDA graphs on and off.
+  "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  for g in 1 0; do
+    log "MLX_USE_CUDA_GRAPHS=$g"
+    MLX_USE_CUDA_GRAPHS=$g timeout 100 "$B/dflash-mlx" run --target-model /tmp/r4b/target --no-draft --no-chat-template --ignore-eos --prompt "hello world" -n 128 --stats -q 2>&1 >/dev/null | tee "$OUT/plain_graphs$g.txt" | grep -E "generation|time split"
+    MLX_USE_CUDA_GRAPHS=$g timeout 150 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 2 --replay-drafts 0.14 --json > "$OUT/bench_graphs$g.json" 2>/dev/null
+    python3 -c "import json,sys;r=json.load(open(sys.argv[1]));print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','median_speedup','median_tau']});print({k:round(v,2) for k,v in r['rows'][0].items() if k.endswith('ms') or k.endswith('cycle')})" "$OUT/bench_graphs$g.json"
+  done
+fi
