@@ -162,27 +162,12 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 }
 
 func (d *Drafter) weights() []*mlxc.Array {
-	var ws []*mlxc.Array
-	add := func(l *model.Linear) {
-		if l.Q != nil {
-			ws = append(ws, l.Q.W, l.Q.Scales)
-			if l.Q.Biases != nil {
-				ws = append(ws, l.Q.Biases)
-			}
-		} else {
-			ws = append(ws, l.W)
-		}
-		if l.Bias != nil {
-			ws = append(ws, l.Bias)
-		}
-	}
-	add(d.fc)
-	ws = append(ws, d.hiddenNorm, d.norm)
+	ws := append(d.fc.Arrays(), d.hiddenNorm, d.norm)
 	for i := range d.layers {
 		l := &d.layers[i]
 		ws = append(ws, l.inputNorm, l.postNorm, l.qNorm, l.kNorm)
 		for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
-			add(x)
+			ws = append(ws, x.Arrays()...)
 		}
 	}
 	return ws

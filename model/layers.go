@@ -31,6 +31,26 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	return mlxc.Matmul(x, mlxc.Transpose(l.W))
 }
 
+// Arrays lists the layer's weight arrays (for evaluation after loading).
+func (l *Linear) Arrays() []*mlxc.Array {
+	if l == nil {
+		return nil
+	}
+	var ws []*mlxc.Array
+	if l.Q != nil {
+		ws = append(ws, l.Q.W, l.Q.Scales)
+		if l.Q.Biases != nil {
+			ws = append(ws, l.Q.Biases)
+		}
+	} else {
+		ws = append(ws, l.W)
+	}
+	if l.Bias != nil {
+		ws = append(ws, l.Bias)
+	}
+	return ws
+}
+
 func (l *Linear) Free() {
 	if l == nil {
 		return

@@ -211,27 +211,8 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 
 func (m *Qwen3) weights() []*mlxc.Array {
 	var ws []*mlxc.Array
-	addL := func(l *Linear) {
-		if l == nil {
-			return
-		}
-		if l.Q != nil {
-			ws = append(ws, l.Q.W, l.Q.Scales)
-			if l.Q.Biases != nil {
-				ws = append(ws, l.Q.Biases)
-			}
-		} else {
-			ws = append(ws, l.W)
-		}
-		if l.Bias != nil {
-			ws = append(ws, l.Bias)
-		}
-	}
 	if m.embed.Q != nil {
-		ws = append(ws, m.embed.Q.W, m.embed.Q.Scales)
-		if m.embed.Q.Biases != nil {
-			ws = append(ws, m.embed.Q.Biases)
-		}
+		ws = append(ws, (&Linear{Q: m.embed.Q}).Arrays()...)
 	} else {
 		ws = append(ws, m.embed.W)
 	}
@@ -239,12 +220,11 @@ func (m *Qwen3) weights() []*mlxc.Array {
 		l := &m.layers[i]
 		ws = append(ws, l.inputNorm, l.postNorm, l.attn.qNorm, l.attn.kNorm)
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
-			addL(x)
+			ws = append(ws, x.Arrays()...)
 		}
 	}
 	ws = append(ws, m.norm)
-	addL(m.lmHead)
-	return ws
+	return append(ws, m.lmHead.Arrays()...)
 }
 
 // Free releases all weights.
