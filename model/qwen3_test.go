@@ -93,6 +93,14 @@ func TestQwen3MatchesMLXLM(t *testing.T) {
 		{name: "bf16-sharded-noindex-headdim", mod: func(s *modelgen.Qwen3Spec) { s.Shards = 2; s.NoIndex = true; s.HeadDim = 48; s.Seed = 3 }},
 		{name: "4bit-g64-tied", mod: func(s *modelgen.Qwen3Spec) { s.Seed = 4 }, bits: 4, group: 64},
 		{name: "8bit-g32-untied", mod: func(s *modelgen.Qwen3Spec) { s.Tied = false; s.Seed = 5 }, bits: 8, group: 32},
+		{name: "bf16-rope-yarn", mod: func(s *modelgen.Qwen3Spec) {
+			s.Seed = 6
+			s.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+		}},
+		{name: "bf16-rope-linear", mod: func(s *modelgen.Qwen3Spec) {
+			s.Seed = 7
+			s.RopeScaling = map[string]any{"type": "linear", "factor": 2.0}
+		}},
 	}
 	prompt := []int32{5, 17, 99, 3, 250, 42, 7, 7, 128, 64, 11, 200, 1, 0, 33, 90, 45, 12, 8, 190}
 	for _, tc := range cases {

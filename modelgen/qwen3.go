@@ -24,6 +24,8 @@ type Qwen3Spec struct {
 	// WeightStd is the std of the random matrices; larger values make logits decisive
 	// (no near-ties between the top tokens), which exact-equality tests need.
 	WeightStd float32
+	// RopeScaling is written as config.json's rope_scaling (nil: null).
+	RopeScaling map[string]any
 	// Quantize (bits 4 or 8) writes the mlx-community layout directly.
 	QuantBits, QuantGroup int
 }
@@ -47,7 +49,7 @@ func (s Qwen3Spec) config() map[string]any {
 		"vocab_size":              s.Vocab,
 		"rms_norm_eps":            1e-6,
 		"rope_theta":              s.RopeTheta,
-		"rope_scaling":            nil,
+		"rope_scaling":            s.RopeScaling,
 		"max_position_embeddings": s.MaxPositions,
 		"tie_word_embeddings":     s.Tied,
 		"hidden_act":              "silu",

@@ -9,8 +9,7 @@ import (
 
 // Scripted proposes tokens from a known continuation: the first Correct(cycle, n) drafts
 // are the reference's, the rest are deliberately wrong. Tests use it to force every
-// acceptance length; the benchmark uses it (Replay) to fix τ and measure the engine's own
-// cycle cost when the drafter's weights are random.
+// acceptance length.
 type Scripted struct {
 	// Ref is the full reference sequence: prompt followed by the target's own continuation.
 	Ref []int32
@@ -20,9 +19,6 @@ type Scripted struct {
 	Vocab int
 	Block int
 	Taps  []int
-	// Cost, when set, runs a drafter-shaped computation so benchmarks pay a realistic draft
-	// cost (e.g. a real drafter forward whose output is ignored).
-	Cost func(staged int32, ctx *mlxc.Array, n int) *mlxc.Array
 
 	cycle int
 	buf   []int32
@@ -70,15 +66,7 @@ func (s *Scripted) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sam
 			}
 		}
 	}
-	toks := mlxc.FromSlice(append([]int32(nil), out...), n)
-	if s.Cost != nil {
-		// Make the proposal depend on the cost graph so it is really computed, without
-		// changing the tokens (x·0 + tokens).
-		c := s.Cost(staged, ctx, n)
-		zero := mlxc.AsType(mlxc.Multiply(mlxc.Sum(mlxc.AsType(c, mlxc.Float32), nil, false), mlxc.Scalar(0, mlxc.Float32)), mlxc.Int32)
-		toks = mlxc.Add(toks, zero)
-	}
-	return Proposal{Tokens: toks}
+	return Proposal{Tokens: mlxc.FromSlice(append([]int32(nil), out...), n)}
 }
 
 // ReplayCorrect makes drafts right independently with probability 1−errRate each (so the
