@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
@@ -177,4 +178,38 @@ func maxDiff(a, b *mlxc.Array) float64 {
 		return 1e9
 	}
 	return mlxc.Max(mlxc.Abs(mlxc.Subtract(mlxc.AsType(a, mlxc.Float32), mlxc.AsType(b, mlxc.Float32))), nil, false).Float()
+}
+
+// A 4-bit drafter (affine, group 64) loads through the same path and stays lossless.
+func TestDFlashQuantizedDrafter(t *testing.T) {
+	spec := decisiveSpec(11)
+	p := loadPair(t, "decisive-bf16", spec, 2)
+	dir := t.TempDir()
+	var prop *verify.DFlash
+	err := mlxc.Do(func() error {
+		ds := modelgen.DrafterFor(spec, 2)
+		ds.QuantBits, ds.QuantGroup = 4, 64
+		if err := modelgen.WriteDrafter(dir, ds); err != nil {
+			return err
+		}
+		d, err := draft.Load(dir, p.target)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { mlxc.Do(func() error { d.Free(); return nil }) })
+		prop = verify.NewDFlash(d)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int32{5, 6, 7, 8}
+	want := plainGreedy(t, p, prompt, 40)
+	res, _ := run(t, &Engine{Target: p.target, Proposer: prop}, Request{Prompt: prompt, MaxTokens: 40, BlockSize: 8, IgnoreEOS: true})
+	if i, ok := eqTokens(res.Tokens, want); !ok {
+		t.Fatalf("quantized drafter: diverges at %d", i)
+	}
+	if res.Stats.Cycles == 0 {
+		t.Fatal("no DFlash cycles ran")
+	}
 }

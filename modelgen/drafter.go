@@ -16,6 +16,8 @@ type DrafterSpec struct {
 	Seed                                                  uint64
 	RopeTheta                                             float64
 	WeightStd                                             float32
+	// QuantBits/QuantGroup (e.g. 4/64) write an affine-quantized drafter.
+	QuantBits, QuantGroup int
 }
 
 // DrafterFor sizes a small drafter for a target spec.
@@ -30,6 +32,16 @@ func DrafterFor(t Qwen3Spec, layers int) DrafterSpec {
 }
 
 func (s DrafterSpec) config() map[string]any {
+	cfg := s.baseConfig()
+	if s.QuantBits > 0 {
+		q := map[string]any{"group_size": s.QuantGroup, "bits": s.QuantBits, "mode": "affine"}
+		cfg["quantization"] = q
+		cfg["quantization_config"] = q
+	}
+	return cfg
+}
+
+func (s DrafterSpec) baseConfig() map[string]any {
 	return map[string]any{
 		"architectures":           []string{"DFlashDraftModel"},
 		"model_type":              "qwen3",
@@ -59,7 +71,7 @@ func (s DrafterSpec) config() map[string]any {
 func (s DrafterSpec) tensors() []tensorSpec {
 	H, hd := s.Hidden, s.HeadDim
 	ts := []tensorSpec{
-		{name: "fc.weight", shape: []int{H, len(s.TargetLayerIDs) * H}},
+		{name: "fc.weight", shape: []int{H, len(s.TargetLayerIDs) * H}, quant: true},
 		{name: "hidden_norm.weight", shape: []int{H}, norm: true},
 		{name: "norm.weight", shape: []int{H}, norm: true},
 	}
@@ -68,15 +80,15 @@ func (s DrafterSpec) tensors() []tensorSpec {
 		ts = append(ts,
 			tensorSpec{name: p + "input_layernorm.weight", shape: []int{H}, norm: true},
 			tensorSpec{name: p + "post_attention_layernorm.weight", shape: []int{H}, norm: true},
-			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int{s.Heads * hd, H}},
-			tensorSpec{name: p + "self_attn.k_proj.weight", shape: []int{s.KVHeads * hd, H}},
-			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int{s.KVHeads * hd, H}},
-			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int{H, s.Heads * hd}},
+			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int{s.Heads * hd, H}, quant: true},
+			tensorSpec{name: p + "self_attn.k_proj.weight", shape: []int{s.KVHeads * hd, H}, quant: true},
+			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int{s.KVHeads * hd, H}, quant: true},
+			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int{H, s.Heads * hd}, quant: true},
 			tensorSpec{name: p + "self_attn.q_norm.weight", shape: []int{hd}, norm: true},
 			tensorSpec{name: p + "self_attn.k_norm.weight", shape: []int{hd}, norm: true},
-			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int{s.Inter, H}},
-			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int{s.Inter, H}},
-			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int{H, s.Inter}},
+			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int{s.Inter, H}, quant: true},
+			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int{s.Inter, H}, quant: true},
+			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int{H, s.Inter}, quant: true},
 		)
 	}
 	return ts
@@ -90,5 +102,5 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 	if s.WeightStd == 0 {
 		s.WeightStd = 0.05
 	}
-	return writeCheckpoint(dir, s.config(), s.tensors(), s.Seed, s.Dtype, s.WeightStd, 1, false, 0, 0)
+	return writeCheckpoint(dir, s.config(), s.tensors(), s.Seed, s.Dtype, s.WeightStd, 1, false, s.QuantBits, s.QuantGroup)
 }
