@@ -6,9 +6,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/third_party/pyref"
 PKGS=(
-  "mlx==0.32.4" "mlx-cpu==0.32.4" "mlx-lm==0.32.2" "tokenizers==0.23.3" "transformers==5.24.0"
+  "mlx==0.32.4" "mlx-lm==0.32.2" "tokenizers==0.23.3" "transformers==5.24.0"
   "jinja2==3.1.6" "huggingface_hub==2.4.0" "openai==3.57.0" "safetensors==0.8.0" "numpy==2.4.6"
 )
+# The reference runs on the CPU backend on Linux (same MLX version as ours); on macOS the
+# mlx wheel brings mlx-metal.
+if [ "$(uname -s)" = Linux ]; then PKGS+=("mlx-cpu==0.32.4"); fi
 STAMP="$VENV/.installed"
 WANT="${PKGS[*]}"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
