@@ -35,6 +35,7 @@ func serveCommand() *cli.Command {
 		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on SIGTERM, time to finish running requests"},
 		&cli.IntFlag{Name: "block-size", Value: 0, Usage: "DFlash block (0 = the drafter's)"},
 		&cli.BoolFlag{Name: "log-json", Usage: "log as JSON lines"},
+		&cli.BoolFlag{Name: "profile", Usage: "split draft and verify time in the dflash stats (one extra sync per cycle)"},
 	)
 	return &cli.Command{
 		Name:  "serve",
@@ -65,7 +66,7 @@ func serveAction(c *cli.Context) error {
 	if id == "" {
 		id = s.TargetRef
 	}
-	b := &backend{s: s, id: id, blockSize: c.Int("block-size")}
+	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile")}
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 	if c.Bool("log-json") {
 		handler = slog.NewJSONHandler(os.Stderr, nil)
@@ -96,6 +97,7 @@ type backend struct {
 	s         *Session
 	id        string
 	blockSize int
+	profile   bool
 }
 
 func (b *backend) ModelID() string    { return b.id }
@@ -178,6 +180,7 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		StopTokens: b.s.StopTokens(),
 		BlockSize:  b.blockSize,
 		Detok:      b.s.Tok.NewStreamDecoder(true),
+		Profile:    b.profile,
 	}
 	res, err := b.s.Generate(ctx, er, func(ev engine.Event) error {
 		if ev.Text == "" && len(ev.Tokens) == 0 {

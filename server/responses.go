@@ -17,8 +17,8 @@ type dflashStats struct {
 	Cycles          int     `json:"cycles"`
 	PrefillMS       float64 `json:"prefill_ms"`
 	DecodeMS        float64 `json:"decode_ms"`
-	DraftMS         float64 `json:"draft_ms"`
-	VerifyMS        float64 `json:"verify_ms"`
+	DraftMS         float64 `json:"draft_ms,omitempty"` // measured only with serve --profile
+	VerifyMS        float64 `json:"verify_ms,omitempty"`
 	QueueMS         float64 `json:"queue_ms"`
 	TokensPerSecond float64 `json:"tokens_per_second"`
 }
