@@ -80,45 +80,72 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		return Result{}, err
 	}
 
+	// draft launches the drafter for the next cycle and starts it on the device at once
+	// (async), so that building the verify graph on the host overlaps with drafting, and a
+	// prefetched draft overlaps with the host's bookkeeping and streaming of the previous
+	// cycle. Its arrays are detached: they outlive the cycle's scope.
+	type pendingDraft struct {
+		prop verify.Proposal
+		n    int
+	}
+	var draftEval time.Duration // profile mode: time spent waiting for drafts inside draft()
+	draft := func(staged int32, n int) pendingDraft {
+		s := mlxc.NewScope()
+		defer s.Close()
+		prop := p.Propose(staged, c.Offset(), ctxRows, max(n, 0), sp, keys)
+		if prop.Tokens == nil {
+			return pendingDraft{}
+		}
+		prop.Tokens.Detach()
+		prop.Probs.Detach()
+		if req.Profile {
+			td := time.Now()
+			mlxc.Eval(prop.Tokens)
+			draftEval = time.Since(td)
+			st.DraftTime += draftEval
+		} else {
+			mlxc.AsyncEval(prop.Tokens)
+		}
+		return pendingDraft{prop: prop, n: prop.Tokens.Dim(0)}
+	}
+	free := func(d pendingDraft) { d.prop.Tokens.Free(); d.prop.Probs.Free() }
+	budget := func(committed int) int { return min(B-1, req.MaxTokens-committed-1) }
+
+	var next pendingDraft
+	if cont {
+		tb := time.Now()
+		draftEval = 0
+		next = draft(staged, budget(len(o.tokens)))
+		ctxRows.Free()
+		ctxRows = nil
+		st.BuildTime += time.Since(tb) - draftEval
+	}
+	defer func() { free(next) }()
 	for cont {
 		if checkCancel(ctx, o) {
 			break
 		}
-		n := min(B-1, req.MaxTokens-len(o.tokens)-1)
-		if n < 0 {
-			n = 0
-		}
+		cur := next
+		next = pendingDraft{}
+		n := cur.n
 		s := mlxc.NewScope()
 		tb := time.Now()
-		prop := p.Propose(staged, c.Offset(), ctxRows, n, sp, keys)
-		if prop.Tokens == nil {
-			n = 0
-		}
-		if req.Profile && n > 0 {
-			st.BuildTime += time.Since(tb)
-			td := time.Now()
-			mlxc.Eval(prop.Tokens)
-			st.DraftTime += time.Since(td)
-			tb = time.Now()
-		}
 		ids := mlxc.FromSlice([]int32{staged}, 1, 1)
-		if n > 0 {
-			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(prop.Tokens, 1, n)}, 1)
-		}
-		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
-		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), prop.Tokens)
-		lp := sample.LogProbs(logits)
-		var v verify.Verdict
 		var drafts *mlxc.Array
 		if n > 0 {
-			drafts = prop.Tokens
+			drafts = cur.prop.Tokens
+			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(drafts, 1, n)}, 1)
 		}
+		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
+		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), drafts)
+		lp := sample.LogProbs(logits)
+		var v verify.Verdict
 		if sp.Greedy() {
 			v = verify.Greedy(lp, drafts)
 		} else if e.speculative != nil {
-			v = e.speculative(lp, drafts, prop.Probs, sp, keys)
+			v = e.speculative(lp, drafts, cur.prop.Probs, sp, keys)
 		} else {
-			v = verify.Speculative(lp, drafts, prop.Probs, sp, keys)
+			v = verify.Speculative(lp, drafts, cur.prop.Probs, sp, keys)
 		}
 		st.BuildTime += time.Since(tb)
 
@@ -135,48 +162,67 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		}
 
 		th := time.Now()
-		next := mlxc.ToSlice[int32](v.Next)
+		nextToks := mlxc.ToSlice[int32](v.Next)
 		var accept []bool
 		var dtoks []int32
 		if n > 0 {
 			accept = mlxc.ToSlice[bool](v.Accept)
 			dtoks = mlxc.ToSlice[int32](drafts)
 		}
-		a, tok := verify.Resolve(next, accept)
+		a, tok := verify.Resolve(nextToks, accept)
 		if e.ReplayAccept != nil {
 			a = min(max(e.ReplayAccept(n), 0), n)
-			tok = next[a]
+			tok = nextToks[a]
 		}
 
 		tr := time.Now()
 		if err := c.Rewind(n - a); err != nil {
 			s.Close()
+			free(cur)
 			return Result{}, err
 		}
-		ctxRows.Free()
-		ctxRows = nil
 		if out.Hidden != nil {
 			ctxRows = mlxc.SliceAxis(out.Hidden, 1, 0, a+1).Detach()
 		}
 		st.RollbackTime += time.Since(tr)
 		s.Close()
+		free(cur)
 
 		st.Cycles++
 		st.Drafted += n
 		st.Accepted += a
 		st.AcceptHist[a]++
-		for i := 0; i < a && cont; i++ {
-			history = append(history, dtoks[i])
-			cont = o.push(dtoks[i])
+		committed := append(dtoks[:a:a], tok)
+
+		// Start the next draft before streaming, unless this cycle certainly ends the
+		// generation (a stop token or the token budget). A stop string found while
+		// streaming ends it too; the prefetched draft is then simply dropped.
+		ends := len(o.tokens)+len(committed) >= req.MaxTokens
+		for _, t := range committed {
+			ends = ends || o.stopTokens[t]
 		}
-		if cont {
-			history = append(history, tok)
-			cont = o.push(tok)
+		var prefetch time.Duration
+		if !ends {
+			tb := time.Now()
+			draftEval = 0
+			next = draft(tok, budget(len(o.tokens)+len(committed)))
+			prefetch = time.Since(tb)
+			st.BuildTime += prefetch - draftEval
+		}
+		ctxRows.Free()
+		ctxRows = nil
+
+		for _, t := range committed {
+			if !cont {
+				break
+			}
+			history = append(history, t)
+			cont = o.push(t)
 		}
 		staged = tok
 		if e.afterCycle != nil && cont {
-			committed := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
-			e.afterCycle(c, committed)
+			committedAll := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
+			e.afterCycle(c, committedAll)
 		}
 		if err := emitPending(o, emit); err != nil {
 			return Result{}, err
@@ -184,7 +230,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		if st.Cycles%64 == 0 {
 			mlxc.ClearCache()
 		}
-		st.HostTime += time.Since(th) - time.Duration(0)
+		st.HostTime += time.Since(th) - prefetch
 	}
 	st.GeneratedTokens = len(o.tokens)
 	finishStats(&st, start, firstTok, time.Now())

@@ -51,7 +51,8 @@
 // template. Text completions are sent raw.
 //
 // Every answer carries usage and a "dflash" object (tau, cycles, prefill_ms, decode_ms,
-// draft_ms, verify_ms, queue_ms, tokens_per_second); streams carry it on the final chunk.
+// draft_ms and verify_ms when the backend measured them, queue_ms, tokens_per_second);
+// streams carry it on the final chunk.
 // stream_options.include_usage adds the usage chunk with empty choices before [DONE].
 //
 // Requests are validated strictly: a wrong type or value is a 400 whose message and param
