@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The chat REPL in a real pseudo-terminal (util-linux `script` allocates it), as a person
+// uses it: two turns, the second prompt carries the first exchange through the template,
+// then /exit.
+func TestChatInPseudoTerminal(t *testing.T) {
+	scriptBin, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("util-linux `script` not installed; the pipe-driven chat tests cover the REPL")
+	}
+	td, dd := tinyPair(t)
+	inner := strings.Join([]string{shellQuote(os.Args[0]), "chat", "--target-model", shellQuote(td), "--draft-model", shellQuote(dd), "-n", "6", "--block-size", "4"}, " ")
+	cmd := exec.Command(scriptBin, "-qfec", inner, "/dev/null")
+	cmd.Env = append(os.Environ(), "DFLASH_CLI_MAIN=1", "HF_HUB_OFFLINE=1", "HF_HOME="+t.TempDir(), "DFLASH_CHAT_DEBUG=1")
+	stdin, _ := cmd.StdinPipe()
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(substr string, count int) {
+		deadline := time.Now().Add(60 * time.Second)
+		for strings.Count(out.String(), substr) < count {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("timed out waiting for %q ×%d; screen:\n%s", substr, count, out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(">>> ", 1)
+	io.WriteString(stdin, "first question about cats\r")
+	waitFor("[/prompt]", 1)
+	waitFor(">>> ", 2)
+	io.WriteString(stdin, "second question about dogs\r")
+	waitFor("[/prompt]", 2)
+	waitFor(">>> ", 3)
+	io.WriteString(stdin, "/exit\r")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("chat in a pty ended with %v:\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("chat did not exit")
+	}
+	screen := strings.ReplaceAll(out.String(), "\r", "")
+	second := screen[strings.LastIndex(screen, "[prompt]"):]
+	if !strings.Contains(second, "<|im_start|>user\nfirst question about cats<|im_end|>\n<|im_start|>assistant\n") ||
+		!strings.Contains(second, "<|im_start|>user\nsecond question about dogs<|im_end|>") {
+		t.Errorf("second prompt lacks the first exchange:\n%s", second)
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
