@@ -24,7 +24,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DFLASH_CLI_MAIN") == "1" {
 		os.Exit(Main(append([]string{"dflash-mlx"}, os.Args[1:]...)))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if pairDir != "" {
+		os.RemoveAll(pairDir)
+	}
+	os.Exit(code)
 }
 
 var pairDir string
