@@ -307,17 +307,32 @@ func AsyncEval(arrs ...*Array) {
 	check("async_eval", C.mlxc_async_eval(&hs[0], C.int(len(hs))))
 }
 
+// handles collects C handles; nil entries are skipped (Eval of optional arrays).
 func handles(op string, arrs []*Array, buf *[16]C.mlxc_array) []C.mlxc_array {
+	return collect(op, arrs, buf, false)
+}
+
+// requiredHandles is handles for list ops where every entry is an operand: a nil entry is
+// an error rather than a silently shorter list.
+func requiredHandles(op string, arrs []*Array, buf *[16]C.mlxc_array) []C.mlxc_array {
+	return collect(op, arrs, buf, true)
+}
+
+func collect(op string, arrs []*Array, buf *[16]C.mlxc_array, required bool) []C.mlxc_array {
 	var hs []C.mlxc_array
 	if len(arrs) <= len(buf) {
 		hs = buf[:0]
 	} else {
 		hs = make([]C.mlxc_array, 0, len(arrs))
 	}
-	for _, a := range arrs {
-		if a != nil {
-			hs = append(hs, a.handle(op))
+	for i, a := range arrs {
+		if a == nil {
+			if required {
+				fail(op, "operand %d is nil", i)
+			}
+			continue
 		}
+		hs = append(hs, a.handle(op))
 	}
 	return hs
 }

@@ -45,7 +45,7 @@ func (c *Compiled) Call(inputs ...*Array) []*Array {
 		fail("compiled_call", "use of a freed compiled function")
 	}
 	var buf [16]C.mlxc_array
-	hs := handles("compiled_call", inputs, &buf)
+	hs := requiredHandles("compiled_call", inputs, &buf)
 	outs := make([]C.mlxc_array, 64)
 	var n C.int
 	var in *C.mlxc_array

@@ -124,3 +124,19 @@ func TestNonErrorPanics(t *testing.T) {
 		closeTo(t, "ops after a foreign panic", Add(f32([]float32{1}, 1), f32([]float32{1}, 1)).Float32s(), []float32{2}, 0)
 	})
 }
+
+func TestNilOperandsInListOps(t *testing.T) {
+	onMLX(t, func() {
+		a := FromSlice([]float32{1, 2}, 2)
+		if err := Catch(func() { Concatenate([]*Array{a, nil}, 0) }); err == nil {
+			t.Error("concatenate with a nil operand succeeded")
+		}
+		if err := Catch(func() { Stack([]*Array{nil, a}, 0) }); err == nil {
+			t.Error("stack with a nil operand succeeded")
+		}
+		// Eval skips nil entries on purpose (optional arrays).
+		if err := Catch(func() { Eval(a, nil) }); err != nil {
+			t.Errorf("eval with a nil entry: %v", err)
+		}
+	})
+}

@@ -113,7 +113,7 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 		fail("kernel_apply", "%d output shapes but %d dtypes", nout, len(call.OutputDtypes))
 	}
 	var buf [16]C.mlxc_array
-	hs := handles("kernel_apply", inputs, &buf)
+	hs := requiredHandles("kernel_apply", inputs, &buf)
 	var shapes []C.int
 	ndims := make([]C.int, nout+1)
 	dts := make([]C.int, nout+1)

@@ -195,7 +195,7 @@ func Flatten(a *Array, start, end int) *Array {
 func Concatenate(arrs []*Array, axis int) *Array {
 	var h C.mlxc_array
 	var buf [16]C.mlxc_array
-	hs := handles("concatenate", arrs, &buf)
+	hs := requiredHandles("concatenate", arrs, &buf)
 	if len(hs) == 0 {
 		fail("concatenate", "no arrays")
 	}
@@ -206,7 +206,7 @@ func Concatenate(arrs []*Array, axis int) *Array {
 func Stack(arrs []*Array, axis int) *Array {
 	var h C.mlxc_array
 	var buf [16]C.mlxc_array
-	hs := handles("stack", arrs, &buf)
+	hs := requiredHandles("stack", arrs, &buf)
 	if len(hs) == 0 {
 		fail("stack", "no arrays")
 	}
