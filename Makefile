@@ -58,10 +58,13 @@ bench: build
 bench-ref: deps build
 	bash bench/bench_ref.sh
 
-install: build
-	install -d $(PREFIX)/bin $(PREFIX)/lib
-	install -m 0755 $(BIN) $(PREFIX)/bin/dflash-mlx
-	cp -a third_party/mlx/lib/libmlx.* $(PREFIX)/lib/
+# The installed binary finds libmlx under $(PREFIX)/lib/dflash-mlx ($ORIGIN-relative), laid
+# out as in the wheel so libmlx's own RPATH finds its vendored BLAS; the checkout is not needed.
+install: lib third_party/tokenizers/libtokenizers.a
+	install -d $(PREFIX)/bin $(PREFIX)/lib/dflash-mlx/mlx
+	$(GO) build -ldflags "-X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION) -extldflags '-Wl,-rpath,\$$ORIGIN/../lib/dflash-mlx/mlx/lib'" -o $(PREFIX)/bin/dflash-mlx ./cmd/dflash-mlx
+	rm -rf $(PREFIX)/lib/dflash-mlx/mlx/lib && cp -a third_party/mlx/lib $(PREFIX)/lib/dflash-mlx/mlx/lib
+	@for d in third_party/mlx_*.libs; do [ -d "$$d" ] && cp -a "$$d" $(PREFIX)/lib/dflash-mlx/; done; true
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
