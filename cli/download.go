@@ -3,8 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"sort"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -101,7 +99,6 @@ func modelsCommand() *cli.Command {
 				rows = append(rows, row{RepoID: m.RepoID, Size: m.SizeOnDisk, Draft: d, Dir: m.Dir})
 			}
 			pairs := reg.Pairs()
-			sort.SliceStable(pairs, func(i, j int) bool { return false })
 			if c.Bool("json") {
 				return printJSON(map[string]any{"cache_dir": env.CacheDir, "cached": rows, "pairs": pairs})
 			}
@@ -121,7 +118,6 @@ func modelsCommand() *cli.Command {
 				fmt.Printf("  %-20s → %s\n", p.Target, p.Draft)
 			}
 			fmt.Printf("\nAdd pairs in %s: [{\"target\": \"org/Model\", \"draft\": \"org/Model-DFlash\"}]\n", path)
-			_ = strings.TrimSpace
 			return nil
 		},
 	}
