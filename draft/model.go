@@ -25,6 +25,7 @@ type Drafter struct {
 	norm       *mlxc.Array
 	rope       *model.Rope
 	scale      float32
+	swiglu     *model.SwiGLU
 }
 
 // Load reads a drafter folder and checks it against the target (hidden size, vocabulary,
@@ -101,6 +102,7 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		d.Free()
 		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
 	}
+	d.swiglu = model.NewSwiGLU()
 	return d, nil
 }
 
@@ -155,7 +157,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), 1, L, -1)
 		x = mlxc.Add(x, l.o.Apply(o))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
-		x = mlxc.Add(x, l.down.Apply(mlxc.Multiply(mlxc.SiLU(l.gate.Apply(h)), l.up.Apply(h))))
+		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(l.gate.Apply(h), l.up.Apply(h))))
 	}
 	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 1, 1, L), d.norm, c0.RMSNormEps)
 	return d.target.Head(out)
@@ -189,6 +191,7 @@ func (d *Drafter) Free() {
 		}
 	}
 	d.rope.Free()
+	d.swiglu.Free()
 }
 
 // AddContext appends committed context rows [1, T, n·H] to the draft cache without

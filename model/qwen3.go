@@ -29,6 +29,7 @@ type Qwen3 struct {
 	lmHead *Linear // nil when tied
 	rope   *Rope
 	scale  float32
+	swiglu *SwiGLU
 }
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
@@ -120,6 +121,7 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	}
 	a.WeightBytes = w.Bytes
 	m.arch = a
+	m.swiglu = NewSwiGLU()
 	return m, nil
 }
 
@@ -184,7 +186,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), B, L, -1)
 		h = mlxc.Add(h, l.attn.o.Apply(o))
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
-		h = mlxc.Add(h, l.down.Apply(mlxc.Multiply(mlxc.SiLU(l.gate.Apply(x)), l.up.Apply(x))))
+		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(l.gate.Apply(x), l.up.Apply(x))))
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
@@ -243,4 +245,5 @@ func (m *Qwen3) Free() {
 	m.norm.Free()
 	m.lmHead.Free()
 	m.rope.Free()
+	m.swiglu.Free()
 }
