@@ -76,20 +76,7 @@ func (s DrafterSpec) tensors() []tensorSpec {
 		{name: "norm.weight", shape: []int{H}, norm: true},
 	}
 	for i := 0; i < s.Layers; i++ {
-		p := fmt.Sprintf("layers.%d.", i)
-		ts = append(ts,
-			tensorSpec{name: p + "input_layernorm.weight", shape: []int{H}, norm: true},
-			tensorSpec{name: p + "post_attention_layernorm.weight", shape: []int{H}, norm: true},
-			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int{s.Heads * hd, H}, quant: true},
-			tensorSpec{name: p + "self_attn.k_proj.weight", shape: []int{s.KVHeads * hd, H}, quant: true},
-			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int{s.KVHeads * hd, H}, quant: true},
-			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int{H, s.Heads * hd}, quant: true},
-			tensorSpec{name: p + "self_attn.q_norm.weight", shape: []int{hd}, norm: true},
-			tensorSpec{name: p + "self_attn.k_norm.weight", shape: []int{hd}, norm: true},
-			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int{s.Inter, H}, quant: true},
-			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int{s.Inter, H}, quant: true},
-			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int{H, s.Inter}, quant: true},
-		)
+		ts = append(ts, decoderLayer(fmt.Sprintf("layers.%d.", i), H, hd, s.Heads, s.KVHeads, s.Inter)...)
 	}
 	return ts
 }

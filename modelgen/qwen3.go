@@ -81,20 +81,7 @@ func (s Qwen3Spec) tensors() []tensorSpec {
 	H, hd := s.Hidden, s.HeadDim
 	ts := []tensorSpec{{name: "model.embed_tokens.weight", shape: []int{s.Vocab, H}, quant: true}}
 	for i := 0; i < s.Layers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		ts = append(ts,
-			tensorSpec{name: p + "input_layernorm.weight", shape: []int{H}, norm: true},
-			tensorSpec{name: p + "post_attention_layernorm.weight", shape: []int{H}, norm: true},
-			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int{s.Heads * hd, H}, quant: true},
-			tensorSpec{name: p + "self_attn.k_proj.weight", shape: []int{s.KVHeads * hd, H}, quant: true},
-			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int{s.KVHeads * hd, H}, quant: true},
-			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int{H, s.Heads * hd}, quant: true},
-			tensorSpec{name: p + "self_attn.q_norm.weight", shape: []int{hd}, norm: true},
-			tensorSpec{name: p + "self_attn.k_norm.weight", shape: []int{hd}, norm: true},
-			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int{s.Inter, H}, quant: true},
-			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int{s.Inter, H}, quant: true},
-			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int{H, s.Inter}, quant: true},
-		)
+		ts = append(ts, decoderLayer(fmt.Sprintf("model.layers.%d.", i), H, hd, s.Heads, s.KVHeads, s.Inter)...)
 	}
 	ts = append(ts, tensorSpec{name: "model.norm.weight", shape: []int{H}, norm: true})
 	if !s.Tied {
@@ -193,4 +180,21 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// decoderLayer lists one Qwen3-shaped decoder layer's tensors (targets and drafters share it).
+func decoderLayer(p string, H, hd, heads, kvHeads, inter int) []tensorSpec {
+	return []tensorSpec{
+		{name: p + "input_layernorm.weight", shape: []int{H}, norm: true},
+		{name: p + "post_attention_layernorm.weight", shape: []int{H}, norm: true},
+		{name: p + "self_attn.q_proj.weight", shape: []int{heads * hd, H}, quant: true},
+		{name: p + "self_attn.k_proj.weight", shape: []int{kvHeads * hd, H}, quant: true},
+		{name: p + "self_attn.v_proj.weight", shape: []int{kvHeads * hd, H}, quant: true},
+		{name: p + "self_attn.o_proj.weight", shape: []int{H, heads * hd}, quant: true},
+		{name: p + "self_attn.q_norm.weight", shape: []int{hd}, norm: true},
+		{name: p + "self_attn.k_norm.weight", shape: []int{hd}, norm: true},
+		{name: p + "mlp.gate_proj.weight", shape: []int{inter, H}, quant: true},
+		{name: p + "mlp.up_proj.weight", shape: []int{inter, H}, quant: true},
+		{name: p + "mlp.down_proj.weight", shape: []int{H, inter}, quant: true},
+	}
 }
