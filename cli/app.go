@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,6 +45,15 @@ Examples:
 			versionCommand(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
+	}
+	// DFLASH_CPUPROFILE=file writes a Go CPU profile of the whole command (for finding host
+	// overhead in the engine; `go tool pprof -top bin/dflash-mlx file`).
+	if path := os.Getenv("DFLASH_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
 	}
 	if err := app.Run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
