@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -75,9 +74,4 @@ func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func fmtStats(w *os.File, st any) {
-	b, _ := json.MarshalIndent(st, "", "  ")
-	fmt.Fprintln(w, string(b))
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -153,5 +152,3 @@ func checkCancel(ctx context.Context, o *output) bool {
 	}
 	return false
 }
-
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

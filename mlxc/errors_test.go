@@ -74,7 +74,7 @@ func TestOpErrors(t *testing.T) {
 	err := Do(func() error {
 		s := NewScope()
 		defer s.Close()
-		Add(FromSlice([]float32{1, 2, 3}, 2, 3/3+1), FromSlice([]float32{1, 2, 3, 4}, 4))
+		Add(FromSlice([]float32{1, 2, 3}, 2, 2), FromSlice([]float32{1, 2, 3, 4}, 4)) // 3 values for a 2×2 shape
 		return nil
 	})
 	var me *Error
