@@ -63,22 +63,26 @@ Examples:
 }
 
 type benchRow struct {
-	Prompt        int     `json:"prompt"`
-	PromptTokens  int     `json:"prompt_tokens"`
-	Tokens        int     `json:"tokens"`
-	PlainTPS      float64 `json:"plain_tok_s"`
-	DFlashTPS     float64 `json:"dflash_tok_s"`
-	Speedup       float64 `json:"speedup"`
-	Tau           float64 `json:"tau"`
-	Exact         bool    `json:"exact"`
-	CycleMS       float64 `json:"cycle_ms"`
-	DraftMS       float64 `json:"draft_ms_per_cycle"`
-	VerifyMS      float64 `json:"verify_ms_per_cycle"`
-	BuildMS       float64 `json:"build_ms_per_cycle"`
-	RollbackMS    float64 `json:"rollback_ms_per_cycle"`
-	HostMS        float64 `json:"host_ms_per_cycle"`
-	PlainStepMS   float64 `json:"plain_step_ms"`
-	PeakMemoryGiB float64 `json:"peak_memory_gib"`
+	Prompt       int     `json:"prompt"`
+	PromptTokens int     `json:"prompt_tokens"`
+	Tokens       int     `json:"tokens"`
+	PlainTPS     float64 `json:"plain_tok_s"`
+	DFlashTPS    float64 `json:"dflash_tok_s"`
+	Speedup      float64 `json:"speedup"`
+	Tau          float64 `json:"tau"`
+	Exact        bool    `json:"exact"`
+	CycleMS      float64 `json:"cycle_ms"`
+	DraftMS      float64 `json:"draft_ms_per_cycle"`
+	VerifyMS     float64 `json:"verify_ms_per_cycle"`
+	BuildMS      float64 `json:"build_ms_per_cycle"`
+	RollbackMS   float64 `json:"rollback_ms_per_cycle"`
+	HostMS       float64 `json:"host_ms_per_cycle"`
+	PlainStepMS  float64 `json:"plain_step_ms"`
+	// Graph nodes (≈ kernels) per plain step, per draft and per verify, from profiled runs.
+	PlainStepNodes float64 `json:"plain_step_nodes"`
+	DraftNodes     float64 `json:"draft_nodes_per_cycle"`
+	VerifyNodes    float64 `json:"verify_nodes_per_cycle"`
+	PeakMemoryGiB  float64 `json:"peak_memory_gib"`
 }
 
 type benchReport struct {
@@ -222,13 +226,19 @@ func benchAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		plainProf, err := gen(prompt, true, true)
+		if err != nil {
+			return err
+		}
 		st, ps := prof.Stats, max(1, prof.Stats.Cycles)
 		row := benchRow{Prompt: i, PromptTokens: len(prompt), Tokens: len(last.Tokens), PlainTPS: median(plainTPS),
 			DFlashTPS: median(dTPS), Tau: median(taus), Exact: exact,
 			CycleMS: ms(last.Stats.DecodeTime) / float64(max(1, last.Stats.Cycles)),
 			DraftMS: ms(st.DraftTime) / float64(ps), VerifyMS: ms(st.VerifyTime) / float64(ps),
 			BuildMS: ms(st.BuildTime) / float64(ps), RollbackMS: ms(st.RollbackTime) / float64(ps),
-			HostMS: ms(st.HostTime) / float64(ps), PeakMemoryGiB: float64(last.Stats.PeakMemory) / (1 << 30)}
+			HostMS: ms(st.HostTime) / float64(ps), PeakMemoryGiB: float64(last.Stats.PeakMemory) / (1 << 30),
+			PlainStepNodes: float64(plainProf.Stats.StepNodes) / float64(max(1, plainProf.Stats.GeneratedTokens-2)),
+			DraftNodes:     float64(st.DraftNodes) / float64(ps), VerifyNodes: float64(st.VerifyNodes) / float64(ps)}
 		if row.PlainTPS > 0 {
 			row.Speedup = row.DFlashTPS / row.PlainTPS
 			row.PlainStepMS = 1000 / row.PlainTPS
@@ -284,6 +294,10 @@ func printBench(r benchReport) {
 	fmt.Printf("%-6s %7s %11s %12s %8s %6s %6s %9s %9s %9s %8s %8s\n", "prompt", "tokens", "plain tok/s", "dflash tok/s", "speedup", "τ", "exact", "cycle ms", "draft ms", "verify ms", "build ms", "host ms")
 	for _, x := range r.Rows {
 		fmt.Printf("%-6d %7d %11.1f %12.1f %7.2fx %6.2f %6v %9.2f %9.2f %9.2f %8.2f %8.2f\n", x.Prompt, x.PromptTokens, x.PlainTPS, x.DFlashTPS, x.Speedup, x.Tau, x.Exact, x.CycleMS, x.DraftMS, x.VerifyMS, x.BuildMS, x.HostMS)
+	}
+	if len(r.Rows) > 0 {
+		x := r.Rows[0]
+		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
 	}
 	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %v\n", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, r.AllExact)
 	if r.CopyBandwidthGBs > 0 {

@@ -103,6 +103,18 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
 	}
 	d.swiglu = model.NewSwiGLU()
+	if err := mlxc.Catch(func() {
+		d.fc.Prepare()
+		for i := range d.layers {
+			l := &d.layers[i]
+			for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+				x.Prepare()
+			}
+		}
+	}); err != nil {
+		d.Free()
+		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+	}
 	return d, nil
 }
 

@@ -99,6 +99,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		prop.Tokens.Detach()
 		prop.Probs.Detach()
 		if req.Profile {
+			st.DraftNodes += mlxc.GraphNodes(prop.Tokens)
 			td := time.Now()
 			mlxc.Eval(prop.Tokens)
 			draftEval = time.Since(td)
@@ -153,6 +154,9 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		evalList := v.Arrays()
 		if drafts != nil {
 			evalList = append(evalList, drafts)
+		}
+		if req.Profile {
+			st.VerifyNodes += mlxc.GraphNodes(evalList...)
 		}
 		mlxc.Eval(evalList...)
 		waited := time.Since(tw)

@@ -57,6 +57,9 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 		var next *mlxc.Array
 		if !penalty && len(o.tokens)+1 < req.MaxTokens {
 			next = step(y)
+			if req.Profile {
+				st.StepNodes += mlxc.GraphNodes(next)
+			}
 			mlxc.AsyncEval(next)
 		}
 		st.BuildTime += time.Since(tb)

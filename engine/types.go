@@ -80,6 +80,11 @@ type Stats struct {
 	HostTime     time.Duration `json:"host_ns"`
 	DraftTime    time.Duration `json:"draft_ns"`
 	VerifyTime   time.Duration `json:"verify_ns"`
+	// With Request.Profile: graph nodes (≈ kernels) built for drafts, verifies and plain
+	// steps, summed over the generation (divide by Cycles or tokens).
+	DraftNodes  int `json:"draft_nodes,omitempty"`
+	VerifyNodes int `json:"verify_nodes,omitempty"`
+	StepNodes   int `json:"step_nodes,omitempty"`
 
 	PromptTPS     float64 `json:"prompt_tps"`
 	GenerationTPS float64 `json:"generation_tps"`

@@ -297,6 +297,19 @@ func Eval(arrs ...*Array) {
 	check("eval", C.mlxc_eval(&hs[0], C.int(len(hs))))
 }
 
+// GraphNodes counts the distinct primitives that evaluating arrs would run (views such as
+// reshapes count too; evaluated inputs count nothing). A proxy for kernel launches.
+func GraphNodes(arrs ...*Array) int {
+	var buf [16]C.mlxc_array
+	hs := handles("graph_nodes", arrs, &buf)
+	if len(hs) == 0 {
+		return 0
+	}
+	var n C.int64_t
+	check("graph_nodes", C.mlxc_graph_nodes(&hs[0], C.int(len(hs)), &n))
+	return int(n)
+}
+
 // AsyncEval schedules the arrays' computation and returns at once.
 func AsyncEval(arrs ...*Array) {
 	var buf [16]C.mlxc_array

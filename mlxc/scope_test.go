@@ -245,3 +245,19 @@ func TestNoLeaks(t *testing.T) {
 		}
 	})
 }
+
+func TestGraphNodes(t *testing.T) {
+	onMLX(t, func() {
+		a := FromSlice([]float32{1, 2}, 2)
+		Eval(a)
+		b := Add(a, a)           // 1
+		c := Multiply(b, Exp(b)) // 2 more
+		if n := GraphNodes(c); n != 3 {
+			t.Errorf("GraphNodes = %d, want 3", n)
+		}
+		Eval(c)
+		if n := GraphNodes(c); n != 0 {
+			t.Errorf("after eval GraphNodes = %d, want 0", n)
+		}
+	})
+}

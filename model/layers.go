@@ -14,6 +14,24 @@ type Linear struct {
 	W    *mlxc.Array
 	Q    *mlxc.Quantized
 	Bias *mlxc.Array
+	// wT is Wᵀ as an evaluated view (no copy) made once at load, so a step does not build
+	// a transpose node per layer: MLX spends host time on every graph node.
+	wT *mlxc.Array
+}
+
+// prepare makes the transposed view once (call on the MLX thread after loading).
+func (l *Linear) prepare() {
+	if l != nil && l.W != nil && l.wT == nil {
+		l.wT = mlxc.Transpose(l.W).Detach()
+		mlxc.Eval(l.wT)
+	}
+}
+
+func (l *Linear) transposed() *mlxc.Array {
+	if l.wT != nil {
+		return l.wT
+	}
+	return mlxc.Transpose(l.W)
 }
 
 // Apply runs the layer with mlx-lm's op sequence (matmul with Wᵀ, or addmm with a bias).
@@ -26,10 +44,13 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 		return y
 	}
 	if l.Bias != nil {
-		return mlxc.AddMM(l.Bias, x, mlxc.Transpose(l.W), 1, 1)
+		return mlxc.AddMM(l.Bias, x, l.transposed(), 1, 1)
 	}
-	return mlxc.Matmul(x, mlxc.Transpose(l.W))
+	return mlxc.Matmul(x, l.transposed())
 }
+
+// Prepare readies the layer for repeated use (the transposed view). MLX thread only.
+func (l *Linear) Prepare() { l.prepare() }
 
 // Arrays lists the layer's weight arrays (for evaluation after loading).
 func (l *Linear) Arrays() []*mlxc.Array {
@@ -55,6 +76,7 @@ func (l *Linear) Free() {
 	if l == nil {
 		return
 	}
+	l.wT.Free()
 	l.W.Free()
 	l.Bias.Free()
 	if l.Q != nil {
@@ -66,8 +88,16 @@ func (l *Linear) Free() {
 
 // Embedding is a token table [V, H], dense or quantized; AsLinear serves tied LM heads.
 type Embedding struct {
-	W *mlxc.Array
-	Q *mlxc.Quantized
+	W  *mlxc.Array
+	Q  *mlxc.Quantized
+	wT *mlxc.Array // Eᵀ view for the tied head, made once at load
+}
+
+func (e *Embedding) prepare() {
+	if e != nil && e.W != nil && e.wT == nil {
+		e.wT = mlxc.Transpose(e.W).Detach()
+		mlxc.Eval(e.wT)
+	}
 }
 
 // Lookup gathers rows for ids.
@@ -89,6 +119,9 @@ func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 	if e.Q != nil {
 		return mlxc.QuantizedMatmul(x, *e.Q, true)
 	}
+	if e.wT != nil {
+		return mlxc.Matmul(x, e.wT)
+	}
 	return mlxc.Matmul(x, mlxc.Transpose(e.W))
 }
 
@@ -96,6 +129,7 @@ func (e *Embedding) Free() {
 	if e == nil {
 		return
 	}
+	e.wT.Free()
 	e.W.Free()
 	if e.Q != nil {
 		e.Q.W.Free()

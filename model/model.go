@@ -125,7 +125,12 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 		w.Free()
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	if err := mlxc.Catch(func() { evalModel(m) }); err != nil {
+	if err := mlxc.Catch(func() {
+		evalModel(m)
+		if p, ok := m.(interface{ prepare() }); ok {
+			p.prepare()
+		}
+	}); err != nil {
 		m.Free()
 		return nil, fmt.Errorf("load %s: reading weights: %w", dir, err)
 	}

@@ -125,6 +125,18 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	return m, nil
 }
 
+// prepare makes per-weight views once the weights are evaluated (see Linear.prepare).
+func (m *Qwen3) prepare() {
+	m.embed.prepare()
+	m.lmHead.prepare()
+	for i := range m.layers {
+		l := &m.layers[i]
+		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
+			x.prepare()
+		}
+	}
+}
+
 func (m *Qwen3) Arch() Arch { return m.arch }
 
 func (m *Qwen3) NewCache() Cache { return NewKVCaches(len(m.layers)) }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <unordered_set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -312,6 +313,25 @@ int mlxc_array_item_i64(mlxc_array a, int64_t* out) {
 }
 
 int mlxc_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::eval(arrays(arrs, n)); }); }
+int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out) {
+  return guard([&] {
+    std::unordered_set<const void*> seen_prims;
+    std::unordered_set<std::uintptr_t> seen;
+    std::vector<mx::array> stack = arrays(arrs, n);
+    int64_t count = 0;
+    while (!stack.empty()) {
+      mx::array a = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(a.id()).second) continue;
+      // Evaluated arrays (weights, caches) cost nothing; scheduled ones are already queued.
+      if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
+      if (seen_prims.insert(a.primitive_ptr().get()).second) count++;
+      for (const auto& in : a.inputs()) stack.push_back(in);
+    }
+    *out = count;
+  });
+}
+
 int mlxc_async_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::async_eval(arrays(arrs, n)); }); }
 
 // ---- ops ----

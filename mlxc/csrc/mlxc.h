@@ -79,6 +79,8 @@ int mlxc_array_clone(mlxc_array* out, mlxc_array a);             /* a second han
 int mlxc_array_item_f64(mlxc_array a, double* out);
 int mlxc_array_item_i64(mlxc_array a, int64_t* out);
 int mlxc_eval(const mlxc_array* arrs, int n);
+/* Number of distinct primitives not yet evaluated in the graphs of arrs (≈ kernels an eval launches). */
+int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out);
 int mlxc_async_eval(const mlxc_array* arrs, int n);
 
 /* ---- elementwise and simple ops ---- */
