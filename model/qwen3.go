@@ -263,9 +263,10 @@ func (m *Qwen3) Free() {
 	m.swiglu.Free()
 }
 
-// heads turns [B, L, H, D] into [B, H, L, D]. For one token the two layouts hold the same
-// element order, so a reshape replaces the transpose (one graph node fewer per projection
-// in every decode step; values are identical).
+// heads turns [B, L, H, D] into [B, H, L, D]. For one token both layouts hold the same
+// element order, so a reshape gives a row-contiguous result instead of a strided view
+// (kernels that want contiguous inputs then need no copy); values are identical. The
+// attention output of a one-token step likewise skips its transpose (one node per layer).
 func heads(x *mlxc.Array) *mlxc.Array {
 	sh := x.Shape()
 	if sh[1] == 1 {
