@@ -1,0 +1,79 @@
+package verify
+
+import (
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+)
+
+func TestResolve(t *testing.T) {
+	cases := []struct {
+		next   []int32
+		accept []bool
+		a      int
+		tok    int32
+	}{
+		{[]int32{7}, nil, 0, 7},
+		{[]int32{1, 2, 3}, []bool{false, true}, 0, 1},
+		{[]int32{1, 2, 3}, []bool{true, false}, 1, 2},
+		{[]int32{1, 2, 3}, []bool{true, true}, 2, 3},
+	}
+	for _, c := range cases {
+		a, tok := Resolve(c.next, c.accept)
+		if a != c.a || tok != c.tok {
+			t.Errorf("Resolve(%v, %v) = %d, %d; want %d, %d", c.next, c.accept, a, tok, c.a, c.tok)
+		}
+	}
+}
+
+func on(t *testing.T, fn func()) {
+	t.Helper()
+	if err := mlxc.Do(func() error { s := mlxc.NewScope(); defer s.Close(); fn(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// peaked returns logprobs [rows, V] whose row r puts nearly all mass on tops[r].
+func peaked(tops []int32, V int) *mlxc.Array {
+	data := make([]float32, len(tops)*V)
+	for r, top := range tops {
+		for j := 0; j < V; j++ {
+			data[r*V+j] = -40
+		}
+		data[r*V+int(top)] = 0
+	}
+	return mlxc.FromSlice(data, len(tops), V)
+}
+
+func TestGreedyVerdict(t *testing.T) {
+	on(t, func() {
+		// Target picks 3, 1, 4 at slots 0..2; drafts 3, 2 → first accepted, second rejected.
+		v := Greedy(peaked([]int32{3, 1, 4}, 6), mlxc.FromSlice([]int32{3, 2}, 2))
+		a, tok := Resolve(mlxc.ToSlice[int32](v.Next), mlxc.ToSlice[bool](v.Accept))
+		if a != 1 || tok != 1 {
+			t.Errorf("a=%d tok=%d, want 1, 1", a, tok)
+		}
+	})
+}
+
+// With a near-deterministic target, speculative sampling accepts drafts that match it and
+// replaces the first mismatch with the target's token (the residual), whatever the seed.
+func TestSpeculativeVerdictPeaked(t *testing.T) {
+	sp := sample.Params{Temperature: 1}
+	for seed := uint64(0); seed < 20; seed++ {
+		on(t, func() {
+			keys := sample.NewKeys(seed)
+			v := Speculative(peaked([]int32{3, 1, 4}, 6), mlxc.FromSlice([]int32{3, 2}, 2), nil, sp, keys)
+			a, tok := Resolve(mlxc.ToSlice[int32](v.Next), mlxc.ToSlice[bool](v.Accept))
+			if a != 1 || tok != 1 {
+				t.Errorf("seed %d: a=%d tok=%d, want 1, 1", seed, a, tok)
+			}
+			v = Speculative(peaked([]int32{3, 1, 4}, 6), mlxc.FromSlice([]int32{3, 1}, 2), nil, sp, keys)
+			a, tok = Resolve(mlxc.ToSlice[int32](v.Next), mlxc.ToSlice[bool](v.Accept))
+			if a != 2 || tok != 4 {
+				t.Errorf("seed %d: a=%d tok=%d, want 2 and the bonus 4", seed, a, tok)
+			}
+		})
+	}
+}
