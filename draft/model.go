@@ -138,7 +138,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 	T := 0
 	if ctx != nil {
 		T = ctx.Dim(1)
-		proj = mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, c0.RMSNormEps)
+		proj = d.project(ctx)
 	}
 	for i := range d.layers {
 		l := &d.layers[i]
@@ -147,15 +147,10 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
 		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.q.Apply(h), 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 		q = d.rope.Apply(q, off+T)
-		kn := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(h), 1, L, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
-		kn = d.rope.Apply(kn, off+T)
-		vn := mlxc.Transpose(mlxc.Reshape(l.v.Apply(h), 1, L, c0.NumKVHeads, -1), 0, 2, 1, 3)
+		kn, vn := d.keysValues(l, h, off+T)
 		var kc, vc *mlxc.Array
 		if proj != nil {
-			k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(proj), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
-			k = d.rope.Apply(k, off)
-			v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(proj), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
-			kc, vc = lc.UpdateAndFetch(k, v)
+			kc, vc = lc.UpdateAndFetch(d.keysValues(l, proj, off))
 		} else {
 			kc, vc = lc.State()
 		}
@@ -173,6 +168,21 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 	}
 	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 1, 1, L), d.norm, c0.RMSNormEps)
 	return d.target.Head(out)
+}
+
+// project maps tapped target hidden rows [1, T, n·H] to the drafter's context [1, T, H].
+func (d *Drafter) project(ctx *mlxc.Array) *mlxc.Array {
+	return mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, d.Cfg.RMSNormEps)
+}
+
+// keysValues is one layer's keys (k_norm, RoPE from position off) and values for rows
+// x [1, T, H], as [1, nKV, T, hd]. Block rows and context rows go through the same path.
+func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *mlxc.Array) {
+	c0 := d.Cfg
+	T := x.Dim(1)
+	k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(x), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(x), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
+	return d.rope.Apply(k, off), v
 }
 
 func (d *Drafter) weights() []*mlxc.Array {
@@ -209,16 +219,9 @@ func (d *Drafter) Free() {
 // AddContext appends committed context rows [1, T, n·H] to the draft cache without
 // drafting (used for prefill chunks).
 func (d *Drafter) AddContext(ctx *mlxc.Array, c *model.KVCaches) {
-	c0 := d.Cfg
-	T := ctx.Dim(1)
-	proj := mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, c0.RMSNormEps)
+	proj := d.project(ctx)
 	for i := range d.layers {
-		l := &d.layers[i]
 		lc := c.Layers[i]
-		off := lc.Offset()
-		k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(proj), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
-		k = d.rope.Apply(k, off)
-		v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(proj), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
-		lc.UpdateAndFetch(k, v)
+		lc.UpdateAndFetch(d.keysValues(&d.layers[i], proj, lc.Offset()))
 	}
 }
