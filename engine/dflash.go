@@ -237,7 +237,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		st.HostTime += time.Since(th) - prefetch
 	}
 	st.GeneratedTokens = len(o.tokens)
-	finishStats(&st, start, firstTok, time.Now())
+	finishStats(&st, firstTok, time.Now())
 	// HostTime above includes rollback; report them separately.
 	st.HostTime -= st.RollbackTime
 	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil

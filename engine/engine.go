@@ -65,13 +65,8 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 }
 
 // budget clamps max tokens to the context left after the prompt.
-func (e *Engine) budget(req *Request) (hitContext bool) {
-	left := e.ContextLen() - len(req.Prompt)
-	if req.MaxTokens > left {
-		req.MaxTokens = left
-		return true
-	}
-	return false
+func (e *Engine) budget(req *Request) {
+	req.MaxTokens = min(req.MaxTokens, e.ContextLen()-len(req.Prompt))
 }
 
 // prefill runs all prompt tokens but the last through the target in chunks (no logits),
@@ -114,7 +109,7 @@ func evalCache(c model.Cache, extra ...*mlxc.Array) {
 	mlxc.Eval(arrs...)
 }
 
-func finishStats(st *Stats, start, firstTok time.Time, end time.Time) {
+func finishStats(st *Stats, firstTok, end time.Time) {
 	st.DecodeTime = end.Sub(firstTok)
 	if st.PrefillTime > 0 {
 		st.PromptTPS = float64(st.PromptTokens) / st.FirstTokenTime.Seconds()

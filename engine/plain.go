@@ -95,6 +95,6 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 		}
 	}
 	st.GeneratedTokens = len(o.tokens)
-	finishStats(&st, start, firstTok, time.Now())
+	finishStats(&st, firstTok, time.Now())
 	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil
 }
