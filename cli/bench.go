@@ -82,7 +82,11 @@ type benchRow struct {
 	PlainStepNodes float64 `json:"plain_step_nodes"`
 	DraftNodes     float64 `json:"draft_nodes_per_cycle"`
 	VerifyNodes    float64 `json:"verify_nodes_per_cycle"`
-	PeakMemoryGiB  float64 `json:"peak_memory_gib"`
+	// The nodes by primitive name, per plain step and per cycle.
+	PlainStepOps  map[string]float64 `json:"plain_step_ops,omitempty"`
+	DraftOps      map[string]float64 `json:"draft_ops_per_cycle,omitempty"`
+	VerifyOps     map[string]float64 `json:"verify_ops_per_cycle,omitempty"`
+	PeakMemoryGiB float64            `json:"peak_memory_gib"`
 }
 
 type benchReport struct {
@@ -238,7 +242,9 @@ func benchAction(c *cli.Context) error {
 			BuildMS: ms(st.BuildTime) / float64(ps), RollbackMS: ms(st.RollbackTime) / float64(ps),
 			HostMS: ms(st.HostTime) / float64(ps), PeakMemoryGiB: float64(last.Stats.PeakMemory) / (1 << 30),
 			PlainStepNodes: float64(plainProf.Stats.StepNodes) / float64(max(1, plainProf.Stats.GeneratedTokens-2)),
-			DraftNodes:     float64(st.DraftNodes) / float64(ps), VerifyNodes: float64(st.VerifyNodes) / float64(ps)}
+			DraftNodes:     float64(st.DraftNodes) / float64(ps), VerifyNodes: float64(st.VerifyNodes) / float64(ps),
+			PlainStepOps: perStep(plainProf.Stats.StepOps, max(1, plainProf.Stats.GeneratedTokens-2)),
+			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps)}
 		if row.PlainTPS > 0 {
 			row.Speedup = row.DFlashTPS / row.PlainTPS
 			row.PlainStepMS = 1000 / row.PlainTPS
@@ -298,6 +304,12 @@ func printBench(r benchReport) {
 	if len(r.Rows) > 0 {
 		x := r.Rows[0]
 		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
+		for _, part := range []struct {
+			name string
+			ops  map[string]float64
+		}{{"plain step", x.PlainStepOps}, {"draft", x.DraftOps}, {"verify", x.VerifyOps}} {
+			fmt.Printf("  %-10s %s\n", part.name, topOps(part.ops, 8))
+		}
 	}
 	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %v\n", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, r.AllExact)
 	if r.CopyBandwidthGBs > 0 {
@@ -375,4 +387,39 @@ func writeRandomPair(dir, shape string) (string, string, error) {
 func replayAccept(errRate float64, seed uint64) func(n int) int {
 	f := verify.ReplayCorrect(errRate, seed)
 	return func(n int) int { return f(0, n) }
+}
+
+// perStep divides summed primitive counts by the number of steps.
+func perStep(ops map[string]int, steps int) map[string]float64 {
+	if len(ops) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(ops))
+	for k, v := range ops {
+		out[k] = float64(v) / float64(steps)
+	}
+	return out
+}
+
+// topOps formats the n most frequent primitives, most frequent first.
+func topOps(ops map[string]float64, n int) string {
+	names := make([]string, 0, len(ops))
+	for k := range ops {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if ops[names[i]] != ops[names[j]] {
+			return ops[names[i]] > ops[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	var b strings.Builder
+	for i, k := range names {
+		if i == n {
+			fmt.Fprintf(&b, "… (%d more kinds)", len(names)-n)
+			break
+		}
+		fmt.Fprintf(&b, "%s %.0f  ", k, ops[k])
+	}
+	return strings.TrimSpace(b.String())
 }

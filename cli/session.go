@@ -133,9 +133,12 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		if err != nil {
 			return err
 		}
-		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength}
+		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault()}
 		if dm != nil {
 			d, err := draft.Load(dm.Dir, m)
+			if d != nil {
+				d.KeyBucket = model.KeyBucketDefault()
+			}
 			if err != nil {
 				m.Free()
 				return fmt.Errorf("draft %s: %w", draftRef, err)

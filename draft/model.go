@@ -26,6 +26,10 @@ type Drafter struct {
 	rope       *model.Rope
 	scale      float32
 	swiglu     *model.SwiGLU
+	// KeyBucket > 0: the block's keys are written after the cached context and attended
+	// through a view padded to a multiple of KeyBucket with a mask (see
+	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
+	KeyBucket int
 }
 
 // Load reads a drafter folder and checks it against the target (hidden size, vocabulary,
@@ -140,6 +144,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		T = ctx.Dim(1)
 		proj = d.project(ctx)
 	}
+	var mask *mlxc.Array // padded keys: shared by all layers (same positions)
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
@@ -148,19 +153,33 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.q.Apply(h), 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 		q = d.rope.Apply(q, off+T)
 		kn, vn := d.keysValues(l, h, off+T)
+		padded := d.KeyBucket > 0 && L <= 64
 		var kc, vc *mlxc.Array
-		if proj != nil {
+		switch {
+		case proj != nil && padded:
+			lc.Append(d.keysValues(l, proj, off))
+		case proj != nil:
 			kc, vc = lc.UpdateAndFetch(d.keysValues(l, proj, off))
-		} else {
+		case !padded:
 			kc, vc = lc.State()
 		}
-		keys, values := kn, vn
-		if kc != nil {
-			keys = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2)
-			values = mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
+		// No causal mask: the block attends bidirectionally to itself and to all context.
+		var o *mlxc.Array
+		if padded {
+			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
+			if mask == nil {
+				visible := lc.Offset() + L
+				mask = model.PrefixMask(L, K, func(int) int { return visible }, q.Dtype())
+			}
+			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
+		} else {
+			keys, values := kn, vn
+			if kc != nil {
+				keys = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2)
+				values = mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
+			}
+			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskNone, nil, nil)
 		}
-		// No mask: the block attends bidirectionally to itself and to all context.
-		o := mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskNone, nil, nil)
 		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), 1, L, -1)
 		x = mlxc.Add(x, l.o.Apply(o))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
@@ -222,6 +241,6 @@ func (d *Drafter) AddContext(ctx *mlxc.Array, c *model.KVCaches) {
 	proj := d.project(ctx)
 	for i := range d.layers {
 		lc := c.Layers[i]
-		lc.UpdateAndFetch(d.keysValues(&d.layers[i], proj, lc.Offset()))
+		lc.Append(d.keysValues(&d.layers[i], proj, lc.Offset()))
 	}
 }

@@ -100,6 +100,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		prop.Probs.Detach()
 		if req.Profile {
 			st.DraftNodes += mlxc.GraphNodes(prop.Tokens)
+			addOps(&st.DraftOps, prop.Tokens)
 			td := time.Now()
 			mlxc.Eval(prop.Tokens)
 			draftEval = time.Since(td)
@@ -137,7 +138,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 			drafts = cur.prop.Tokens
 			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(drafts, 1, n)}, 1)
 		}
-		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
+		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket})
 		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), drafts)
 		lp := sample.LogProbs(logits)
 		var v verify.Verdict
@@ -157,6 +158,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		}
 		if req.Profile {
 			st.VerifyNodes += mlxc.GraphNodes(evalList...)
+			addOps(&st.VerifyOps, evalList...)
 		}
 		mlxc.Eval(evalList...)
 		waited := time.Since(tw)

@@ -33,9 +33,19 @@ func TestDFlashGreedyEqualsPlain(t *testing.T) {
 		for pi, prompt := range prompts(sc.spec.Vocab) {
 			for _, maxTok := range []int{1, 5, 37} {
 				want := plainGreedy(t, p, prompt, maxTok)
-				for _, B := range []int{2, 4, 8, 16} {
-					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d", sc.name, pi, maxTok, B), func(t *testing.T) {
-						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft)}
+				type variant struct{ B, bucket int }
+				vs := []variant{{2, 0}, {4, 0}, {8, 0}, {16, 0}}
+				if maxTok > 5 {
+					// Padded verify/draft keys (what CUDA uses), with a bucket small enough
+					// to cross many bucket boundaries.
+					vs = append(vs, variant{4, 8}, variant{16, 8})
+				}
+				for _, vr := range vs {
+					B := vr.B
+					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/bucket%d", sc.name, pi, maxTok, B, vr.bucket), func(t *testing.T) {
+						p.drft.KeyBucket = vr.bucket
+						defer func() { p.drft.KeyBucket = 0 }()
+						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), KeyBucket: vr.bucket}
 						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
 						if i, ok := eqTokens(res.Tokens, want); !ok {
 							t.Fatalf("DFlash diverges from plain at %d:\n dflash %v\n plain  %v", i, res.Tokens, want)
@@ -99,18 +109,22 @@ func TestDFlashCachesMatchFreshRun(t *testing.T) {
 	prop := &verify.Scripted{Ref: ref, Correct: func(c, n int) int { return (c * 7) % (n + 1) }, Vocab: p.spec.Vocab, Block: 8}
 	dfl := verify.NewDFlash(p.drft)
 	checked := 0
-	for _, pr := range []verify.Proposer{prop, dfl} {
-		e := &Engine{Target: p.target, Proposer: pr}
-		e.afterCycle = func(c model.Cache, committed []int32) {
-			checked++
-			compareWithFresh(t, p, c, committed, pr)
-		}
-		res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: 8, IgnoreEOS: true})
-		if _, ok := eqTokens(res.Tokens, want); !ok {
-			t.Fatalf("output differs from plain")
+	defer func() { p.drft.KeyBucket = 0 }()
+	for _, bucket := range []int{0, 8} {
+		p.drft.KeyBucket = bucket
+		for _, pr := range []verify.Proposer{prop, dfl} {
+			e := &Engine{Target: p.target, Proposer: pr, KeyBucket: bucket}
+			e.afterCycle = func(c model.Cache, committed []int32) {
+				checked++
+				compareWithFresh(t, p, c, committed, pr)
+			}
+			res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: 8, IgnoreEOS: true})
+			if _, ok := eqTokens(res.Tokens, want); !ok {
+				t.Fatalf("bucket %d: output differs from plain", bucket)
+			}
 		}
 	}
-	if checked < 10 {
+	if checked < 20 {
 		t.Fatalf("only %d cycles checked", checked)
 	}
 }

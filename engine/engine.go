@@ -19,6 +19,9 @@ type Engine struct {
 	Proposer verify.Proposer // nil: plain decoding only
 	// ContextLength bounds prompt + generation; 0 = the model's max_position_embeddings.
 	ContextLength int
+	// KeyBucket pads the verify block's attention keys (model.ForwardOptions.KeyBucket);
+	// model.KeyBucketDefault() picks it for the backend.
+	KeyBucket int
 
 	// ReplayAccept, when set, overrides how many drafts a cycle accepts (benchmarks only).
 	// Drafting, verification, rollback and commit all run for real, so the cycle cost is

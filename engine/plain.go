@@ -59,6 +59,7 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 			next = step(y)
 			if req.Profile {
 				st.StepNodes += mlxc.GraphNodes(next)
+				addOps(&st.StepOps, next)
 			}
 			mlxc.AsyncEval(next)
 		}

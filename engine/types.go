@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 )
 
@@ -85,6 +86,10 @@ type Stats struct {
 	DraftNodes  int `json:"draft_nodes,omitempty"`
 	VerifyNodes int `json:"verify_nodes,omitempty"`
 	StepNodes   int `json:"step_nodes,omitempty"`
+	// The same nodes by primitive name (which operations the steps are made of).
+	DraftOps  map[string]int `json:"draft_ops,omitempty"`
+	VerifyOps map[string]int `json:"verify_ops,omitempty"`
+	StepOps   map[string]int `json:"step_ops,omitempty"`
 
 	PromptTPS     float64 `json:"prompt_tps"`
 	GenerationTPS float64 `json:"generation_tps"`
@@ -121,4 +126,14 @@ func (r Request) validate(ctxLen int) error {
 		}
 	}
 	return nil
+}
+
+// addOps adds the primitive counts behind arrs to *m (profile mode only).
+func addOps(m *map[string]int, arrs ...*mlxc.Array) {
+	if *m == nil {
+		*m = map[string]int{}
+	}
+	for k, v := range mlxc.GraphOps(arrs...) {
+		(*m)[k] += v
+	}
 }

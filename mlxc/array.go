@@ -7,6 +7,8 @@ import "C"
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -308,6 +310,27 @@ func GraphNodes(arrs ...*Array) int {
 	var n C.int64_t
 	check("graph_nodes", C.mlxc_graph_nodes(&hs[0], C.int(len(hs)), &n))
 	return int(n)
+}
+
+// GraphOps counts the unevaluated primitives behind arrs by name (the same nodes
+// GraphNodes counts), to see which operations a step is made of.
+func GraphOps(arrs ...*Array) map[string]int {
+	var buf [16]C.mlxc_array
+	hs := handles("graph_ops", arrs, &buf)
+	ops := map[string]int{}
+	if len(hs) == 0 {
+		return ops
+	}
+	var out *C.char
+	check("graph_ops", C.mlxc_graph_ops(&hs[0], C.int(len(hs)), &out))
+	defer C.mlxc_free_string(out)
+	for _, line := range strings.Split(C.GoString(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			n, _ := strconv.Atoi(v)
+			ops[k] = n
+		}
+	}
+	return ops
 }
 
 // AsyncEval schedules the arrays' computation and returns at once.

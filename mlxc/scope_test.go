@@ -255,9 +255,15 @@ func TestGraphNodes(t *testing.T) {
 		if n := GraphNodes(c); n != 3 {
 			t.Errorf("GraphNodes = %d, want 3", n)
 		}
+		if ops := GraphOps(c); len(ops) != 3 || ops["Add"] != 1 || ops["Multiply"] != 1 || ops["Exp"] != 1 {
+			t.Errorf("GraphOps = %v, want Add, Multiply and Exp once each", ops)
+		}
 		Eval(c)
 		if n := GraphNodes(c); n != 0 {
 			t.Errorf("after eval GraphNodes = %d, want 0", n)
+		}
+		if ops := GraphOps(c); len(ops) != 0 {
+			t.Errorf("after eval GraphOps = %v, want none", ops)
 		}
 	})
 }

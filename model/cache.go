@@ -42,6 +42,47 @@ func (c *KVCache) Offset() int { return c.offset }
 // values. Growth follows mlx-lm exactly (zeros in steps of 256, truncating a partially
 // filled buffer first).
 func (c *KVCache) UpdateAndFetch(k, v *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+	c.write(k, v)
+	c.offset += k.Dim(2)
+	return mlxc.SliceAxis(c.keys, 2, 0, c.offset), mlxc.SliceAxis(c.values, 2, 0, c.offset)
+}
+
+// Append stores k, v after the valid rows (no views returned).
+func (c *KVCache) Append(k, v *mlxc.Array) {
+	c.write(k, v)
+	c.offset += k.Dim(2)
+}
+
+// UpdateAndFetchPadded appends like UpdateAndFetch but returns views rounded up to a
+// multiple of bucket rows (within the buffer): the rows past Offset are stale or zero and
+// the caller masks them. A key length that changes only every bucket rows lets the CUDA
+// backend reuse its cuDNN attention plan, which is built per key length (milliseconds).
+func (c *KVCache) UpdateAndFetchPadded(k, v *mlxc.Array, bucket int) (*mlxc.Array, *mlxc.Array, int) {
+	c.write(k, v)
+	c.offset += k.Dim(2)
+	return c.padded(c.offset, bucket)
+}
+
+// Scratch writes k, v at Offset without committing them (Offset is unchanged, the next
+// write overwrites them) and returns padded views holding the valid rows followed by
+// these: the drafter's block attends to the committed context plus itself this way without
+// concatenating the context every cycle.
+func (c *KVCache) Scratch(k, v *mlxc.Array, bucket int) (*mlxc.Array, *mlxc.Array, int) {
+	c.write(k, v)
+	return c.padded(c.offset+k.Dim(2), bucket)
+}
+
+// padded returns views of the first n rows rounded up to a multiple of bucket (capped at
+// the buffer size) and that row count.
+func (c *KVCache) padded(n, bucket int) (*mlxc.Array, *mlxc.Array, int) {
+	if bucket > 0 {
+		n = min((n+bucket-1)/bucket*bucket, c.keys.Dim(2))
+	}
+	return mlxc.SliceAxis(c.keys, 2, 0, n), mlxc.SliceAxis(c.values, 2, 0, n), n
+}
+
+// write stores k, v at rows [offset, offset+L), growing the buffers first when needed.
+func (c *KVCache) write(k, v *mlxc.Array) {
 	ks, vs := k.Shape(), v.Shape()
 	L := ks[2]
 	prev := c.offset
@@ -63,12 +104,10 @@ func (c *KVCache) UpdateAndFetch(k, v *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
 		}
 		c.replace(newK, newV)
 	}
-	c.offset += L
 	start := []int{0, 0, prev, 0}
-	stopK := []int{ks[0], ks[1], c.offset, ks[3]}
-	stopV := []int{vs[0], vs[1], c.offset, vs[3]}
+	stopK := []int{ks[0], ks[1], prev + L, ks[3]}
+	stopV := []int{vs[0], vs[1], prev + L, vs[3]}
 	c.replace(mlxc.SliceUpdate(c.keys, k, start, stopK), mlxc.SliceUpdate(c.values, v, start, stopV))
-	return mlxc.SliceAxis(c.keys, 2, 0, c.offset), mlxc.SliceAxis(c.values, 2, 0, c.offset)
 }
 
 // replace swaps the buffers, freeing the old handles so MLX can update in place (donation

@@ -43,6 +43,11 @@ type ForwardOptions struct {
 	// final norm) are returned, concatenated on the feature axis in this order.
 	Taps   []int
 	Logits LogitsMode
+	// KeyBucket > 0 pads the keys of multi-token blocks (2..64 tokens) to a multiple of it
+	// with an additive mask instead of the causal mode, so the attention's key length, and
+	// with it the CUDA backend's cached cuDNN plan, changes only every KeyBucket positions
+	// (see KeyBucketDefault). 0: exact key length.
+	KeyBucket int
 }
 
 // Output of a forward pass; arrays are lazy and belong to the caller's scope.

@@ -183,6 +183,9 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	}
 	a := m.arch
 	h := m.embed.Lookup(ids)
+	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0
+	var padMask *mlxc.Array // shared by all layers: they hold the same positions
+	off0 := kv.Offset()
 	for i := range m.layers {
 		l := &m.layers[i]
 		lc := kv.Layers[i]
@@ -193,8 +196,17 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		v := heads(mlxc.Reshape(l.attn.v.Apply(x), B, L, a.NumKVHeads, -1))
 		q = m.rope.Apply(q, offset)
 		k = m.rope.Apply(k, offset)
-		keys, values := lc.UpdateAndFetch(k, v)
-		o := mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mask, nil, nil)
+		var o *mlxc.Array
+		if padKeys {
+			keys, values, K := lc.UpdateAndFetchPadded(k, v, opt.KeyBucket)
+			if padMask == nil {
+				padMask = PrefixMask(L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
+			}
+			o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, padMask, nil)
+		} else {
+			keys, values := lc.UpdateAndFetch(k, v)
+			o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mask, nil, nil)
+		}
 		if L > 1 {
 			o = mlxc.Transpose(o, 0, 2, 1, 3)
 		}

@@ -19,6 +19,7 @@
 #include "mlx/backend/metal/metal.h"
 #include "mlx/compile.h"
 #include "mlx/mlx.h"
+#include "mlx/primitives.h"
 #include "mlx/version.h"
 
 namespace mx = mlx::core;
@@ -329,6 +330,26 @@ int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out) {
       for (const auto& in : a.inputs()) stack.push_back(in);
     }
     *out = count;
+  });
+}
+
+int mlxc_graph_ops(const mlxc_array* arrs, int n, char** out) {
+  return guard([&] {
+    std::unordered_set<const void*> seen_prims;
+    std::unordered_set<std::uintptr_t> seen;
+    std::map<std::string, int64_t> counts;
+    std::vector<mx::array> stack = arrays(arrs, n);
+    while (!stack.empty()) {
+      mx::array a = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(a.id()).second) continue;
+      if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
+      if (seen_prims.insert(a.primitive_ptr().get()).second) counts[a.primitive().name()]++;
+      for (const auto& in : a.inputs()) stack.push_back(in);
+    }
+    std::ostringstream os;
+    for (const auto& [k, v] : counts) os << k << "=" << v << "\n";
+    *out = strdup(os.str().c_str());
   });
 }
 
