@@ -54,7 +54,7 @@ func benchFlips(c *cli.Context, s *Session, prompts [][]int32) error {
 		err := mlxc.Do(func() error {
 			o.Backend = mlxc.Backend()
 			var err error
-			rep, err = engine.MeasureFlips(s.Engine.Target, p, c.Int("max-new-tokens"), block)
+			rep, err = engine.MeasureFlips(s.Engine.Target, p, c.Int("max-new-tokens"), block, s.Engine.KeyBucket)
 			return err
 		})
 		if err != nil {

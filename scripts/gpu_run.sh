@@ -71,3 +71,34 @@ if [ "$STAGE" = graphs ]; then
     python3 -c "import json,sys;r=json.load(open(sys.argv[1]));print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','median_speedup','median_tau']});print({k:round(v,2) for k,v in r['rows'][0].items() if k.endswith('ms') or k.endswith('cycle')})" "$OUT/bench_graphs$g.json"
   done
 fi
+if [ "$STAGE" = ab ]; then
+  # Side-by-side variants of the τ≈6.5 benchmark: padded attention keys (the default on
+  # CUDA) against exact key lengths (a cuDNN attention plan per length), and cuDNN off.
+  summary() { python3 -c "
+import json,sys
+r=json.load(open(sys.argv[1])); x=r['rows'][0]
+print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','median_speedup','median_tau']})
+print({k:round(v,2) for k,v in x.items() if k.endswith('ms') or k.endswith('nodes') or k.endswith('cycle')})
+for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
+  ops=x.get(part) or {}
+  print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:14])
+" "$1"; }
+  "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  for v in "DFLASH_KV_BUCKET=256" "DFLASH_KV_BUCKET=0" "DFLASH_KV_BUCKET=0 MLX_CUDA_USE_CUDNN_SDPA=0"; do
+    tag=$(echo "$v" | tr ' =' '_-')
+    log "$v: replayed τ≈6.5"
+    env $v timeout 150 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 2 --replay-drafts 0.14 --json > "$OUT/ab_$tag.json" 2> "$OUT/ab_$tag.err"
+    summary "$OUT/ab_$tag.json" || tail -3 "$OUT/ab_$tag.err"
+  done
+  log "DFLASH_KV_BUCKET=256: replayed τ=16"
+  timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 2 --replay-drafts 0 --bandwidth --json > "$OUT/ab_tau16.json" 2> "$OUT/ab_tau16.err"
+  summary "$OUT/ab_tau16.json" || tail -3 "$OUT/ab_tau16.err"
+  log "flips with padded keys"
+  timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$OUT/flips_bucket.json" 2>&1
+  python3 -c "import json,sys;r=json.load(open(sys.argv[1]));[print(x['positions'],len(x['flips'] or []),x['max_abs_logprob_diff'],x['median_decode_gap'],(x['flips'] or [])[:6]) for x in r['reports']]" "$OUT/flips_bucket.json"
+  log "engine exactness tests on CUDA"
+  ( cd engine && timeout 200 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips' 2>&1 ) > "$OUT/engine_cuda_tests.txt"; echo "exit $?" >> "$OUT/engine_cuda_tests.txt"
+  grep -E "^(--- FAIL|ok|FAIL|PASS|exit)|flips" "$OUT/engine_cuda_tests.txt" | head -20
+  log "draft padded test on CUDA"
+  ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$OUT/draft_cuda_tests.txt"; tail -3 "$OUT/draft_cuda_tests.txt"
+fi
