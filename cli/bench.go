@@ -68,20 +68,27 @@ type benchRow struct {
 	Tokens       int     `json:"tokens"`
 	PlainTPS     float64 `json:"plain_tok_s"`
 	DFlashTPS    float64 `json:"dflash_tok_s"`
-	Speedup      float64 `json:"speedup"`
-	Tau          float64 `json:"tau"`
-	Exact        bool    `json:"exact"`
-	CycleMS      float64 `json:"cycle_ms"`
-	DraftMS      float64 `json:"draft_ms_per_cycle"`
-	VerifyMS     float64 `json:"verify_ms_per_cycle"`
-	BuildMS      float64 `json:"build_ms_per_cycle"`
-	RollbackMS   float64 `json:"rollback_ms_per_cycle"`
-	HostMS       float64 `json:"host_ms_per_cycle"`
-	PlainStepMS  float64 `json:"plain_step_ms"`
+	// Every timed run, in order (the medians above come from these).
+	PlainRuns   []float64 `json:"plain_runs_tok_s"`
+	DFlashRuns  []float64 `json:"dflash_runs_tok_s"`
+	Speedup     float64   `json:"speedup"`
+	Tau         float64   `json:"tau"`
+	Exact       bool      `json:"exact"`
+	CycleMS     float64   `json:"cycle_ms"`
+	DraftMS     float64   `json:"draft_ms_per_cycle"`
+	VerifyMS    float64   `json:"verify_ms_per_cycle"`
+	BuildMS     float64   `json:"build_ms_per_cycle"`
+	RollbackMS  float64   `json:"rollback_ms_per_cycle"`
+	HostMS      float64   `json:"host_ms_per_cycle"`
+	PlainStepMS float64   `json:"plain_step_ms"`
 	// Graph nodes (≈ kernels) per plain step, per draft and per verify, from profiled runs.
 	PlainStepNodes float64 `json:"plain_step_nodes"`
 	DraftNodes     float64 `json:"draft_nodes_per_cycle"`
 	VerifyNodes    float64 `json:"verify_nodes_per_cycle"`
+	// Host time handing each graph to MLX (kernel encoding), from the profiled runs.
+	PlainEncodeMS  float64 `json:"plain_step_encode_ms"`
+	DraftEncodeMS  float64 `json:"draft_encode_ms_per_cycle"`
+	VerifyEncodeMS float64 `json:"verify_encode_ms_per_cycle"`
 	// The nodes by primitive name, per plain step and per cycle.
 	PlainStepOps  map[string]float64 `json:"plain_step_ops,omitempty"`
 	DraftOps      map[string]float64 `json:"draft_ops_per_cycle,omitempty"`
@@ -188,12 +195,19 @@ func benchAction(c *cli.Context) error {
 			if _, err := gen(prompt, true, false); err != nil {
 				return err
 			}
-			if _, err := gen(prompt, false, false); err != nil {
+			if replay >= 0 {
+				s.Engine.ReplayAccept = replayAccept(replay, uint64(i)+1)
+			}
+			_, err := gen(prompt, false, false)
+			s.Engine.ReplayAccept = nil
+			if err != nil {
 				return err
 			}
 		}
-		var plainTPS []float64
-		var ref engine.Result
+		// Plain and DFlash runs alternate, so drift (clocks, other tenants) hits both alike.
+		var plainTPS, dTPS, taus []float64
+		var ref, last engine.Result
+		exact := true
 		for r := 0; r < repeats; r++ {
 			res, err := gen(prompt, true, false)
 			if err != nil {
@@ -201,16 +215,12 @@ func benchAction(c *cli.Context) error {
 			}
 			plainTPS = append(plainTPS, res.Stats.GenerationTPS)
 			ref = res
-		}
-		var dTPS, taus []float64
-		exact := true
-		var last engine.Result
-		for r := 0; r < repeats; r++ {
 			if replay >= 0 {
 				// The same acceptance pattern for every repeat.
 				s.Engine.ReplayAccept = replayAccept(replay, uint64(i)+1)
 			}
-			res, err := gen(prompt, false, false)
+			res, err = gen(prompt, false, false)
+			s.Engine.ReplayAccept = nil
 			if err != nil {
 				return err
 			}
@@ -236,13 +246,15 @@ func benchAction(c *cli.Context) error {
 		}
 		st, ps := prof.Stats, max(1, prof.Stats.Cycles)
 		row := benchRow{Prompt: i, PromptTokens: len(prompt), Tokens: len(last.Tokens), PlainTPS: median(plainTPS),
-			DFlashTPS: median(dTPS), Tau: median(taus), Exact: exact,
+			DFlashTPS: median(dTPS), PlainRuns: plainTPS, DFlashRuns: dTPS, Tau: median(taus), Exact: exact,
 			CycleMS: ms(last.Stats.DecodeTime) / float64(max(1, last.Stats.Cycles)),
 			DraftMS: ms(st.DraftTime) / float64(ps), VerifyMS: ms(st.VerifyTime) / float64(ps),
 			BuildMS: ms(st.BuildTime) / float64(ps), RollbackMS: ms(st.RollbackTime) / float64(ps),
 			HostMS: ms(st.HostTime) / float64(ps), PeakMemoryGiB: float64(last.Stats.PeakMemory) / (1 << 30),
 			PlainStepNodes: float64(plainProf.Stats.StepNodes) / float64(max(1, plainProf.Stats.GeneratedTokens-2)),
 			DraftNodes:     float64(st.DraftNodes) / float64(ps), VerifyNodes: float64(st.VerifyNodes) / float64(ps),
+			PlainEncodeMS: ms(plainProf.Stats.StepEncodeTime) / float64(max(1, plainProf.Stats.GeneratedTokens-2)),
+			DraftEncodeMS: ms(st.DraftEncodeTime) / float64(ps), VerifyEncodeMS: ms(st.VerifyEncodeTime) / float64(ps),
 			PlainStepOps: perStep(plainProf.Stats.StepOps, max(1, plainProf.Stats.GeneratedTokens-2)),
 			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps)}
 		if row.PlainTPS > 0 {
@@ -304,6 +316,7 @@ func printBench(r benchReport) {
 	if len(r.Rows) > 0 {
 		x := r.Rows[0]
 		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
+		fmt.Printf("host encoding (profiled): plain step %.2f ms, draft %.2f ms, verify %.2f ms per cycle\n", x.PlainEncodeMS, x.DraftEncodeMS, x.VerifyEncodeMS)
 		for _, part := range []struct {
 			name string
 			ops  map[string]float64

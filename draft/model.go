@@ -137,12 +137,13 @@ func (d *Drafter) TapLayers() []int { return d.Cfg.TargetLayerIDs }
 func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array {
 	c0 := d.Cfg
 	L := block.Dim(1)
-	x := d.target.Embed(block)
+	// Rows stay 2-D ([L, H]) like the target's, so matmuls need no Flatten/Unflatten nodes.
+	x := d.target.Embed(mlxc.Reshape(block, L))
 	var proj *mlxc.Array
 	T := 0
 	if ctx != nil {
 		T = ctx.Dim(1)
-		proj = d.project(ctx)
+		proj = d.project(mlxc.Reshape(ctx, T, -1))
 	}
 	var mask *mlxc.Array // padded keys: shared by all layers (same positions)
 	for i := range d.layers {
@@ -180,25 +181,25 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			}
 			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskNone, nil, nil)
 		}
-		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), 1, L, -1)
+		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
 		x = mlxc.Add(x, l.o.Apply(o))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
 		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(l.gate.Apply(h), l.up.Apply(h))))
 	}
-	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 1, 1, L), d.norm, c0.RMSNormEps)
-	return d.target.Head(out)
+	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
+	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
 }
 
-// project maps tapped target hidden rows [1, T, n·H] to the drafter's context [1, T, H].
+// project maps tapped target hidden rows [T, n·H] to the drafter's context [T, H].
 func (d *Drafter) project(ctx *mlxc.Array) *mlxc.Array {
 	return mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, d.Cfg.RMSNormEps)
 }
 
 // keysValues is one layer's keys (k_norm, RoPE from position off) and values for rows
-// x [1, T, H], as [1, nKV, T, hd]. Block rows and context rows go through the same path.
+// x [T, H], as [1, nKV, T, hd]. Block rows and context rows go through the same path.
 func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *mlxc.Array) {
 	c0 := d.Cfg
-	T := x.Dim(1)
+	T := x.Dim(0)
 	k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(x), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
 	v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(x), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
 	return d.rope.Apply(k, off), v
@@ -238,7 +239,7 @@ func (d *Drafter) Free() {
 // AddContext appends committed context rows [1, T, n·H] to the draft cache without
 // drafting (used for prefill chunks).
 func (d *Drafter) AddContext(ctx *mlxc.Array, c *model.KVCaches) {
-	proj := d.project(ctx)
+	proj := d.project(mlxc.Reshape(ctx, ctx.Dim(1), -1))
 	for i := range d.layers {
 		lc := c.Layers[i]
 		lc.Append(d.keysValues(&d.layers[i], proj, lc.Offset()))

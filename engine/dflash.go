@@ -102,6 +102,8 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 			st.DraftNodes += mlxc.GraphNodes(prop.Tokens)
 			addOps(&st.DraftOps, prop.Tokens)
 			td := time.Now()
+			mlxc.AsyncEval(prop.Tokens)
+			st.DraftEncodeTime += time.Since(td)
 			mlxc.Eval(prop.Tokens)
 			draftEval = time.Since(td)
 			st.DraftTime += draftEval
@@ -159,6 +161,10 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		if req.Profile {
 			st.VerifyNodes += mlxc.GraphNodes(evalList...)
 			addOps(&st.VerifyOps, evalList...)
+		}
+		if req.Profile {
+			mlxc.AsyncEval(evalList...)
+			st.VerifyEncodeTime += time.Since(tw)
 		}
 		mlxc.Eval(evalList...)
 		waited := time.Since(tw)

@@ -11,6 +11,9 @@ import (
 // the logprobs are bit-identical and no greedy token can flip, even on a model with
 // small logit gaps (near-ties). The same measurement runs on the GPU in `bench --flips`.
 func TestVerifyDecodeFlipsOnCPU(t *testing.T) {
+	if mlxc.Backend() != "cpu" && mlxc.CurrentDevice().GPU {
+		t.Skip("a GPU backend reduces verify rows and decode steps differently; measured by `bench --flips`")
+	}
 	spec := modelgen.TinyQwen3()
 	spec.Seed, spec.WeightStd = 31, 0.02 // flat logits: many near-ties
 	p := loadPair(t, "flat-logits", spec, 0)

@@ -61,7 +61,11 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 				st.StepNodes += mlxc.GraphNodes(next)
 				addOps(&st.StepOps, next)
 			}
+			te := time.Now()
 			mlxc.AsyncEval(next)
+			if req.Profile {
+				st.StepEncodeTime += time.Since(te)
+			}
 		}
 		st.BuildTime += time.Since(tb)
 		tw := time.Now()

@@ -81,6 +81,12 @@ type Stats struct {
 	HostTime     time.Duration `json:"host_ns"`
 	DraftTime    time.Duration `json:"draft_ns"`
 	VerifyTime   time.Duration `json:"verify_ns"`
+	// With Request.Profile: the part of DraftTime / VerifyTime (and of a plain step) spent
+	// handing the graph to MLX (async_eval: kernel encoding on the host) rather than
+	// waiting for the device.
+	DraftEncodeTime  time.Duration `json:"draft_encode_ns,omitempty"`
+	VerifyEncodeTime time.Duration `json:"verify_encode_ns,omitempty"`
+	StepEncodeTime   time.Duration `json:"step_encode_ns,omitempty"`
 	// With Request.Profile: graph nodes (≈ kernels) built for drafts, verifies and plain
 	// steps, summed over the generation (divide by Cycles or tokens).
 	DraftNodes  int `json:"draft_nodes,omitempty"`

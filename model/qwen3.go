@@ -182,7 +182,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		taps = make([]*mlxc.Array, len(opt.Taps))
 	}
 	a := m.arch
-	h := m.embed.Lookup(ids)
+	// Activations stay 2-D, [B·L, H]: MLX wraps a matmul of a 3-D input in Flatten and
+	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
+	rows := B * L
+	h := m.embed.Lookup(mlxc.Reshape(ids, rows))
 	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0
 	var padMask *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
@@ -191,9 +194,9 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		lc := kv.Layers[i]
 		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
 		offset := lc.Offset()
-		q := heads(mlxc.RMSNorm(mlxc.Reshape(l.attn.q.Apply(x), B, L, a.NumHeads, -1), l.attn.qNorm, a.RMSNormEps))
-		k := heads(mlxc.RMSNorm(mlxc.Reshape(l.attn.k.Apply(x), B, L, a.NumKVHeads, -1), l.attn.kNorm, a.RMSNormEps))
-		v := heads(mlxc.Reshape(l.attn.v.Apply(x), B, L, a.NumKVHeads, -1))
+		q := splitHeads(l.attn.q.Apply(x), B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
+		k := splitHeads(l.attn.k.Apply(x), B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
+		v := splitHeads(l.attn.v.Apply(x), B, L, a.NumKVHeads, nil, 0)
 		q = m.rope.Apply(q, offset)
 		k = m.rope.Apply(k, offset)
 		var o *mlxc.Array
@@ -207,11 +210,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mask, nil, nil)
 		}
-		if L > 1 {
-			o = mlxc.Transpose(o, 0, 2, 1, 3)
-		}
-		o = mlxc.Reshape(o, B, L, -1)
-		h = mlxc.Add(h, l.attn.o.Apply(o))
+		h = mlxc.Add(h, l.attn.o.Apply(mergeHeads(o, rows)))
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
 		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(l.gate.Apply(x), l.up.Apply(x))))
 		if j, ok := tapAt[i]; ok {
@@ -220,20 +219,20 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	}
 	var out Output
 	if taps != nil {
-		if len(taps) == 1 {
-			out.Hidden = taps[0]
-		} else {
-			out.Hidden = mlxc.Concatenate(taps, -1)
+		hid := taps[0]
+		if len(taps) > 1 {
+			hid = mlxc.Concatenate(taps, -1)
 		}
+		out.Hidden = mlxc.Reshape(hid, B, L, -1)
 	}
 	switch opt.Logits {
 	case LogitsAll:
-		out.Logits = m.Head(m.FinalNorm(h))
+		out.Logits = mlxc.Reshape(m.Head(m.FinalNorm(h)), B, L, -1)
 	case LogitsLast:
 		if L > 1 {
-			h = mlxc.SliceAxis(h, 1, L-1, L)
+			h = mlxc.Reshape(mlxc.SliceAxis(mlxc.Reshape(h, B, L, -1), 1, L-1, L), B, -1)
 		}
-		out.Logits = m.Head(m.FinalNorm(h))
+		out.Logits = mlxc.Reshape(m.Head(m.FinalNorm(h)), B, 1, -1)
 	}
 	return out
 }
@@ -275,14 +274,30 @@ func (m *Qwen3) Free() {
 	m.swiglu.Free()
 }
 
-// heads turns [B, L, H, D] into [B, H, L, D]. For one token both layouts hold the same
-// element order, so a reshape gives a row-contiguous result instead of a strided view
-// (kernels that want contiguous inputs then need no copy); values are identical. The
-// attention output of a one-token step likewise skips its transpose (one node per layer).
-func heads(x *mlxc.Array) *mlxc.Array {
-	sh := x.Shape()
-	if sh[1] == 1 {
-		return mlxc.Reshape(x, sh[0], sh[2], 1, sh[3])
+// splitHeads turns projected rows [B·L, n·D] into heads [B, n, L, D], with the per-head
+// RMSNorm (q_norm/k_norm) when norm is set, normalising before the transpose like mlx-lm.
+// For one token both layouts hold the same element order, so a single reshape gives a
+// row-contiguous result (no strided view that kernels would copy; values identical).
+func splitHeads(x *mlxc.Array, B, L, n int, norm *mlxc.Array, eps float32) *mlxc.Array {
+	if L == 1 {
+		x = mlxc.Reshape(x, B, n, 1, -1)
+		if norm != nil {
+			x = mlxc.RMSNorm(x, norm, eps)
+		}
+		return x
+	}
+	x = mlxc.Reshape(x, B, L, n, -1)
+	if norm != nil {
+		x = mlxc.RMSNorm(x, norm, eps)
 	}
 	return mlxc.Transpose(x, 0, 2, 1, 3)
+}
+
+// mergeHeads turns attention output [B, n, L, D] back into rows [B·L, n·D] (for one token
+// a plain reshape: same element order).
+func mergeHeads(o *mlxc.Array, rows int) *mlxc.Array {
+	if o.Dim(2) > 1 {
+		o = mlxc.Transpose(o, 0, 2, 1, 3)
+	}
+	return mlxc.Reshape(o, rows, -1)
 }

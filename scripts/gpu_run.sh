@@ -72,33 +72,41 @@ if [ "$STAGE" = graphs ]; then
   done
 fi
 if [ "$STAGE" = ab ]; then
-  # Side-by-side variants of the τ≈6.5 benchmark: padded attention keys (the default on
-  # CUDA) against exact key lengths (a cuDNN attention plan per length), and cuDNN off.
+  # Side-by-side variants of the τ≈6.5 benchmark (AB_VARIANTS: ';'-separated env settings,
+  # "-" for none), then τ=16, flips and the exactness tests. Results: $OUT/ab.tgz.
+  R=/tmp/res; mkdir -p $R
   summary() { python3 -c "
 import json,sys
 r=json.load(open(sys.argv[1])); x=r['rows'][0]
 print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','median_speedup','median_tau']})
-print({k:round(v,2) for k,v in x.items() if k.endswith('ms') or k.endswith('nodes') or k.endswith('cycle')})
+print('runs plain', [round(v) for v in x['plain_runs_tok_s']], 'dflash', [round(v) for v in x['dflash_runs_tok_s']])
+print({k:round(v,2) for k,v in x.items() if isinstance(v,float) and (k.endswith('ms') or 'nodes' in k or k.endswith('cycle'))})
 for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   ops=x.get(part) or {}
-  print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:14])
+  print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:12])
 " "$1"; }
   "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
-  for v in "DFLASH_KV_BUCKET=256" "DFLASH_KV_BUCKET=0" "DFLASH_KV_BUCKET=0 MLX_CUDA_USE_CUDNN_SDPA=0"; do
-    tag=$(echo "$v" | tr ' =' '_-')
-    log "$v: replayed τ≈6.5"
-    env $v timeout 150 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 2 --replay-drafts 0.14 --json > "$OUT/ab_$tag.json" 2> "$OUT/ab_$tag.err"
-    summary "$OUT/ab_$tag.json" || tail -3 "$OUT/ab_$tag.err"
+  IFS=';' read -ra VS <<< "${AB_VARIANTS:--}"
+  i=0
+  for v in "${VS[@]}"; do
+    i=$((i+1)); [ "$v" = "-" ] && v=""
+    log "variant $i: ${v:-defaults}: replayed τ≈6.5"
+    env $v timeout 150 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 3 --replay-drafts 0.14 --json > "$R/ab_$i.json" 2> "$R/ab_$i.err"
+    echo "$v" > "$R/ab_$i.env"
+    summary "$R/ab_$i.json" || tail -3 "$R/ab_$i.err"
   done
-  log "DFLASH_KV_BUCKET=256: replayed τ=16"
-  timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 2 --replay-drafts 0 --bandwidth --json > "$OUT/ab_tau16.json" 2> "$OUT/ab_tau16.err"
-  summary "$OUT/ab_tau16.json" || tail -3 "$OUT/ab_tau16.err"
-  log "flips with padded keys"
-  timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$OUT/flips_bucket.json" 2>&1
-  python3 -c "import json,sys;r=json.load(open(sys.argv[1]));[print(x['positions'],len(x['flips'] or []),x['max_abs_logprob_diff'],x['median_decode_gap'],(x['flips'] or [])[:6]) for x in r['reports']]" "$OUT/flips_bucket.json"
-  log "engine exactness tests on CUDA"
-  ( cd engine && timeout 200 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips' 2>&1 ) > "$OUT/engine_cuda_tests.txt"; echo "exit $?" >> "$OUT/engine_cuda_tests.txt"
-  grep -E "^(--- FAIL|ok|FAIL|PASS|exit)|flips" "$OUT/engine_cuda_tests.txt" | head -20
-  log "draft padded test on CUDA"
-  ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$OUT/draft_cuda_tests.txt"; tail -3 "$OUT/draft_cuda_tests.txt"
+  log "${TAU16_ENV:-defaults}: replayed τ=16"
+  env ${TAU16_ENV:-} timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 3 --replay-drafts 0 --bandwidth --json > "$R/tau16.json" 2> "$R/tau16.err"
+  summary "$R/tau16.json" || tail -3 "$R/tau16.err"
+  python3 -c "import json,sys;r=json.load(open(sys.argv[1]));print({k:r.get(k) for k in ['copy_bandwidth_gb_s','roofline_plain_tok_s','plain_of_roofline']})" "$R/tau16.json"
+  log "flips with the default (padded) verify"
+  timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$R/flips.json" 2> "$R/flips.err"
+  python3 -c "import json,sys;r=json.load(open(sys.argv[1]));[print(x['positions'],len(x['flips'] or []),x['max_abs_logprob_diff'],x['median_decode_gap'],(x['flips'] or [])[:6]) for x in r['reports']]" "$R/flips.json"
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    log "engine and draft tests on CUDA"
+    ( cd engine && timeout 200 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted' 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
+    grep -E "^(--- FAIL|ok|FAIL|PASS|exit)" "$R/engine_cuda_tests.txt" | head -20
+    ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
+  fi
+  tar -czf "$OUT/ab.tgz" -C "$R" .
 fi
