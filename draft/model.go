@@ -107,12 +107,19 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
 	}
 	d.swiglu = model.NewSwiGLU()
+	// The target's few-row product kernel (CUDA), shared, not owned: drafts are 16 rows.
+	var skinny *model.SkinnyGEMM
+	if t, ok := target.(interface{ Skinny() *model.SkinnyGEMM }); ok {
+		skinny = t.Skinny()
+	}
 	if err := mlxc.Catch(func() {
 		d.fc.Prepare()
+		d.fc.UseSkinny(skinny)
 		for i := range d.layers {
 			l := &d.layers[i]
 			for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 				x.Prepare()
+				x.UseSkinny(skinny)
 			}
 		}
 	}); err != nil {

@@ -17,6 +17,8 @@ type Linear struct {
 	// wT is Wᵀ as an evaluated view (no copy) made once at load, so a step does not build
 	// a transpose node per layer: MLX spends host time on every graph node.
 	wT *mlxc.Array
+	// skinny, when set (CUDA), computes 2..16-row products (verify blocks, drafts).
+	skinny *SkinnyGEMM
 }
 
 // prepare makes the transposed view once (call on the MLX thread after loading).
@@ -46,7 +48,17 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	if l.Bias != nil {
 		return mlxc.AddMM(l.Bias, x, l.transposed(), 1, 1)
 	}
+	if l.skinny.Fits(x, l.W) {
+		return l.skinny.Apply(x, l.W)
+	}
 	return mlxc.Matmul(x, l.transposed())
+}
+
+// UseSkinny routes the layer's few-row products through s (nil: MLX's matmul).
+func (l *Linear) UseSkinny(s *SkinnyGEMM) {
+	if l != nil {
+		l.skinny = s
+	}
 }
 
 // Prepare readies the layer for repeated use (the transposed view). MLX thread only.
@@ -88,9 +100,10 @@ func (l *Linear) Free() {
 
 // Embedding is a token table [V, H], dense or quantized; AsLinear serves tied LM heads.
 type Embedding struct {
-	W  *mlxc.Array
-	Q  *mlxc.Quantized
-	wT *mlxc.Array // Eᵀ view for the tied head, made once at load
+	W      *mlxc.Array
+	Q      *mlxc.Quantized
+	wT     *mlxc.Array // Eᵀ view for the tied head, made once at load
+	skinny *SkinnyGEMM // few-row head products on CUDA (see Linear)
 }
 
 func (e *Embedding) prepare() {
@@ -118,6 +131,9 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 	if e.Q != nil {
 		return mlxc.QuantizedMatmul(x, *e.Q, true)
+	}
+	if e.skinny.Fits(x, e.W) {
+		return e.skinny.Apply(x, e.W)
 	}
 	if e.wT != nil {
 		return mlxc.Matmul(x, e.wT)

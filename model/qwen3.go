@@ -30,6 +30,7 @@ type Qwen3 struct {
 	rope   *Rope
 	scale  float32
 	swiglu *SwiGLU
+	skinny *SkinnyGEMM
 }
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
@@ -122,20 +123,27 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	a.WeightBytes = w.Bytes
 	m.arch = a
 	m.swiglu = NewSwiGLU()
+	m.skinny = NewSkinnyGEMM()
 	return m, nil
 }
 
 // prepare makes per-weight views once the weights are evaluated (see Linear.prepare).
 func (m *Qwen3) prepare() {
 	m.embed.prepare()
+	m.embed.skinny = m.skinny
 	m.lmHead.prepare()
+	m.lmHead.UseSkinny(m.skinny)
 	for i := range m.layers {
 		l := &m.layers[i]
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			x.prepare()
+			x.UseSkinny(m.skinny)
 		}
 	}
 }
+
+// Skinny is the few-row product kernel (nil off CUDA); drafters bound to this model reuse it.
+func (m *Qwen3) Skinny() *SkinnyGEMM { return m.skinny }
 
 func (m *Qwen3) Arch() Arch { return m.arch }
 
@@ -272,6 +280,7 @@ func (m *Qwen3) Free() {
 	m.lmHead.Free()
 	m.rope.Free()
 	m.swiglu.Free()
+	m.skinny.Free()
 }
 
 // splitHeads turns projected rows [B·L, n·D] into heads [B, n, L, D], with the per-head

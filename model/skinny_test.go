@@ -1,0 +1,98 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Off CUDA there is no kernel and nothing fits, so Linear keeps MLX's matmul.
+func TestSkinnyGEMMAbsentOffCUDA(t *testing.T) {
+	err := mlxc.Do(func() error {
+		s := NewSkinnyGEMM()
+		if mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU {
+			if s == nil {
+				return fmt.Errorf("no skinny kernel on a CUDA GPU")
+			}
+			s.Free()
+			return nil
+		}
+		if s != nil {
+			return fmt.Errorf("skinny kernel made without CUDA")
+		}
+		x := mlxc.Zeros([]int{4, 64}, mlxc.BFloat16)
+		w := mlxc.Zeros([]int{8, 64}, mlxc.BFloat16)
+		if s.Fits(x, w) {
+			return fmt.Errorf("a nil kernel fits")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On CUDA: the kernel equals a float32 product of the same inputs up to the output's
+// rounding, for row counts across the MMAX buckets, odd N and K tails; and every row is
+// reduced the same way whatever the row count (row i of a 16-row call equals a 2-row
+// call bit for bit), which is what lets verify rows match each other.
+func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
+	if !mlxc.CUDAKernelsAvailable() {
+		t.Skip("needs the CUDA backend and a GPU")
+	}
+	err := mlxc.Do(func() error {
+		s := NewSkinnyGEMM()
+		if s == nil {
+			return fmt.Errorf("no kernel (DFLASH_SKINNY_GEMM=0?)")
+		}
+		defer s.Free()
+		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+			for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {1024, 2560}, {2560, 9728}} {
+				if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
+	so := mlxc.NewScope()
+	defer so.Close()
+	w := mlxc.Normal([]int{N, K}, dt, 0, 0.05, mlxc.RandomKey(uint64(N*7+K)))
+	x16 := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K)))
+	y2 := s.Apply(mlxc.SliceAxis(x16, 0, 0, 2), w)
+	for _, M := range []int{2, 3, 4, 5, 8, 9, 16} {
+		sc := mlxc.NewScope()
+		x := mlxc.SliceAxis(x16, 0, 0, M)
+		if !s.Fits(x, w) {
+			return fmt.Errorf("%v M=%d N=%d K=%d does not fit", dt, M, N, K)
+		}
+		y := s.Apply(x, w)
+		ref := mlxc.Matmul(mlxc.AsType(x, mlxc.Float32), mlxc.Transpose(mlxc.AsType(w, mlxc.Float32)))
+		got, want := mlxc.AsType(y, mlxc.Float32).Float32s(), ref.Float32s()
+		for i := range want {
+			tol := math.Abs(float64(want[i]))/128 + 1e-3
+			if d := math.Abs(float64(got[i] - want[i])); d > tol || math.IsNaN(float64(got[i])) {
+				sc.Close()
+				return fmt.Errorf("%v M=%d N=%d K=%d: y[%d] = %g, want %g", dt, M, N, K, i, got[i], want[i])
+			}
+		}
+		first := mlxc.AsType(mlxc.SliceAxis(y, 0, 0, 2), mlxc.Float32).Float32s()
+		two := mlxc.AsType(y2, mlxc.Float32).Float32s()
+		for i := range two {
+			if math.Float32bits(first[i]) != math.Float32bits(two[i]) {
+				sc.Close()
+				return fmt.Errorf("%v M=%d N=%d K=%d: row %d col %d differs from the 2-row call", dt, M, N, K, i/N, i%N)
+			}
+		}
+		sc.Close()
+	}
+	return nil
+}
