@@ -13,6 +13,9 @@ type layer struct {
 	q, k, v, o          *model.Linear
 	qNorm, kNorm        *mlxc.Array
 	gate, up, down      *model.Linear
+	// Merged projections for the block rows (model.MergeProjectionsDefault); context rows
+	// use the k and v views.
+	qkv, gateUp *model.MergedLinear
 }
 
 // Drafter is a loaded DFlash draft model bound to its target.
@@ -109,6 +112,7 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 	d.swiglu = model.NewSwiGLU()
 	// The target's few-row product kernel (CUDA), shared, not owned: drafts are 16 rows.
 	var skinny *model.SkinnyGEMM
+	merge := model.MergeProjectionsDefault()
 	if t, ok := target.(interface{ Skinny() *model.SkinnyGEMM }); ok {
 		skinny = t.Skinny()
 	}
@@ -120,6 +124,10 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 			for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 				x.Prepare()
 				x.UseSkinny(skinny)
+			}
+			if merge {
+				l.qkv = model.MergeLinears(l.q, l.k, l.v)
+				l.gateUp = model.MergeLinears(l.gate, l.up)
 			}
 		}
 	}); err != nil {
@@ -158,9 +166,16 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		lc := c.Layers[i]
 		off := lc.Offset()
 		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
-		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.q.Apply(h), 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+		var qp, kp, vp *mlxc.Array
+		if l.qkv != nil {
+			p := l.qkv.Apply(h)
+			qp, kp, vp = p[0], p[1], p[2]
+		} else {
+			qp, kp, vp = l.q.Apply(h), l.k.Apply(h), l.v.Apply(h)
+		}
+		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qp, 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 		q = d.rope.Apply(q, off+T)
-		kn, vn := d.keysValues(l, h, off+T)
+		kn, vn := d.headsKV(l, kp, vp, off+T)
 		padded := d.KeyBucket > 0 && L <= 64
 		var kc, vc *mlxc.Array
 		switch {
@@ -191,7 +206,14 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
 		x = mlxc.Add(x, l.o.Apply(o))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
-		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(l.gate.Apply(h), l.up.Apply(h))))
+		var g, u *mlxc.Array
+		if l.gateUp != nil {
+			p := l.gateUp.Apply(h)
+			g, u = p[0], p[1]
+		} else {
+			g, u = l.gate.Apply(h), l.up.Apply(h)
+		}
+		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(g, u)))
 	}
 	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
 	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
@@ -205,10 +227,15 @@ func (d *Drafter) project(ctx *mlxc.Array) *mlxc.Array {
 // keysValues is one layer's keys (k_norm, RoPE from position off) and values for rows
 // x [T, H], as [1, nKV, T, hd]. Block rows and context rows go through the same path.
 func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *mlxc.Array) {
+	return d.headsKV(l, l.k.Apply(x), l.v.Apply(x), off)
+}
+
+// headsKV turns projected key and value rows [T, nKV·hd] into heads (k_norm, RoPE).
+func (d *Drafter) headsKV(l *layer, kp, vp *mlxc.Array, off int) (*mlxc.Array, *mlxc.Array) {
 	c0 := d.Cfg
-	T := x.Dim(0)
-	k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.k.Apply(x), 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
-	v := mlxc.Transpose(mlxc.Reshape(l.v.Apply(x), 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
+	T := kp.Dim(0)
+	k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(kp, 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	v := mlxc.Transpose(mlxc.Reshape(vp, 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
 	return d.rope.Apply(k, off), v
 }
 
@@ -238,6 +265,8 @@ func (d *Drafter) Free() {
 		for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 			x.Free()
 		}
+		l.qkv.Free()
+		l.gateUp.Free()
 	}
 	d.rope.Free()
 	d.swiglu.Free()

@@ -18,6 +18,8 @@ type qwen3Layer struct {
 	inputNorm, postNorm *mlxc.Array
 	attn                qwen3Attention
 	gate, up, down      *Linear
+	// qkv and gateUp are set when the projections are merged (MergeProjectionsDefault).
+	qkv, gateUp *MergedLinear
 }
 
 // Qwen3 is the dense Qwen3 decoder (model_type "qwen3").
@@ -133,11 +135,16 @@ func (m *Qwen3) prepare() {
 	m.embed.skinny = m.skinny
 	m.lmHead.prepare()
 	m.lmHead.UseSkinny(m.skinny)
+	merge := MergeProjectionsDefault()
 	for i := range m.layers {
 		l := &m.layers[i]
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			x.prepare()
 			x.UseSkinny(m.skinny)
+		}
+		if merge {
+			l.qkv = MergeLinears(l.attn.q, l.attn.k, l.attn.v)
+			l.gateUp = MergeLinears(l.gate, l.up)
 		}
 	}
 }
@@ -202,9 +209,16 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		lc := kv.Layers[i]
 		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
 		offset := lc.Offset()
-		q := splitHeads(l.attn.q.Apply(x), B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-		k := splitHeads(l.attn.k.Apply(x), B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-		v := splitHeads(l.attn.v.Apply(x), B, L, a.NumKVHeads, nil, 0)
+		var qp, kp, vp *mlxc.Array
+		if l.qkv != nil {
+			p := l.qkv.Apply(x)
+			qp, kp, vp = p[0], p[1], p[2]
+		} else {
+			qp, kp, vp = l.attn.q.Apply(x), l.attn.k.Apply(x), l.attn.v.Apply(x)
+		}
+		q := splitHeads(qp, B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
+		k := splitHeads(kp, B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
+		v := splitHeads(vp, B, L, a.NumKVHeads, nil, 0)
 		q = m.rope.Apply(q, offset)
 		k = m.rope.Apply(k, offset)
 		var o *mlxc.Array
@@ -220,7 +234,14 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		h = mlxc.Add(h, l.attn.o.Apply(mergeHeads(o, rows)))
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
-		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(l.gate.Apply(x), l.up.Apply(x))))
+		var g, u *mlxc.Array
+		if l.gateUp != nil {
+			p := l.gateUp.Apply(x)
+			g, u = p[0], p[1]
+		} else {
+			g, u = l.gate.Apply(x), l.up.Apply(x)
+		}
+		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(g, u)))
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
@@ -275,6 +296,8 @@ func (m *Qwen3) Free() {
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			x.Free()
 		}
+		l.qkv.Free()
+		l.gateUp.Free()
 	}
 	m.norm.Free()
 	m.lmHead.Free()

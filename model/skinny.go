@@ -17,72 +17,80 @@ type SkinnyGEMM struct {
 	k *mlxc.Kernel
 }
 
-// skinnyColumns is the number of output columns per thread block; its 8 warps split K.
-const skinnyColumns = 4
+// Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
+// share the rows of x, staged through shared memory in chunks of skinnyChunk elements, so
+// x is read from L2 once per 8·skinnyColumns columns instead of once per column.
+const (
+	skinnyColumns = 2
+	skinnyChunk   = 1024
+	skinnyWarps   = 8
+)
 
 const skinnySource = `
-  __shared__ float part[8][CPW][MMAX];
+  __shared__ __align__(16) T xs[MMAX][KC];
   const int M = x_shape[0];
   const int N = w_shape[0];
   const int K = w_shape[1];
   const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
-  const int n0 = blockIdx.x * CPW;
+  const int n0 = (blockIdx.x * WARPS + wid) * CPW;
   float acc[CPW][MMAX];
 #pragma unroll
   for (int c = 0; c < CPW; ++c) {
 #pragma unroll
     for (int m = 0; m < MMAX; ++m) acc[c][m] = 0.0f;
   }
-  for (int k = (wid * 32 + lane) * 8; k < K; k += 8 * 32 * 8) {
-    float wv[CPW][8];
-#pragma unroll
-    for (int c = 0; c < CPW; ++c) {
-      const int n = min(n0 + c, N - 1); // past N: a duplicate column, computed, never stored
-      uint4 raw = *reinterpret_cast<const uint4*>(w + (size_t)n * K + k);
-      const T* p = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) wv[c][j] = static_cast<float>(p[j]);
+  for (int kc = 0; kc < K; kc += KC) {
+    const int len = min(KC, K - kc);
+    const int vecs = len / 8;
+    __syncthreads(); // the previous chunk is consumed
+    for (int i = threadIdx.x; i < M * vecs; i += WARPS * 32) {
+      const int m = i / vecs;
+      const int q = i - m * vecs;
+      *reinterpret_cast<uint4*>(&xs[m][q * 8]) = *reinterpret_cast<const uint4*>(x + (size_t)m * K + kc + q * 8);
     }
+    __syncthreads();
+    if (n0 < N) { // warp-uniform
 #pragma unroll
-    for (int m = 0; m < MMAX; ++m) {
-      if (m < M) {
-        uint4 raw = *reinterpret_cast<const uint4*>(x + (size_t)m * K + k);
-        const T* p = reinterpret_cast<const T*>(&raw);
-        float xv[8];
+      for (int i = 0; i < KC / 256; ++i) {
+        const int kk = i * 256 + lane * 8;
+        if (kk < len) {
+          float wv[CPW][8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) xv[j] = static_cast<float>(p[j]);
+          for (int c = 0; c < CPW; ++c) {
+            const int n = min(n0 + c, N - 1); // past N: a duplicate column, never stored
+            uint4 raw = *reinterpret_cast<const uint4*>(w + (size_t)n * K + kc + kk);
+            const T* p = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int c = 0; c < CPW; ++c) {
-          float s = acc[c][m];
+            for (int j = 0; j < 8; ++j) wv[c][j] = static_cast<float>(p[j]);
+          }
 #pragma unroll
-          for (int j = 0; j < 8; ++j) s = fmaf(xv[j], wv[c][j], s);
-          acc[c][m] = s;
+          for (int m = 0; m < MMAX; ++m) {
+            if (m < M) {
+              uint4 raw = *reinterpret_cast<const uint4*>(&xs[m][kk]);
+              const T* p = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                const float xv = static_cast<float>(p[j]);
+#pragma unroll
+                for (int c = 0; c < CPW; ++c) acc[c][m] = fmaf(xv, wv[c][j], acc[c][m]);
+              }
+            }
+          }
         }
       }
     }
   }
+  if (n0 < N) {
 #pragma unroll
-  for (int c = 0; c < CPW; ++c) {
+    for (int c = 0; c < CPW; ++c) {
 #pragma unroll
-    for (int m = 0; m < MMAX; ++m) {
-      float v = acc[c][m];
+      for (int m = 0; m < MMAX; ++m) {
+        float v = acc[c][m];
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      if (lane == 0) part[wid][c][m] = v;
-    }
-  }
-  __syncthreads();
-  const int t = threadIdx.x;
-  if (t < CPW * MMAX) {
-    const int c = t / MMAX;
-    const int m = t % MMAX;
-    const int n = n0 + c;
-    if (m < M && n < N) {
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s += part[i][c][m];
-      y[(size_t)m * N + n] = static_cast<T>(s);
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0 && m < M && n0 + c < N) y[(size_t)m * N + n0 + c] = static_cast<T>(v);
+      }
     }
   }
 `
@@ -122,13 +130,15 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 	case M <= 8:
 		mmax = 8
 	}
-	blocks := (N + skinnyColumns - 1) / skinnyColumns
+	perBlock := skinnyWarps * skinnyColumns
+	blocks := (N + perBlock - 1) / perBlock
 	return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
 		OutputShapes: [][]int{{M, N}},
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},
-		Grid:         [3]int{blocks * 256, 1, 1},
-		ThreadGroup:  [3]int{256, 1, 1},
-		Template:     []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "MMAX", Value: mmax}, {Name: "CPW", Value: skinnyColumns}},
+		Grid:         [3]int{blocks * skinnyWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{skinnyWarps * 32, 1, 1},
+		Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "MMAX", Value: mmax},
+			{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}},
 	})[0]
 }
 

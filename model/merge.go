@@ -1,0 +1,87 @@
+package model
+
+import (
+	"os"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// MergeProjectionsDefault reports whether projections that read the same input (q, k, v;
+// gate, up) are merged into one matrix: on CUDA, where each matmul of a multi-row block
+// is a cuBLAS call that MLX captures into a child CUDA graph (tens of µs of host time
+// each), three calls become one. Elsewhere the separate products are kept (they match
+// mlx-lm op for op). DFLASH_MERGE_PROJ=0/1 overrides.
+func MergeProjectionsDefault() bool {
+	switch os.Getenv("DFLASH_MERGE_PROJ") {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	return mlxc.Backend() == "cuda" && mlxc.CurrentDevice().GPU
+}
+
+// MergedLinear is several dense projections of one input stacked into one weight; the
+// parts keep working as views into it (no second copy of the weights).
+type MergedLinear struct {
+	all   *Linear
+	sizes []int
+}
+
+// MergeLinears stacks the parts' weights (dense, unbiased, same dtype and input size) and
+// rewires each part's W to a view of the stack. It returns nil, leaving the parts alone,
+// when they cannot be merged (quantized or biased layers). MLX thread; weights evaluated.
+func MergeLinears(parts ...*Linear) *MergedLinear {
+	if len(parts) < 2 {
+		return nil
+	}
+	ws := make([]*mlxc.Array, len(parts))
+	sizes := make([]int, len(parts))
+	for i, p := range parts {
+		if p == nil || p.Q != nil || p.Bias != nil || p.W == nil || p.W.Ndim() != 2 ||
+			p.W.Dtype() != parts[0].W.Dtype() || p.W.Dim(1) != parts[0].W.Dim(1) {
+			return nil
+		}
+		ws[i], sizes[i] = p.W, p.W.Dim(0)
+	}
+	all := &Linear{W: mlxc.Concatenate(ws, 0).Detach(), skinny: parts[0].skinny}
+	mlxc.Eval(all.W)
+	all.prepare()
+	off := 0
+	for i, p := range parts {
+		view := mlxc.SliceAxis(all.W, 0, off, off+sizes[i]).Detach()
+		mlxc.Eval(view)
+		p.wT.Free()
+		p.W.Free()
+		p.W, p.wT = view, nil
+		p.prepare()
+		off += sizes[i]
+	}
+	return &MergedLinear{all: all, sizes: sizes}
+}
+
+// Apply returns each part's output for rows x [R, K], as column slices of one product.
+func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
+	y := m.all.Apply(x)
+	out := make([]*mlxc.Array, len(m.sizes))
+	off := 0
+	for i, n := range m.sizes {
+		out[i] = mlxc.SliceAxis(y, y.Ndim()-1, off, off+n)
+		off += n
+	}
+	return out
+}
+
+// UseSkinny routes the merged product through s (see Linear.UseSkinny).
+func (m *MergedLinear) UseSkinny(s *SkinnyGEMM) {
+	if m != nil {
+		m.all.UseSkinny(s)
+	}
+}
+
+// Free releases the stacked weight (the parts' views are freed with the parts).
+func (m *MergedLinear) Free() {
+	if m != nil {
+		m.all.Free()
+	}
+}
