@@ -7,12 +7,15 @@ import (
 )
 
 // SkinnyGEMM computes y = x·Wᵀ for blocks of 2..16 rows (a verify block, a draft) with one
-// custom CUDA kernel. MLX sends such products to cuBLAS, and on its CUDA backend every
-// cuBLAS call is captured into a child CUDA graph: measured on an H200, a 16-row verify
-// spent 18.6 ms of host time encoding ~1 000 nodes against 3.6 ms for a one-token step with
-// the same node count, the difference being its 253 cuBLAS calls. A custom kernel is a
-// plain kernel node. The weights are read once (memory-bound, like gemv); every output
-// element is reduced in a fixed order that does not depend on the number of rows.
+// custom CUDA kernel instead of cuBLAS. MLX's CUDA backend captures every cuBLAS call into
+// a child CUDA graph, which costs host time: on an H200 a 16-row verify spends 6.9–12.6 ms
+// encoding ~1 000 nodes against 2.5–4.2 ms for a one-token step of the same size, and
+// routing its 253 products through this kernel cut that to 5.1–8.1 ms. But the kernel runs
+// on CUDA cores, and 16 rows need 16 FMAs per weight read, about the H200's whole fp32
+// rate at full memory bandwidth: the verify became GPU-bound (14–16 ms against 7.8 ms with
+// cuBLAS), so the kernel is opt-in (DFLASH_SKINNY_GEMM=1) until a tensor-core version
+// (mma m16n8k16 fits 16 rows exactly) replaces it. Each output element is reduced in a
+// fixed order that does not depend on the number of rows.
 type SkinnyGEMM struct {
 	k *mlxc.Kernel
 }
@@ -95,10 +98,14 @@ const skinnySource = `
   }
 `
 
-// NewSkinnyGEMM returns the kernel when custom CUDA kernels can run here, nil otherwise
-// (Linear then uses MLX's matmul). DFLASH_SKINNY_GEMM=0 turns it off. MLX thread only.
+// NewSkinnyGEMM returns the kernel when DFLASH_SKINNY_GEMM=1 and custom CUDA kernels can
+// run here, nil otherwise (Linear then uses MLX's matmul). MLX thread only.
 func NewSkinnyGEMM() *SkinnyGEMM {
-	if os.Getenv("DFLASH_SKINNY_GEMM") == "0" || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
+	return newSkinnyGEMM(os.Getenv("DFLASH_SKINNY_GEMM") == "1")
+}
+
+func newSkinnyGEMM(enabled bool) *SkinnyGEMM {
+	if !enabled || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return nil
 	}
 	return &SkinnyGEMM{k: mlxc.NewKernel(mlxc.KernelSpec{
