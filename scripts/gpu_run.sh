@@ -74,7 +74,7 @@ fi
 if [ "$STAGE" = ab ]; then
   # Side-by-side variants of the τ≈6.5 benchmark (AB_VARIANTS: ';'-separated env settings,
   # "-" for none), then τ=16, flips and the exactness tests. Results: $OUT/ab.tgz.
-  R=/tmp/res; mkdir -p $R
+  R="${RES:-/tmp/res}"; mkdir -p "$R"
   summary() { python3 -c "
 import json,sys
 r=json.load(open(sys.argv[1])); x=r['rows'][0]
@@ -100,6 +100,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     echo "$v" > "$R/ab_$i.env"
     summary "$R/ab_$i.json" || tail -3 "$R/ab_$i.err"
   done
+  if [ -z "${SKIP_EXTRA:-}" ]; then
   log "${TAU16_ENV:-defaults}: replayed τ=16"
   env ${TAU16_ENV:-} timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 3 --replay-drafts 0 --bandwidth --json > "$R/tau16.json" 2> "$R/tau16.err"
   summary "$R/tau16.json" || tail -3 "$R/tau16.err"
@@ -107,11 +108,12 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   log "flips with the default (padded) verify"
   timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$R/flips.json" 2> "$R/flips.err"
   python3 -c "import json,sys;r=json.load(open(sys.argv[1]));[print(x['positions'],len(x['flips'] or []),x['max_abs_logprob_diff'],x['median_decode_gap'],(x['flips'] or [])[:6]) for x in r['reports']]" "$R/flips.json"
+  fi
   if [ -z "${SKIP_TESTS:-}" ]; then
     log "engine and draft tests on CUDA"
     ( cd engine && timeout 200 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted' 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
     grep -E "^(--- FAIL|ok|FAIL|PASS|exit)" "$R/engine_cuda_tests.txt" | head -20
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
-  tar -czf "$OUT/ab.tgz" -C "$R" .
+  tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
 fi
