@@ -203,8 +203,16 @@ func TestNoLeaks(t *testing.T) {
 		if got := LiveArrays(); got != live {
 			t.Errorf("live arrays %d after 10k iterations, want %d", got, live)
 		}
-		if got := ActiveMemory(); got != mem {
-			t.Errorf("active memory %d after 10k iterations, want %d", got, mem)
+		// On CUDA, buffers of the last evaluations are released by MLX's completion worker
+		// after the device finishes (measured on an H200: 24 720 bytes still pending). A real
+		// leak grows with the iterations: at least the 4 KiB input each time, 40 MB in all.
+		Synchronize(DefaultStream())
+		slack := int64(0)
+		if CurrentDevice().GPU {
+			slack = 64 << 10
+		}
+		if got := int64(ActiveMemory()); got < int64(mem) || got > int64(mem)+slack {
+			t.Errorf("active memory %d after 10k iterations, want %d (+ up to %d pending on a GPU)", got, mem, slack)
 		}
 
 		// The memory counters are real: a 4 MiB array shows up and goes away.
