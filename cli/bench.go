@@ -196,7 +196,7 @@ func benchAction(c *cli.Context) error {
 				return err
 			}
 			if replay >= 0 {
-				s.Engine.ReplayAccept = replayAccept(replay, uint64(i)+1)
+				s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, -1-w))
 			}
 			_, err := gen(prompt, false, false)
 			s.Engine.ReplayAccept = nil
@@ -216,8 +216,7 @@ func benchAction(c *cli.Context) error {
 			plainTPS = append(plainTPS, res.Stats.GenerationTPS)
 			ref = res
 			if replay >= 0 {
-				// The same acceptance pattern for every repeat.
-				s.Engine.ReplayAccept = replayAccept(replay, uint64(i)+1)
+				s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, r))
 			}
 			res, err = gen(prompt, false, false)
 			s.Engine.ReplayAccept = nil
@@ -233,7 +232,7 @@ func benchAction(c *cli.Context) error {
 		}
 		// One profiled run splits the cycle into draft and verify.
 		if replay >= 0 {
-			s.Engine.ReplayAccept = replayAccept(replay, uint64(i)+1)
+			s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, repeats))
 		}
 		prof, err := gen(prompt, false, true)
 		s.Engine.ReplayAccept = nil
@@ -395,6 +394,14 @@ func writeRandomPair(dir, shape string) (string, string, error) {
 		return "", "", err
 	}
 	return td, dd, nil
+}
+
+// replaySeed gives every run of a prompt (warm-ups negative, then repeats, then the profiled
+// run) its own acceptance pattern at the same error rate: the runs then meet different cache
+// lengths, as distinct generations do. With one pattern for all, a backend that caches work
+// per shape (cuDNN attention plans on CUDA) would look cheaper than it is in use.
+func replaySeed(prompt, run int) uint64 {
+	return uint64(prompt+1)*1_000_003 + uint64(int64(run)+1_000)
 }
 
 func replayAccept(errRate float64, seed uint64) func(n int) int {
