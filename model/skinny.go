@@ -13,11 +13,12 @@ import (
 // routing its 253 products through this kernel cut that to 5.1–8.1 ms. But the kernel runs
 // on CUDA cores, and 16 rows need 16 FMAs per weight read, about the H200's whole fp32
 // rate at full memory bandwidth: the verify became GPU-bound (14–16 ms against 7.8 ms with
-// cuBLAS), so the kernel is opt-in (DFLASH_SKINNY_GEMM=1) until a tensor-core version
-// (mma m16n8k16 fits 16 rows exactly) replaces it. Each output element is reduced in a
-// fixed order that does not depend on the number of rows.
+// cuBLAS), so the kernel is opt-in (DFLASH_SKINNY_GEMM=1); a tensor-core variant
+// (DFLASH_SKINNY_GEMM=tc, skinny_tc.go) is written but not yet measured. Each output element
+// is reduced in a fixed order that does not depend on the number of rows.
 type SkinnyGEMM struct {
-	k *mlxc.Kernel
+	k           *mlxc.Kernel
+	tensorCores bool // the WMMA variant (skinny_tc.go)
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -98,31 +99,46 @@ const skinnySource = `
   }
 `
 
-// NewSkinnyGEMM returns the kernel when DFLASH_SKINNY_GEMM=1 and custom CUDA kernels can
-// run here, nil otherwise (Linear then uses MLX's matmul). MLX thread only.
+// NewSkinnyGEMM returns the kernel when DFLASH_SKINNY_GEMM is 1 (CUDA cores) or tc (tensor
+// cores) and custom CUDA kernels can run here, nil otherwise (Linear then uses MLX's
+// matmul). MLX thread only.
 func NewSkinnyGEMM() *SkinnyGEMM {
-	return newSkinnyGEMM(os.Getenv("DFLASH_SKINNY_GEMM") == "1")
+	switch os.Getenv("DFLASH_SKINNY_GEMM") {
+	case "1":
+		return newSkinnyGEMM(true, false)
+	case "tc":
+		return newSkinnyGEMM(true, true)
+	}
+	return nil
 }
 
-func newSkinnyGEMM(enabled bool) *SkinnyGEMM {
+func newSkinnyGEMM(enabled, tensorCores bool) *SkinnyGEMM {
 	if !enabled || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return nil
 	}
-	return &SkinnyGEMM{k: mlxc.NewKernel(mlxc.KernelSpec{
+	spec := mlxc.KernelSpec{
 		Backend: mlxc.KernelCUDA, Name: "dflash_skinny_gemm",
 		Inputs: []string{"x", "w"}, Outputs: []string{"y"},
 		Source: skinnySource, EnsureRowContiguous: true,
-	})}
+	}
+	if tensorCores {
+		spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcHeader
+	}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores}
 }
 
-// Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16, K a multiple of
-// 8 (16-byte loads), both bf16 or both f16.
+// Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16, both bf16 or
+// both f16, K a multiple of 8 (16-byte loads); the tensor-core variant also needs K a
+// multiple of 16 and N of 32 (whole tiles; true of every Qwen3 projection and vocabulary).
 func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	if s == nil || s.k == nil || x.Ndim() != 2 || w.Ndim() != 2 {
 		return false
 	}
-	M, K := x.Dim(0), x.Dim(1)
+	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
+	if s.tensorCores && (K%16 != 0 || N%tcColumns != 0) {
+		return false
+	}
 	return M >= 2 && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
 		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
@@ -130,6 +146,16 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 // Apply returns x·wᵀ [M, N] (call Fits first).
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
+	if s.tensorCores {
+		return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
+			OutputShapes: [][]int{{M, N}},
+			OutputDtypes: []mlxc.Dtype{x.Dtype()},
+			Grid:         [3]int{N / tcColumns * skinnyWarps * 32, 1, 1},
+			ThreadGroup:  [3]int{skinnyWarps * 32, 1, 1},
+			Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "KC", Value: tcChunk},
+				{Name: "WARPS", Value: skinnyWarps}},
+		})[0]
+	}
 	mmax := 16
 	switch {
 	case M <= 4:

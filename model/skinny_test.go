@@ -11,7 +11,7 @@ import (
 // Off CUDA there is no kernel and nothing fits, so Linear keeps MLX's matmul.
 func TestSkinnyGEMMAbsentOffCUDA(t *testing.T) {
 	err := mlxc.Do(func() error {
-		s := newSkinnyGEMM(true)
+		s := newSkinnyGEMM(true, false)
 		if mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU {
 			if s == nil {
 				return fmt.Errorf("no skinny kernel on a CUDA GPU")
@@ -42,23 +42,28 @@ func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
 	if !mlxc.CUDAKernelsAvailable() {
 		t.Skip("needs the CUDA backend and a GPU")
 	}
-	err := mlxc.Do(func() error {
-		s := newSkinnyGEMM(true)
-		if s == nil {
-			return fmt.Errorf("no kernel on a CUDA machine")
-		}
-		defer s.Free()
-		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
-			for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {1024, 2560}, {2560, 9728}} {
-				if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
-					return err
+	for _, tc := range []bool{false, true} {
+		err := mlxc.Do(func() error {
+			s := newSkinnyGEMM(true, tc)
+			if s == nil {
+				return fmt.Errorf("no kernel on a CUDA machine")
+			}
+			defer s.Free()
+			for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+				for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {1024, 2560}, {2560, 9728}} {
+					if tc && nk[0]%tcColumns != 0 {
+						continue // whole tiles only: Linear keeps cuBLAS for these
+					}
+					if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
+						return fmt.Errorf("tensor cores %v: %w", tc, err)
+					}
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
