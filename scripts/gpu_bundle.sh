@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the bundle that scripts/gpu_run.sh unpacks on a lent GPU machine without network
+# (docs/gpu.md): the mlx-cuda-13 runtime in two parts under 64 MiB (.gpu/p1, .gpu/p2), and
+# stripped binaries of the current tree (CLI + CUDA-relevant test binaries). The wheel comes
+# from PyPI once and is kept in $GPU_CACHE. Usage: bash scripts/gpu_bundle.sh [--bin-only]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+MLX_VERSION="$(sed -n 's/^MLX_VERSION="\${MLX_VERSION:-\(.*\)}"$/\1/p' scripts/deps_mlx.sh)"
+CACHE="${GPU_CACHE:-/tmp/dflash-gpu-cache}"
+mkdir -p "$CACHE" .gpu/p1 .gpu/p2
+step() { echo "== $*"; }
+
+if [ "${1:-}" != "--bin-only" ]; then
+  if [ ! -f "$CACHE/libmlx.so.xz" ]; then
+    step "download mlx-cuda-13==$MLX_VERSION"
+    python3 -m pip download --quiet --no-deps "mlx-cuda-13==$MLX_VERSION" -d "$CACHE/wheel"
+    rm -rf "$CACHE/unpacked" && mkdir -p "$CACHE/unpacked"
+    python3 -m zipfile -e "$CACHE"/wheel/mlx_cuda_13-*.whl "$CACHE/unpacked"
+    step "compress libmlx.so (xz -9, about 2 minutes)"
+    xz -9 -T0 -k -c "$CACHE/unpacked/mlx/lib/libmlx.so" > "$CACHE/libmlx.so.xz.tmp"
+    mv "$CACHE/libmlx.so.xz.tmp" "$CACHE/libmlx.so.xz"
+  fi
+  step "split the runtime into .gpu/p1 and .gpu/p2"
+  rm -f .gpu/p1/libmlx.so.xz.part-* .gpu/p2/libmlx.so.xz.part-*
+  (cd "$CACHE" && rm -f libmlx.so.xz.part-* && split -b 48m libmlx.so.xz libmlx.so.xz.part-)
+  cp "$CACHE/libmlx.so.xz.part-aa" .gpu/p1/
+  cp "$CACHE"/libmlx.so.xz.part-a[b-z] .gpu/p2/
+  (cd "$CACHE/unpacked/mlx" && tar -cJf "$ROOT/.gpu/p2/include.tar.xz" include)
+  (cd "$CACHE/unpacked" && tar -cJf "$ROOT/.gpu/p2/libs.tar.xz" mlx_cuda_13.libs)
+  (cd third_party && tar -cJf "$ROOT/.gpu/p2/testdata.tar.xz" testdata/qwen3)
+fi
+
+step "build stripped binaries of $(git rev-parse --short HEAD)"
+export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers"
+B="$(mktemp -d)"
+mkdir -p "$B/bin"
+go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=$(git rev-parse --short HEAD)" -o "$B/bin/dflash-mlx" ./cmd/dflash-mlx
+for p in mlxc model draft engine; do
+  go test -c -ldflags "-s -w" -o "$B/bin/$p.test" "./$p"
+done
+(cd "$B" && tar -cJf "$ROOT/.gpu/p2/bin.tar.xz" bin)
+rm -rf "$B"
+du -sh .gpu/p1 .gpu/p2
+echo "carry [\".gpu/p1\"] with 'bash scripts/gpu_run.sh setup', then [\".gpu/p2\"] with a stage (docs/gpu.md)"
