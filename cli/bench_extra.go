@@ -8,6 +8,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
 )
 
 // copyBandwidth times a device-to-device copy of a 2 GiB buffer and returns bytes/s
@@ -54,7 +55,8 @@ func benchFlips(c *cli.Context, s *Session, prompts [][]int32) error {
 		err := mlxc.Do(func() error {
 			o.Backend = mlxc.Backend()
 			var err error
-			rep, err = engine.MeasureFlips(s.Engine.Target, p, c.Int("max-new-tokens"), block, s.Engine.KeyBucket)
+			rep, err = engine.MeasureFlips(s.Engine.Target, p, c.Int("max-new-tokens"), block,
+				model.ForwardOptions{KeyBucket: s.Engine.KeyBucket, RowwiseAttention: s.Engine.RowwiseVerify})
 			return err
 		})
 		if err != nil {

@@ -133,7 +133,8 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		if err != nil {
 			return err
 		}
-		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault()}
+		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault(),
+			RowwiseVerify: model.GPUExactDefault()}
 		if dm != nil {
 			d, err := draft.Load(dm.Dir, m)
 			if d != nil {

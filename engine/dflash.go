@@ -140,7 +140,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 			drafts = cur.prop.Tokens
 			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(drafts, 1, n)}, 1)
 		}
-		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket})
+		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
 		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), drafts)
 		lp := sample.LogProbs(logits)
 		var v verify.Verdict

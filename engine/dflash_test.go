@@ -33,19 +33,22 @@ func TestDFlashGreedyEqualsPlain(t *testing.T) {
 		for pi, prompt := range prompts(sc.spec.Vocab) {
 			for _, maxTok := range []int{1, 5, 37} {
 				want := plainGreedy(t, p, prompt, maxTok)
-				type variant struct{ B, bucket int }
-				vs := []variant{{2, 0}, {4, 0}, {8, 0}, {16, 0}}
+				type variant struct {
+					B, bucket int
+					rowwise   bool
+				}
+				vs := []variant{{2, 0, false}, {4, 0, false}, {8, 0, false}, {16, 0, false}}
 				if maxTok > 5 {
 					// Padded verify/draft keys (what CUDA uses), with a bucket small enough
-					// to cross many bucket boundaries.
-					vs = append(vs, variant{4, 8}, variant{16, 8})
+					// to cross many bucket boundaries; and row-by-row verify attention.
+					vs = append(vs, variant{4, 8, false}, variant{16, 8, false}, variant{16, 0, true})
 				}
 				for _, vr := range vs {
 					B := vr.B
-					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/bucket%d", sc.name, pi, maxTok, B, vr.bucket), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/bucket%d/rowwise%v", sc.name, pi, maxTok, B, vr.bucket, vr.rowwise), func(t *testing.T) {
 						p.drft.KeyBucket = vr.bucket
 						defer func() { p.drft.KeyBucket = 0 }()
-						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), KeyBucket: vr.bucket}
+						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), KeyBucket: vr.bucket, RowwiseVerify: vr.rowwise}
 						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
 						if i, ok := eqTokens(res.Tokens, want); !ok {
 							t.Fatalf("DFlash diverges from plain at %d:\n dflash %v\n plain  %v", i, res.Tokens, want)

@@ -22,6 +22,9 @@ type Engine struct {
 	// KeyBucket pads the verify block's attention keys (model.ForwardOptions.KeyBucket);
 	// model.KeyBucketDefault() picks it for the backend.
 	KeyBucket int
+	// RowwiseVerify computes the verify block's attention row by row like decoding
+	// (model.ForwardOptions.RowwiseAttention; model.GPUExactDefault turns it on).
+	RowwiseVerify bool
 
 	// ReplayAccept, when set, overrides how many drafts a cycle accepts (benchmarks only).
 	// Drafting, verification, rollback and commit all run for real, so the cycle cost is

@@ -29,9 +29,9 @@ type FlipReport struct {
 
 // MeasureFlips decodes n tokens greedily one at a time from prompt (recording each step's
 // logprobs), then re-runs the same tokens through a fresh cache in verify blocks of
-// `block` tokens (keys padded to keyBucket like the DFlash verify) and compares the rows.
-// Runs on the MLX thread.
-func MeasureFlips(m model.Model, prompt []int32, n, block, keyBucket int) (FlipReport, error) {
+// `block` tokens (with the verify's KeyBucket and RowwiseAttention settings from vopt) and
+// compares the rows. Runs on the MLX thread.
+func MeasureFlips(m model.Model, prompt []int32, n, block int, vopt model.ForwardOptions) (FlipReport, error) {
 	rep := FlipReport{Block: block}
 	err := mlxc.Catch(func() {
 		c := m.NewCache()
@@ -65,7 +65,7 @@ func MeasureFlips(m model.Model, prompt []int32, n, block, keyBucket int) (FlipR
 		for start := 0; start < n; start += block {
 			end := min(start+block, n)
 			s := mlxc.NewScope()
-			o := m.Forward(mlxc.FromSlice(seq[start:end], 1, end-start), c2, model.ForwardOptions{Logits: model.LogitsAll, KeyBucket: keyBucket})
+			o := m.Forward(mlxc.FromSlice(seq[start:end], 1, end-start), c2, model.ForwardOptions{Logits: model.LogitsAll, KeyBucket: vopt.KeyBucket, RowwiseAttention: vopt.RowwiseAttention})
 			lp := mlxc.AsType(sample.LogProbs(mlxc.Reshape(o.Logits, end-start, -1)), mlxc.Float32).Float32s()
 			s.Close()
 			V := len(decodeLP[0])

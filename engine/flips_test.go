@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
 
@@ -17,20 +18,22 @@ func TestVerifyDecodeFlipsOnCPU(t *testing.T) {
 	spec := modelgen.TinyQwen3()
 	spec.Seed, spec.WeightStd = 31, 0.02 // flat logits: many near-ties
 	p := loadPair(t, "flat-logits", spec, 0)
-	// Bucket 8: the verify's keys padded and masked (the CUDA layout) change nothing either.
-	for _, bucket := range []int{0, 8} {
+	// Bucket 8: the verify's keys padded and masked (the CUDA layout) change nothing either,
+	// and neither does row-by-row attention (the GPU-exact layout).
+	for _, vopt := range []model.ForwardOptions{{}, {KeyBucket: 8}, {RowwiseAttention: true}} {
+		bucket := vopt.KeyBucket
 		var rep FlipReport
 		err := mlxc.Do(func() error {
 			var err error
-			rep, err = MeasureFlips(p.target, []int32{1, 2, 3, 4, 5}, 96, 16, bucket)
+			rep, err = MeasureFlips(p.target, []int32{1, 2, 3, 4, 5}, 96, 16, vopt)
 			return err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("bucket %d: positions %d, flips %d, max |Δ logprob| %g, median decode gap %g", bucket, rep.Positions, len(rep.Flips), rep.MaxAbsDiff, rep.MedianGap)
+		t.Logf("bucket %d rowwise %v: positions %d, flips %d, max |Δ logprob| %g, median decode gap %g", bucket, vopt.RowwiseAttention, rep.Positions, len(rep.Flips), rep.MaxAbsDiff, rep.MedianGap)
 		if rep.MaxAbsDiff != 0 || len(rep.Flips) != 0 {
-			t.Errorf("bucket %d: verify and decode differ on CPU: max |Δ| %g, %d flips", bucket, rep.MaxAbsDiff, len(rep.Flips))
+			t.Errorf("%+v: verify and decode differ on CPU: max |Δ| %g, %d flips", vopt, rep.MaxAbsDiff, len(rep.Flips))
 		}
 	}
 }

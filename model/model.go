@@ -48,6 +48,11 @@ type ForwardOptions struct {
 	// with it the CUDA backend's cached cuDNN plan, changes only every KeyBucket positions
 	// (see KeyBucketDefault). 0: exact key length.
 	KeyBucket int
+	// RowwiseAttention computes a multi-token block's attention (2..64 tokens) one query
+	// row at a time, each over exactly the keys it sees, which is the computation of a
+	// one-token decode step: on a GPU the block then rounds like decoding (see
+	// GPUExactDefault). Costs nodes; off by default.
+	RowwiseAttention bool
 }
 
 // Output of a forward pass; arrays are lazy and belong to the caller's scope.

@@ -201,7 +201,8 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
 	rows := B * L
 	h := m.embed.Lookup(mlxc.Reshape(ids, rows))
-	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0
+	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention
+	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise
 	var padMask *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
 	for i := range m.layers {
@@ -222,7 +223,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		q = m.rope.Apply(q, offset)
 		k = m.rope.Apply(k, offset)
 		var o *mlxc.Array
-		if padKeys {
+		if rowwise {
+			keys, values := lc.UpdateAndFetch(k, v)
+			o = rowwiseAttention(q, keys, values, m.scale, off0)
+		} else if padKeys {
 			keys, values, K := lc.UpdateAndFetchPadded(k, v, opt.KeyBucket)
 			if padMask == nil {
 				padMask = PrefixMask(L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
@@ -332,4 +336,18 @@ func mergeHeads(o *mlxc.Array, rows int) *mlxc.Array {
 		o = mlxc.Transpose(o, 0, 2, 1, 3)
 	}
 	return mlxc.Reshape(o, rows, -1)
+}
+
+// rowwiseAttention is causal attention for a block of queries q [B, H, L, D] whose first
+// row sits at position off0, computed as L one-query attentions over keys [0, off0+i+1):
+// exactly what a one-token decode step computes for that position.
+func rowwiseAttention(q, keys, values *mlxc.Array, scale float32, off0 int) *mlxc.Array {
+	L := q.Dim(2)
+	rows := make([]*mlxc.Array, L)
+	for i := range rows {
+		n := off0 + i + 1
+		rows[i] = mlxc.ScaledDotProductAttention(mlxc.SliceAxis(q, 2, i, i+1),
+			mlxc.SliceAxis(keys, 2, 0, n), mlxc.SliceAxis(values, 2, 0, n), scale, mlxc.MaskNone, nil, nil)
+	}
+	return mlxc.Concatenate(rows, 2)
 }

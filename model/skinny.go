@@ -19,6 +19,7 @@ import (
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	tensorCores bool // the WMMA variant (skinny_tc.go)
+	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -109,8 +110,25 @@ func NewSkinnyGEMM() *SkinnyGEMM {
 	case "tc":
 		return newSkinnyGEMM(true, true)
 	}
+	if GPUExactDefault() {
+		// One-token steps through the same kernel as verify blocks: every row of every
+		// product is then reduced the same way (see GPUExactDefault).
+		s := newSkinnyGEMM(true, true)
+		if s != nil {
+			s.minRows = 1
+		}
+		return s
+	}
 	return nil
 }
+
+// GPUExactDefault reports DFLASH_GPU_EXACT=1: on a GPU, make a verify block compute every
+// row exactly as a one-token decode step does, so DFlash output equals plain decoding bit
+// for bit there too (on the CPU backend it already does). Products of 1..16 rows go through
+// the tensor-core few-row kernel, whose per-row result does not depend on the row count,
+// and the verify's attention runs row by row like decoding (ForwardOptions.
+// RowwiseAttention). Written in session 2 without GPU time left: not yet measured.
+func GPUExactDefault() bool { return os.Getenv("DFLASH_GPU_EXACT") == "1" }
 
 func newSkinnyGEMM(enabled, tensorCores bool) *SkinnyGEMM {
 	if !enabled || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
@@ -124,10 +142,11 @@ func newSkinnyGEMM(enabled, tensorCores bool) *SkinnyGEMM {
 	if tensorCores {
 		spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcHeader
 	}
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2}
 }
 
-// Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16, both bf16 or
+// Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
+// GPU-exact mode), both bf16 or
 // both f16, K a multiple of 8 (16-byte loads); the tensor-core variant also needs K a
 // multiple of 16 and N of 32 (whole tiles; true of every Qwen3 projection and vocabulary).
 func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
@@ -139,7 +158,7 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	if s.tensorCores && (K%16 != 0 || N%tcColumns != 0) {
 		return false
 	}
-	return M >= 2 && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
+	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
 		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 

@@ -106,7 +106,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   summary "$R/tau16.json" || tail -3 "$R/tau16.err"
   python3 -c "import json,sys;r=json.load(open(sys.argv[1]));print({k:r.get(k) for k in ['copy_bandwidth_gb_s','roofline_plain_tok_s','plain_of_roofline']})" "$R/tau16.json"
   log "flips with the default (padded) verify"
-  timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$R/flips.json" 2> "$R/flips.err"
+  env ${FLIPS_ENV:-} timeout 120 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 128 --num-prompts 2 --flips --json > "$R/flips.json" 2> "$R/flips.err"
   python3 -c "import json,sys;r=json.load(open(sys.argv[1]));[print(x['positions'],len(x['flips'] or []),x['max_abs_logprob_diff'],x['median_decode_gap'],(x['flips'] or [])[:6]) for x in r['reports']]" "$R/flips.json"
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
