@@ -227,6 +227,10 @@ int mlxc_device_info(char** out, int device_type, int index) {
 
 void mlxc_free_string(char* s) { free(s); }
 
+void mlxc_array_free_many(const mlxc_array* arrs, int n) {
+  for (int i = 0; i < n; i++) mlxc_array_free(arrs[i]);
+}
+
 // ---- arrays ----
 
 void mlxc_array_free(mlxc_array a) {

@@ -66,6 +66,7 @@ void mlxc_free_string(char* s);
 
 /* ---- arrays ---- */
 void mlxc_array_free(mlxc_array a);
+void mlxc_array_free_many(const mlxc_array* arrs, int n); /* mlxc_array_free on each */
 int mlxc_array_from_data(mlxc_array* out, const void* data, const int* shape, int ndim, int dtype);
 int mlxc_array_scalar_f(mlxc_array* out, double v, int dtype);
 int mlxc_array_scalar_i(mlxc_array* out, int64_t v, int dtype);
