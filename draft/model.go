@@ -29,6 +29,10 @@ type Drafter struct {
 	rope       *model.Rope
 	scale      float32
 	swiglu     *model.SwiGLU
+	// fqa (the target's few-query attention kernel, when enabled) and scaleArr, the
+	// drafter's scale as a 0-d array for it.
+	fqa      *model.FewQueryAttention
+	scaleArr *mlxc.Array
 	// KeyBucket > 0: the block's keys are written after the cached context and attended
 	// through a view padded to a multiple of KeyBucket with a mask (see
 	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
@@ -116,6 +120,13 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 	if t, ok := target.(interface{ Skinny() *model.SkinnyGEMM }); ok {
 		skinny = t.Skinny()
 	}
+	if t, ok := target.(interface {
+		FQA() *model.FewQueryAttention
+	}); ok && t.FQA() != nil {
+		d.fqa = t.FQA()
+		d.scaleArr = mlxc.Scalar(float64(d.scale), mlxc.Float32).Detach()
+		mlxc.Eval(d.scaleArr)
+	}
 	if err := mlxc.Catch(func() {
 		d.fc.Prepare()
 		d.fc.UseSkinny(skinny)
@@ -187,8 +198,11 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			kc, vc = lc.State()
 		}
 		// No causal mask: the block attends bidirectionally to itself and to all context.
-		var o *mlxc.Array
-		if padded {
+		var o, merged *mlxc.Array
+		if d.fqa.Fits(q, kn) {
+			keys, values, n := lc.Scratch(kn, vn, 0)
+			merged = mlxc.Reshape(d.fqa.Apply(q, keys, values, d.scaleArr, n, false), L, -1)
+		} else if padded {
 			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
 			if mask == nil {
 				visible := lc.Offset() + L
@@ -203,8 +217,10 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			}
 			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskNone, nil, nil)
 		}
-		o = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
-		x = mlxc.Add(x, l.o.Apply(o))
+		if merged == nil {
+			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
+		}
+		x = mlxc.Add(x, l.o.Apply(merged))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
 		var g, u *mlxc.Array
 		if l.gateUp != nil {
@@ -270,6 +286,7 @@ func (d *Drafter) Free() {
 	}
 	d.rope.Free()
 	d.swiglu.Free()
+	d.scaleArr.Free()
 }
 
 // AddContext appends committed context rows [1, T, n·H] to the draft cache without

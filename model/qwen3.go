@@ -33,6 +33,10 @@ type Qwen3 struct {
 	scale  float32
 	swiglu *SwiGLU
 	skinny *SkinnyGEMM
+	// fqa (DFLASH_FQA=1 on CUDA) runs multi-token attention; scaleArr is m.scale as a 0-d
+	// float32 array for it.
+	fqa      *FewQueryAttention
+	scaleArr *mlxc.Array
 }
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
@@ -126,6 +130,10 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	m.arch = a
 	m.swiglu = NewSwiGLU()
 	m.skinny = NewSkinnyGEMM()
+	if m.fqa = NewFewQueryAttention(); m.fqa != nil {
+		m.scaleArr = mlxc.Scalar(float64(m.scale), mlxc.Float32).Detach()
+		mlxc.Eval(m.scaleArr)
+	}
 	return m, nil
 }
 
@@ -148,6 +156,9 @@ func (m *Qwen3) prepare() {
 		}
 	}
 }
+
+// FQA is the few-query attention kernel (nil unless enabled on CUDA); drafters reuse it.
+func (m *Qwen3) FQA() *FewQueryAttention { return m.fqa }
 
 // Skinny is the few-row product kernel (nil off CUDA); drafters bound to this model reuse it.
 func (m *Qwen3) Skinny() *SkinnyGEMM { return m.skinny }
@@ -202,7 +213,8 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	rows := B * L
 	h := m.embed.Lookup(mlxc.Reshape(ids, rows))
 	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention
-	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise
+	fqa := L > 1 && B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
+	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa
 	var padMask *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
 	for i := range m.layers {
@@ -222,8 +234,11 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		v := splitHeads(vp, B, L, a.NumKVHeads, nil, 0)
 		q = m.rope.Apply(q, offset)
 		k = m.rope.Apply(k, offset)
-		var o *mlxc.Array
-		if rowwise {
+		var o, merged *mlxc.Array
+		if fqa && m.fqa.Fits(q, k) {
+			keys, values := lc.UpdateAndFetch(k, v)
+			merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, off0, true), rows, -1)
+		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)
 		} else if padKeys {
@@ -236,7 +251,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mask, nil, nil)
 		}
-		h = mlxc.Add(h, l.attn.o.Apply(mergeHeads(o, rows)))
+		if merged == nil {
+			merged = mergeHeads(o, rows)
+		}
+		h = mlxc.Add(h, l.attn.o.Apply(merged))
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
 		var g, u *mlxc.Array
 		if l.gateUp != nil {
@@ -308,6 +326,8 @@ func (m *Qwen3) Free() {
 	m.rope.Free()
 	m.swiglu.Free()
 	m.skinny.Free()
+	m.fqa.Free()
+	m.scaleArr.Free()
 }
 
 // splitHeads turns projected rows [B·L, n·D] into heads [B, n, L, D], with the per-head

@@ -1,0 +1,170 @@
+package model
+
+import (
+	"os"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// FewQueryAttention is attention for a block of 2..64 queries (a verify block, a draft) as
+// one custom CUDA kernel (DFLASH_FQA=1, opt-in). MLX sends such blocks to cuDNN, whose call
+// is captured into a child CUDA graph (host time on every layer of every cycle) and whose
+// plan is built per key length; a custom kernel is one plain kernel node and has no
+// per-shape plan. Each block of 4 warps handles one (head, query) pair; the warps split the
+// keys in tiles of 32 with an online softmax and are merged in a fixed order. The output is
+// written as [1, L, H, D], so rows need no transpose afterwards.
+//
+// Status: written in session 2 after the last H200 run, not yet run on a GPU; the CUDA-only
+// test TestFewQueryAttentionMatchesSDPA checks it against MLX's attention when it does.
+type FewQueryAttention struct {
+	k *mlxc.Kernel
+}
+
+const fqaWarps = 4
+
+const fqaSource = `
+  constexpr int DPL = D / 32; // output dimensions per lane
+  const float NEG_INF = __int_as_float(0xff800000);
+  __shared__ float qs[D];
+  __shared__ float wm[WARPS];
+  __shared__ float wl[WARPS];
+  __shared__ float wo[WARPS][D];
+  const int H = q_shape[1];
+  const int L = q_shape[2];
+  const int Hkv = k_shape[1];
+  const int h = blockIdx.x % H;
+  const int l = blockIdx.x / H;
+  if (l >= L) return; // block-uniform
+  const int hk = h / (H / Hkv);
+  const int lane = threadIdx.x & 31;
+  const int wid = threadIdx.x >> 5;
+  const int n = CAUSAL ? off[0] + l + 1 : off[0]; // keys this query sees
+  const float sc = scale[0];
+  const T* qp = q + h * q_strides[1] + l * q_strides[2];
+  for (int d = threadIdx.x; d < D; d += WARPS * 32) qs[d] = static_cast<float>(qp[d * q_strides[3]]) * sc;
+  __syncthreads();
+  const T* kb = k + hk * k_strides[1];
+  const T* vb = v + hk * v_strides[1];
+  const long long kst = k_strides[2];
+  const long long vst = v_strides[2];
+  float m = NEG_INF;
+  float lsum = 0.0f;
+  float o[DPL];
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) o[i] = 0.0f;
+  for (int t0 = wid * 32; t0 < n; t0 += WARPS * 32) { // warp-uniform
+    const int j = t0 + lane;
+    float s = NEG_INF;
+    if (j < n) {
+      const T* kr = kb + j * kst;
+      float acc = 0.0f;
+#pragma unroll
+      for (int d = 0; d < D; d += 8) {
+        uint4 raw = *reinterpret_cast<const uint4*>(kr + d);
+        const T* p = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc = fmaf(qs[d + e], static_cast<float>(p[e]), acc);
+      }
+      s = acc;
+    }
+    float tmax = s;
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, sh));
+    const float mnew = fmaxf(m, tmax); // finite: key t0 < n is in this tile
+    const float corr = expf(m - mnew);
+    const float p = (j < n) ? expf(s - mnew) : 0.0f;
+    float psum = p;
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, sh);
+    lsum = lsum * corr + psum;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[i] *= corr;
+    const int last = min(32, n - t0);
+    for (int jj = 0; jj < last; ++jj) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+      const T* vr = vb + (t0 + jj) * vst + lane * DPL;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[i] = fmaf(pj, static_cast<float>(vr[i]), o[i]);
+    }
+    m = mnew;
+  }
+  if (lane == 0) {
+    wm[wid] = m;
+    wl[wid] = lsum;
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) wo[wid][lane * DPL + i] = o[i];
+  __syncthreads();
+  if (wid == 0) {
+    float M = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, wm[w]);
+    float total = 0.0f;
+    float acc[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float f = wm[w] == NEG_INF ? 0.0f : expf(wm[w] - M); // a warp with no keys adds nothing
+      total += wl[w] * f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[i] += wo[w][lane * DPL + i] * f;
+    }
+    T* op = out + ((size_t)l * H + h) * D + lane * DPL;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) op[i] = static_cast<T>(acc[i] / total);
+  }
+`
+
+// NewFewQueryAttention returns the kernel when DFLASH_FQA=1 and custom CUDA kernels can
+// run here, nil otherwise (the model then uses MLX's attention). MLX thread only.
+func NewFewQueryAttention() *FewQueryAttention {
+	return newFewQueryAttention(os.Getenv("DFLASH_FQA") == "1")
+}
+
+func newFewQueryAttention(enabled bool) *FewQueryAttention {
+	if !enabled || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
+		return nil
+	}
+	return &FewQueryAttention{k: mlxc.NewKernel(mlxc.KernelSpec{
+		Backend: mlxc.KernelCUDA, Name: "dflash_few_query_attention",
+		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
+		Source: fqaSource, EnsureRowContiguous: false,
+	})}
+}
+
+// Fits reports whether q [1, H, L, D] over keys k [1, Hkv, n, D] can use the kernel:
+// 2 ≤ L ≤ 64, D a multiple of 32 up to 256 (16-byte key loads), H a multiple of Hkv, bf16
+// or f16 alike. Keys and values must have unit stride in D (views of a KV cache do).
+func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
+	if a == nil || a.k == nil || q.Ndim() != 4 || k.Ndim() != 4 || q.Dim(0) != 1 || k.Dim(0) != 1 {
+		return false
+	}
+	H, L, D, Hkv := q.Dim(1), q.Dim(2), q.Dim(3), k.Dim(1)
+	dt := q.Dtype()
+	return L >= 2 && L <= 64 && D%32 == 0 && D <= 256 && k.Dim(3) == D && Hkv > 0 && H%Hkv == 0 &&
+		k.Dtype() == dt && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
+}
+
+// Apply returns attention [1, L, H, D]. causal: query i sees keys [0, visible+i+1) —
+// visible is then the position of the block's first row; otherwise every query sees keys
+// [0, visible). scale is a 0-d float32 array (the model's 1/√D).
+func (a *FewQueryAttention) Apply(q, keys, values, scale *mlxc.Array, visible int, causal bool) *mlxc.Array {
+	H, L, D := q.Dim(1), q.Dim(2), q.Dim(3)
+	off := mlxc.FromSlice([]int32{int32(visible)})
+	return a.k.Call([]*mlxc.Array{q, keys, values, off, scale}, mlxc.KernelCall{
+		OutputShapes: [][]int{{1, L, H, D}},
+		OutputDtypes: []mlxc.Dtype{q.Dtype()},
+		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},
+		Template: []mlxc.TemplateArg{{Name: "T", Value: q.Dtype()}, {Name: "D", Value: D},
+			{Name: "WARPS", Value: fqaWarps}, {Name: "CAUSAL", Value: causal}},
+	})[0]
+}
+
+// Free releases the kernel.
+func (a *FewQueryAttention) Free() {
+	if a != nil {
+		a.k.Free()
+	}
+}
