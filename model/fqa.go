@@ -24,7 +24,7 @@ const fqaWarps = 4
 
 const fqaSource = `
   constexpr int DPL = D / 32; // output dimensions per lane
-  const float NEG_INF = __int_as_float(0xff800000);
+  const float NEG_INF = __int_as_float((int)0xff800000u);
   __shared__ float qs[D];
   __shared__ float wm[WARPS];
   __shared__ float wl[WARPS];
