@@ -12,7 +12,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -ldflags "-X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION)"
 PREFIX ?= /usr/local
 
-.PHONY: all deps lib build test test-short demo bench bench-ref install lint lint-workflows clean distclean
+.PHONY: all deps lib build test test-short demo bench bench-ref install lint lint-workflows check-kernels clean distclean
 
 all: build
 
@@ -69,6 +69,11 @@ install: lib third_party/tokenizers/libtokenizers.a
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+
+# Compiles our custom CUDA kernels with NVRTC (from PyPI) on a machine without a GPU.
+check-kernels: deps build
+	@bash scripts/deps_nvrtc.sh
+	DFLASH_NVRTC_DIR=$(ROOT)/third_party/nvrtc $(GO) test -count=1 -run TestCUDAKernelSourcesCompile -v ./model
 
 ACTIONLINT_VERSION := v1.7.7
 lint-workflows:

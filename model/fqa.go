@@ -14,8 +14,9 @@ import (
 // keys in tiles of 32 with an online softmax and are merged in a fixed order. The output is
 // written as [1, L, H, D], so rows need no transpose afterwards.
 //
-// Status: written in session 2 after the last H200 run, not yet run on a GPU; the CUDA-only
-// test TestFewQueryAttentionMatchesSDPA checks it against MLX's attention when it does.
+// Status: written in session 2 after the last H200 run; compiles with NVRTC for sm_90 (make
+// check-kernels), not yet run on a GPU; the CUDA-only test TestFewQueryAttentionMatchesSDPA
+// checks it against MLX's attention.
 type FewQueryAttention struct {
 	k *mlxc.Kernel
 }

@@ -2,37 +2,47 @@ package model
 
 // The tensor-core variant of the few-row product (DFLASH_SKINNY_GEMM=tc). The CUDA-core
 // kernel needs 16 FMAs per weight element for a 16-row block, about the H200's whole fp32
-// rate at full memory bandwidth; a 16×16×16 WMMA tile does that work on tensor cores, and 16
+// rate at full memory bandwidth; mma.sync m16n8k16 does that work on tensor cores, and 16
 // rows are exactly one tile (fewer rows are zero-padded in shared memory, which leaves every
 // real row's result unchanged: rows do not interact in a matrix product).
 //
-// Layout: a block of 8 warps computes 32 output columns (two 16-column accumulator tiles per
-// warp); the block stages x [16, KC] in shared memory per chunk of K, each warp takes every
-// 8th 16-wide k-step of the chunk, and the 8 partial tiles are summed in a fixed order. W
-// [N, K] row-major is exactly the col-major B operand with leading dimension K.
+// It is inline PTX rather than WMMA: <mma.h> includes crt/mma.h, which the pip CUDA headers
+// that MLX's NVRTC compiles against (nvidia/cu13/include) do not ship.
 //
-// Status: written after the last H200 run of session 2, not yet run on a GPU (the CUDA-only
-// test TestSkinnyGEMMMatchesMatmul covers it when enabled); off unless asked for.
+// Layout: a block of 8 warps computes 32 output columns (four n8 tiles). The block stages x
+// [16, KC] in shared memory per chunk of K; each warp takes every 8th 32-wide slice of the
+// chunk and runs two k16 steps on it; the 8 partial 16×32 tiles are summed in a fixed order.
+// Within a 32-wide slice the k order is permuted the same way for x and W (a dot product
+// does not depend on the order of its terms' indices, only on the arithmetic, which is
+// fixed): lane (g, t) then reads 8 consecutive weights of row n0+g (one 16-byte load) and 8
+// consecutive x values per row, instead of four scattered pairs.
+//
+// Status: written after the last H200 run of session 2 and compiled offline with NVRTC
+// (compute_90), not yet run on a GPU; TestSkinnyGEMMMatchesMatmul covers it on CUDA.
 
 const (
-	tcColumns = 32  // output columns per block
-	tcChunk   = 512 // K elements of x staged per pass
+	tcColumns = 32  // output columns per block (four n8 tiles)
+	tcChunk   = 512 // K elements of x staged per pass (x tile 16 KB + partials 16 KB shared)
+	tcKAlign  = 32  // K must be a multiple of this (one 32-wide slice = two k16 steps)
 )
 
-const tcHeader = "#include <mma.h>\n"
-
 const tcSource = `
-  namespace wmma = nvcuda::wmma;
-  __shared__ __align__(32) T xs[16][KC];
-  __shared__ __align__(32) float part[WARPS][16][32];
+  __shared__ __align__(16) T xs[16][KC];
+  __shared__ float part[WARPS][16][32];
   const int M = x_shape[0];
   const int N = w_shape[0];
   const int K = w_shape[1];
+  const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
+  const int g = lane >> 2; // row of the fragment (and weight row within an n8 tile)
+  const int t = lane & 3;  // pair within the row
   const int n0 = blockIdx.x * 32;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc0, acc1;
-  wmma::fill_fragment(acc0, 0.0f);
-  wmma::fill_fragment(acc1, 0.0f);
+  float acc[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+  }
   for (int kc = 0; kc < K; kc += KC) {
     const int len = min(KC, K - kc);
     const int vecs = len / 8;
@@ -40,33 +50,60 @@ const tcSource = `
     for (int i = threadIdx.x; i < 16 * vecs; i += WARPS * 32) {
       const int m = i / vecs;
       const int q = i - m * vecs;
-      uint4 v = make_uint4(0, 0, 0, 0);
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (m < M) v = *reinterpret_cast<const uint4*>(x + (size_t)m * K + kc + q * 8);
       *reinterpret_cast<uint4*>(&xs[m][q * 8]) = v;
     }
     __syncthreads();
-#pragma unroll 2
-    for (int ks = wid * 16; ks < len; ks += WARPS * 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b0, b1;
-      wmma::load_matrix_sync(a, &xs[0][ks], KC);
-      wmma::load_matrix_sync(b0, w + (size_t)n0 * K + kc + ks, K);
-      wmma::load_matrix_sync(b1, w + (size_t)(n0 + 16) * K + kc + ks, K);
-      wmma::mma_sync(acc0, a, b0, acc0);
-      wmma::mma_sync(acc1, a, b1, acc1);
+    for (int ks = wid * 32; ks < len; ks += WARPS * 32) {
+      const uint4 xa = *reinterpret_cast<const uint4*>(&xs[g][ks + 8 * t]);
+      const uint4 xb = *reinterpret_cast<const uint4*>(&xs[g + 8][ks + 8 * t]);
+      uint4 wv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        wv[j] = *reinterpret_cast<const uint4*>(w + (size_t)(n0 + 8 * j + g) * K + kc + ks + 8 * t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        MMA(acc[j], xa.x, xb.x, xa.y, xb.y, wv[j].x, wv[j].y);
+        MMA(acc[j], xa.z, xb.z, xa.w, xb.w, wv[j].z, wv[j].w);
+      }
     }
   }
-  wmma::store_matrix_sync(&part[wid][0][0], acc0, 32, wmma::mem_row_major);
-  wmma::store_matrix_sync(&part[wid][0][16], acc1, 32, wmma::mem_row_major);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    part[wid][g][8 * j + 2 * t] = acc[j][0];
+    part[wid][g][8 * j + 2 * t + 1] = acc[j][1];
+    part[wid][g + 8][8 * j + 2 * t] = acc[j][2];
+    part[wid][g + 8][8 * j + 2 * t + 1] = acc[j][3];
+  }
   __syncthreads();
-  for (int t = threadIdx.x; t < 16 * 32; t += WARPS * 32) {
-    const int m = t / 32;
-    const int c = t - m * 32;
+  for (int i = threadIdx.x; i < 16 * 32; i += WARPS * 32) {
+    const int m = i / 32;
+    const int c = i - m * 32;
     if (m < M && n0 + c < N) {
       float s = 0.0f;
 #pragma unroll
-      for (int i = 0; i < WARPS; ++i) s += part[i][m][c];
+      for (int k = 0; k < WARPS; ++k) s += part[k][m][c];
       y[(size_t)m * N + n0 + c] = static_cast<T>(s);
     }
   }
+`
+
+// tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
+// element type picked by the BF16 template argument.
+const tcMMA = `
+#define MMA(d, a0, a1, a2, a3, b0, b1)                                                        \
+  do {                                                                                        \
+    if (BF16) {                                                                               \
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "                    \
+                   "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                    \
+                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                            \
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                    \
+    } else {                                                                                  \
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "                      \
+                   "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                    \
+                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                            \
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                    \
+    }                                                                                         \
+  } while (0)
 `

@@ -50,8 +50,8 @@ func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
 			}
 			defer s.Free()
 			for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
-				for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {1024, 2560}, {2560, 9728}} {
-					if tc && nk[0]%tcColumns != 0 {
+				for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {32, 32}, {64, 96}, {96, 1056}, {1024, 2560}, {2560, 9728}} {
+					if tc && (nk[0]%tcColumns != 0 || nk[1]%tcKAlign != 0) {
 						continue // whole tiles only: Linear keeps cuBLAS for these
 					}
 					if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {

@@ -1,0 +1,71 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type kernelCheck struct {
+	Name    string      `json:"name"`
+	Header  string      `json:"header"`
+	Inputs  [][2]string `json:"inputs"`
+	Outputs [][2]string `json:"outputs"`
+	Consts  []string    `json:"consts"`
+	Body    string      `json:"body"`
+}
+
+// Every custom CUDA kernel in this package compiles with NVRTC for sm_90, for each
+// instantiation the code can request. NVRTC runs on the host, so this needs no GPU: `make
+// check-kernels` installs NVRTC and the CUDA headers from PyPI and sets DFLASH_NVRTC_DIR
+// (CI runs it). Whether the kernels compute the right thing is checked on a GPU by
+// TestSkinnyGEMMMatchesMatmul and TestFewQueryAttentionMatchesSDPA.
+func TestCUDAKernelSourcesCompile(t *testing.T) {
+	dir := os.Getenv("DFLASH_NVRTC_DIR")
+	if dir == "" {
+		t.Skip("DFLASH_NVRTC_DIR not set (make check-kernels)")
+	}
+	var ks []kernelCheck
+	for _, T := range []string{"__nv_bfloat16", "__half"} {
+		bf16 := fmt.Sprint(T == "__nv_bfloat16")
+		xw := [][2]string{{"x", T}, {"w", T}}
+		for _, mmax := range []int{4, 8, 16} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_%s_%d", T, mmax), Inputs: xw, Outputs: [][2]string{{"y", T}},
+				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int MMAX = %d;", mmax),
+					fmt.Sprintf("constexpr int CPW = %d;", skinnyColumns), fmt.Sprintf("constexpr int KC = %d;", skinnyChunk),
+					fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps)},
+				Body: skinnySource})
+		}
+		ks = append(ks, kernelCheck{Name: "skinny_tc_" + T, Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
+			Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int KC = %d;", tcChunk),
+				fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps), "constexpr bool BF16 = " + bf16 + ";"},
+			Body: tcSource})
+		for _, D := range []int{64, 128, 256} {
+			for _, causal := range []bool{true, false} {
+				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
+					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
+					Outputs: [][2]string{{"out", T}},
+					Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int D = %d;", D),
+						fmt.Sprintf("constexpr int WARPS = %d;", fqaWarps), fmt.Sprintf("constexpr bool CAUSAL = %v;", causal)},
+					Body: fqaSource})
+			}
+		}
+	}
+	js, err := json.Marshal(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "kernels.json")
+	if err := os.WriteFile(f, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("python3", filepath.Join("..", "scripts", "check_cuda_kernels.py"), f, dir).CombinedOutput()
+	t.Logf("%s", strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("NVRTC rejected a kernel: %v", err)
+	}
+}
