@@ -18,7 +18,7 @@ import (
 // is reduced in a fixed order that does not depend on the number of rows.
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
-	tensorCores bool // the WMMA variant (skinny_tc.go)
+	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
 }
 
