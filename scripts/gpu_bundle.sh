@@ -2,7 +2,7 @@
 # Builds the bundle that scripts/gpu_run.sh unpacks on a lent GPU machine without network
 # (docs/gpu.md): the mlx-cuda-13 runtime in two parts under 64 MiB (.gpu/p1, .gpu/p2), and
 # stripped binaries of the current tree (CLI + CUDA-relevant test binaries). The wheel comes
-# from PyPI once and is kept in $GPU_CACHE. Usage: bash scripts/gpu_bundle.sh [--bin-only]
+# from PyPI once and is kept in $GPU_CACHE. Usage: bash scripts/gpu_bundle.sh [--bin-only | --mlx-lm]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -10,6 +10,21 @@ MLX_VERSION="$(sed -n 's/^MLX_VERSION="\${MLX_VERSION:-\(.*\)}"$/\1/p' scripts/d
 CACHE="${GPU_CACHE:-/tmp/dflash-gpu-cache}"
 mkdir -p "$CACHE" .gpu/p1 .gpu/p2
 step() { echo "== $*"; }
+
+if [ "${1:-}" = "--mlx-lm" ]; then
+  # A third part: mlx-lm and its dependencies as wheels for the GPU machine's Python 3.12
+  # (stage mlxlm of gpu_run.sh compares our plain decoding with mlx-lm's there). Pins match
+  # the reference venv (scripts/deps_pyref.sh).
+  step "download mlx-lm and its dependencies for CPython 3.12, manylinux x86_64"
+  rm -rf "$CACHE/pywheels" && mkdir -p "$CACHE/pywheels" .gpu/p3
+  python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_35_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform any -d "$CACHE/pywheels" "mlx==$MLX_VERSION" "mlx-lm==0.32.2" "transformers==5.24.0" "tokenizers==0.23.3"
+  (cd "$CACHE" && tar -cf "$ROOT/.gpu/p3/pywheels.tar" pywheels)
+  du -sh .gpu/p3
+  echo "carry [\".gpu/p3\"] with 'bash scripts/gpu_run.sh mlxlm' right after a p2 call (docs/gpu.md)"
+  exit 0
+fi
 
 if [ "${1:-}" != "--bin-only" ]; then
   if [ ! -f "$CACHE/libmlx.so.xz" ]; then

@@ -11,6 +11,7 @@ mkdir -p "$X/mlx/lib" "$OUT" /tmp/stage
 log() { echo "== $*"; }
 if [ -d .gpu/p1 ]; then cp -n .gpu/p1/* /tmp/stage/ 2>/dev/null || true; fi
 if [ -d .gpu/p2 ]; then cp -n .gpu/p2/* /tmp/stage/ 2>/dev/null || true; fi
+if [ -d .gpu/p3 ]; then cp -n .gpu/p3/* /tmp/stage/ 2>/dev/null || true; fi
 if [ "$STAGE" = setup ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import nvidia,os;p=list(nvidia.__path__)[0];print(p);print(sorted(os.listdir(p)))"
@@ -116,4 +117,47 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
+fi
+if [ "$STAGE" = mlxlm ]; then
+  # Plain greedy decoding on the random Qwen3-4B-shape target: ours vs mlx-lm's
+  # stream_generate, same weights, prompt and token count, alternating, 3 runs each.
+  # Needs the runtime from an earlier p2 call on this machine and .gpu/p3 (gpu_bundle.sh --mlx-lm).
+  [ -f /tmp/stage/pywheels.tar ] || { echo "pywheels.tar missing: carry .gpu/p3"; exit 3; }
+  P=/tmp/pylib
+  if [ ! -d "$P/mlx_lm" ]; then
+    log "installing mlx-lm from wheels"
+    tar -xf /tmp/stage/pywheels.tar -C /tmp
+    if ! python3 -m pip install --quiet --no-index --find-links /tmp/pywheels --target "$P" mlx mlx-lm; then
+      # No pip in this Python: wheels are zip files, unpacking them is an install for our use.
+      mkdir -p "$P" && for w in /tmp/pywheels/*.whl; do python3 -m zipfile -e "$w" "$P" || exit 4; done
+    fi
+    rm -rf "$P/mlx/lib"
+    ln -sfn "$X/mlx/lib" "$P/mlx/lib"          # the CUDA libmlx.so next to mlx's core module
+    ln -sfn "$NV" "$P/nvidia"                   # its RPATH: ../../nvidia/...
+    ln -sfn "$X/mlx_cuda_13.libs" "$P/mlx_cuda_13.libs"
+  fi
+  [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  N="${BENCH_TOKENS:-256}"
+  PROMPT="Write a short story about a robot learning to paint."
+  ours() { "$B/dflash-mlx" run -q --target-model /tmp/r4b/target --no-draft --ignore-eos -n "$N" --prompt "$PROMPT" --json | python3 -c 'import json,sys; s=json.load(sys.stdin)["stats"]; print("%.1f" % s["generation_tps"])'; }
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  ref() { PYTHONPATH="$P" python3 - /tmp/r4b/target "$N" "$PROMPT" <<'PYEOF'
+import sys
+import mlx.core as mx
+from mlx_lm import load, stream_generate
+model, tok = load(sys.argv[1])
+tok._eos_token_ids = set()
+prompt = tok.apply_chat_template([{"role": "user", "content": sys.argv[3]}], add_generation_prompt=True, enable_thinking=False)
+last = None
+for r in stream_generate(model, tok, prompt, max_tokens=int(sys.argv[2])):
+    last = r
+print("%.1f" % last.generation_tps, mx.default_device(), file=sys.stdout)
+PYEOF
+  }
+  PYTHONPATH="$P" python3 -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device())" 2>&1 | tee "$OUT/mlxlm_version.txt"
+  ours > /dev/null; ref > /dev/null 2>&1   # warm-up (kernel caches)
+  for i in 1 2 3; do
+    o="$(ours)"; r="$(ref 2>/dev/null)"
+    echo "run $i: dflash-mlx $o tok/s, mlx-lm $r" | tee -a "$OUT/mlxlm_vs_ours.txt"
+  done
 fi
