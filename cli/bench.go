@@ -180,6 +180,12 @@ func benchAction(c *cli.Context) error {
 		return nil
 	})
 	replay := c.Float64("replay-drafts")
+	if replay > 1 {
+		return cli.Exit(fmt.Sprintf("--replay-drafts is an error rate between 0 and 1, got %g", replay), 2)
+	}
+	if n < 1 {
+		return cli.Exit(fmt.Sprintf("--max-new-tokens must be at least 1, got %d", n), 2)
+	}
 	if replay >= 0 {
 		rep.Replay = &replay
 		rep.Note = strings.TrimSpace(rep.Note + "; replayed acceptance (τ set by the error rate; draft, verify and rollback run for real; exactness not checked)")

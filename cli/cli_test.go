@@ -274,3 +274,78 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// bench: the JSON report's shape and its invariants, replayed acceptance at a known τ, the
+// flips measurement, and bad flags.
+func TestBenchJSON(t *testing.T) {
+	td, dd := tinyPair(t)
+	base := []string{"bench", "--target-model", td, "--draft-model", dd, "--num-prompts", "1", "--warmup", "0", "-q", "--json"}
+	type row struct {
+		PlainTPS   float64            `json:"plain_tok_s"`
+		DFlashTPS  float64            `json:"dflash_tok_s"`
+		PlainRuns  []float64          `json:"plain_runs_tok_s"`
+		DFlashRuns []float64          `json:"dflash_runs_tok_s"`
+		Tau        float64            `json:"tau"`
+		Exact      bool               `json:"exact"`
+		Tokens     int                `json:"tokens"`
+		StepNodes  float64            `json:"plain_step_nodes"`
+		DraftNodes float64            `json:"draft_nodes_per_cycle"`
+		VerNodes   float64            `json:"verify_nodes_per_cycle"`
+		StepOps    map[string]float64 `json:"plain_step_ops"`
+	}
+	type report struct {
+		Rows     []row    `json:"rows"`
+		AllExact bool     `json:"all_exact"`
+		Replay   *float64 `json:"replay_error_rate"`
+		Note     string   `json:"note"`
+		Reports  []struct {
+			Positions int `json:"positions"`
+		} `json:"reports"`
+	}
+	run := func(extra ...string) report {
+		t.Helper()
+		out, errOut, code := runCLI(t, append(append([]string{}, base...), extra...)...)
+		if code != 0 {
+			t.Fatalf("bench %v: exit %d\n%s", extra, code, errOut)
+		}
+		var r report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("bench %v: not JSON: %v\n%s", extra, err, out)
+		}
+		return r
+	}
+
+	r := run("-n", "12", "--repeats", "2")
+	if len(r.Rows) != 1 || !r.AllExact || !r.Rows[0].Exact || r.Replay != nil {
+		t.Fatalf("report %+v", r)
+	}
+	x := r.Rows[0]
+	if x.Tokens != 12 || len(x.PlainRuns) != 2 || len(x.DFlashRuns) != 2 || x.PlainTPS <= 0 || x.DFlashTPS <= 0 || x.Tau < 1 {
+		t.Errorf("row %+v", x)
+	}
+	if x.StepNodes <= 0 || x.DraftNodes <= 0 || x.VerNodes <= 0 || len(x.StepOps) == 0 {
+		t.Errorf("profiled graph counts missing: %+v", x)
+	}
+
+	// Every draft right: 12 tokens = the first (from the prompt) + one cycle of 10 drafts and
+	// the bonus token, so τ is exactly 11.
+	r = run("-n", "12", "--repeats", "1", "--replay-drafts", "0")
+	if r.Replay == nil || *r.Replay != 0 || !strings.Contains(r.Note, "replayed") || r.Rows[0].Tau != 11 {
+		t.Errorf("replayed run: replay %v, note %q, τ %v", r.Replay, r.Note, r.Rows[0].Tau)
+	}
+
+	r = run("-n", "10", "--flips")
+	if len(r.Reports) != 1 || r.Reports[0].Positions != 10 {
+		t.Errorf("flips report %+v", r.Reports)
+	}
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{{[]string{"--replay-drafts", "1.5"}, "error rate between 0 and 1"}, {[]string{"-n", "0"}, "--max-new-tokens must be at least 1"}} {
+		_, errOut, code := runCLI(t, append(append([]string{}, base...), bad.args...)...)
+		if code == 0 || !strings.Contains(errOut, bad.want) {
+			t.Errorf("bench %v: exit %d, stderr %q, want %q", bad.args, code, errOut, bad.want)
+		}
+	}
+}
