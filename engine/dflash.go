@@ -99,8 +99,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		prop.Tokens.Detach()
 		prop.Probs.Detach()
 		if req.Profile {
-			st.DraftNodes += mlxc.GraphNodes(prop.Tokens)
-			addOps(&st.DraftOps, prop.Tokens)
+			countGraph(&st.DraftNodes, &st.DraftOps, prop.Tokens)
 			td := time.Now()
 			mlxc.AsyncEval(prop.Tokens)
 			st.DraftEncodeTime += time.Since(td)
@@ -159,8 +158,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		}
 		if req.Profile {
 			// Counted before the clock starts: walking the graph is not the verify's cost.
-			st.VerifyNodes += mlxc.GraphNodes(evalList...)
-			addOps(&st.VerifyOps, evalList...)
+			countGraph(&st.VerifyNodes, &st.VerifyOps, evalList...)
 		}
 		tw := time.Now()
 		if req.Profile {

@@ -58,8 +58,7 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 		if !penalty && len(o.tokens)+1 < req.MaxTokens {
 			next = step(y)
 			if req.Profile {
-				st.StepNodes += mlxc.GraphNodes(next)
-				addOps(&st.StepOps, next)
+				countGraph(&st.StepNodes, &st.StepOps, next)
 			}
 			te := time.Now()
 			mlxc.AsyncEval(next)

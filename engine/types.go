@@ -134,12 +134,14 @@ func (r Request) validate(ctxLen int) error {
 	return nil
 }
 
-// addOps adds the primitive counts behind arrs to *m (profile mode only).
-func addOps(m *map[string]int, arrs ...*mlxc.Array) {
-	if *m == nil {
-		*m = map[string]int{}
+// countGraph adds the primitives behind arrs to *nodes and, by name, to *ops (profile mode
+// only): one walk of the graph serves both.
+func countGraph(nodes *int, ops *map[string]int, arrs ...*mlxc.Array) {
+	if *ops == nil {
+		*ops = map[string]int{}
 	}
 	for k, v := range mlxc.GraphOps(arrs...) {
-		(*m)[k] += v
+		(*ops)[k] += v
+		*nodes += v
 	}
 }

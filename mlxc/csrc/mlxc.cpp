@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <unordered_set>
 #include <sstream>
@@ -318,39 +319,34 @@ int mlxc_array_item_i64(mlxc_array a, int64_t* out) {
 }
 
 int mlxc_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::eval(arrays(arrs, n)); }); }
+// Visits each distinct primitive that evaluating arrs would run. Evaluated arrays (weights,
+// caches) cost nothing and scheduled ones are already queued, so the walk stops at both.
+static void each_pending_primitive(const mlxc_array* arrs, int n, const std::function<void(mx::Primitive&)>& visit) {
+  std::unordered_set<const void*> seen_prims;
+  std::unordered_set<std::uintptr_t> seen;
+  std::vector<mx::array> stack = arrays(arrs, n);
+  while (!stack.empty()) {
+    mx::array a = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(a.id()).second) continue;
+    if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
+    if (seen_prims.insert(a.primitive_ptr().get()).second) visit(a.primitive());
+    for (const auto& in : a.inputs()) stack.push_back(in);
+  }
+}
+
 int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out) {
   return guard([&] {
-    std::unordered_set<const void*> seen_prims;
-    std::unordered_set<std::uintptr_t> seen;
-    std::vector<mx::array> stack = arrays(arrs, n);
     int64_t count = 0;
-    while (!stack.empty()) {
-      mx::array a = std::move(stack.back());
-      stack.pop_back();
-      if (!seen.insert(a.id()).second) continue;
-      // Evaluated arrays (weights, caches) cost nothing; scheduled ones are already queued.
-      if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
-      if (seen_prims.insert(a.primitive_ptr().get()).second) count++;
-      for (const auto& in : a.inputs()) stack.push_back(in);
-    }
+    each_pending_primitive(arrs, n, [&](mx::Primitive&) { count++; });
     *out = count;
   });
 }
 
 int mlxc_graph_ops(const mlxc_array* arrs, int n, char** out) {
   return guard([&] {
-    std::unordered_set<const void*> seen_prims;
-    std::unordered_set<std::uintptr_t> seen;
     std::map<std::string, int64_t> counts;
-    std::vector<mx::array> stack = arrays(arrs, n);
-    while (!stack.empty()) {
-      mx::array a = std::move(stack.back());
-      stack.pop_back();
-      if (!seen.insert(a.id()).second) continue;
-      if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
-      if (seen_prims.insert(a.primitive_ptr().get()).second) counts[a.primitive().name()]++;
-      for (const auto& in : a.inputs()) stack.push_back(in);
-    }
+    each_pending_primitive(arrs, n, [&](mx::Primitive& p) { counts[p.name()]++; });
     std::ostringstream os;
     for (const auto& [k, v] : counts) os << k << "=" << v << "\n";
     *out = strdup(os.str().c_str());
