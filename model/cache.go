@@ -42,8 +42,7 @@ func (c *KVCache) Offset() int { return c.offset }
 // values. Growth follows mlx-lm exactly (zeros in steps of 256, truncating a partially
 // filled buffer first).
 func (c *KVCache) UpdateAndFetch(k, v *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
-	c.write(k, v)
-	c.offset += k.Dim(2)
+	c.Append(k, v)
 	return mlxc.SliceAxis(c.keys, 2, 0, c.offset), mlxc.SliceAxis(c.values, 2, 0, c.offset)
 }
 
@@ -58,8 +57,7 @@ func (c *KVCache) Append(k, v *mlxc.Array) {
 // the caller masks them. A key length that changes only every bucket rows lets the CUDA
 // backend reuse its cuDNN attention plan, which is built per key length (milliseconds).
 func (c *KVCache) UpdateAndFetchPadded(k, v *mlxc.Array, bucket int) (*mlxc.Array, *mlxc.Array, int) {
-	c.write(k, v)
-	c.offset += k.Dim(2)
+	c.Append(k, v)
 	return c.padded(c.offset, bucket)
 }
 

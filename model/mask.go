@@ -4,7 +4,6 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"sync"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
@@ -14,24 +13,16 @@ import (
 // distinct key length (a new length every cycle otherwise), and 0 (exact lengths, causal
 // mask mode) elsewhere. DFLASH_KV_BUCKET overrides it (0 turns bucketing off).
 func KeyBucketDefault() int {
-	keyBucketOnce.Do(func() {
-		keyBucket = 0
-		if mlxc.Backend() == "cuda" && mlxc.CurrentDevice().GPU {
-			keyBucket = kvStep
+	if v, ok := os.LookupEnv("DFLASH_KV_BUCKET"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return n
 		}
-		if v, ok := os.LookupEnv("DFLASH_KV_BUCKET"); ok {
-			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-				keyBucket = n
-			}
-		}
-	})
-	return keyBucket
+	}
+	if mlxc.Backend() == "cuda" && mlxc.CurrentDevice().GPU {
+		return kvStep
+	}
+	return 0
 }
-
-var (
-	keyBucketOnce sync.Once
-	keyBucket     int
-)
 
 // maxBucketedQueries bounds the blocks that use padded keys: the additive mask is
 // L × padded-keys, fine for verify blocks, too large for long prefill chunks.
@@ -42,29 +33,22 @@ const maxBucketedQueries = 64
 // UpdateAndFetchPadded, Scratch) use it to hide their rows past the valid ones.
 func PrefixMask(L, K int, visible func(i int) int, dt mlxc.Dtype) *mlxc.Array {
 	switch dt {
-	case mlxc.BFloat16, mlxc.Float16:
-		neg := uint16(0xFF80) // bf16 −∞
-		if dt == mlxc.Float16 {
-			neg = 0xFC00
-		}
-		bits := make([]uint16, L*K)
-		for i := 0; i < L; i++ {
-			row := bits[i*K : (i+1)*K]
-			for j := min(max(visible(i), 0), K); j < K; j++ {
-				row[j] = neg
-			}
-		}
-		if dt == mlxc.Float16 {
-			return mlxc.FromF16Bits(bits, 1, 1, L, K)
-		}
-		return mlxc.FromBF16Bits(bits, 1, 1, L, K)
+	case mlxc.BFloat16:
+		return mlxc.FromBF16Bits(prefixMask(L, K, visible, uint16(0xFF80)), 1, 1, L, K) // bf16 −∞
+	case mlxc.Float16:
+		return mlxc.FromF16Bits(prefixMask(L, K, visible, uint16(0xFC00)), 1, 1, L, K) // f16 −∞
 	}
-	vals := make([]float32, L*K)
+	return mlxc.AsType(mlxc.FromSlice(prefixMask(L, K, visible, float32(math.Inf(-1))), 1, 1, L, K), dt)
+}
+
+// prefixMask lays out the mask's elements: zero, with neg from each row's visible count on.
+func prefixMask[T uint16 | float32](L, K int, visible func(i int) int, neg T) []T {
+	m := make([]T, L*K)
 	for i := 0; i < L; i++ {
-		row := vals[i*K : (i+1)*K]
+		row := m[i*K : (i+1)*K]
 		for j := min(max(visible(i), 0), K); j < K; j++ {
-			row[j] = float32(math.Inf(-1))
+			row[j] = neg
 		}
 	}
-	return mlxc.AsType(mlxc.FromSlice(vals, 1, 1, L, K), dt)
+	return m
 }
