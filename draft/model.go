@@ -172,22 +172,16 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		proj = d.project(mlxc.Reshape(ctx, T, -1))
 	}
 	var mask *mlxc.Array // padded keys: shared by all layers (same positions)
+	padded := d.KeyBucket > 0 && L <= 64
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
 		off := lc.Offset()
 		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
-		var qp, kp, vp *mlxc.Array
-		if l.qkv != nil {
-			p := l.qkv.Apply(h)
-			qp, kp, vp = p[0], p[1], p[2]
-		} else {
-			qp, kp, vp = l.q.Apply(h), l.k.Apply(h), l.v.Apply(h)
-		}
-		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qp, 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+		qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
+		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 		q = d.rope.Apply(q, off+T)
-		kn, vn := d.headsKV(l, kp, vp, off+T)
-		padded := d.KeyBucket > 0 && L <= 64
+		kn, vn := d.headsKV(l, qkv[1], qkv[2], off+T)
 		var kc, vc *mlxc.Array
 		switch {
 		case proj != nil && padded:
@@ -222,14 +216,8 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		}
 		x = mlxc.Add(x, l.o.Apply(merged))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
-		var g, u *mlxc.Array
-		if l.gateUp != nil {
-			p := l.gateUp.Apply(h)
-			g, u = p[0], p[1]
-		} else {
-			g, u = l.gate.Apply(h), l.up.Apply(h)
-		}
-		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(g, u)))
+		gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
+		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(gu[0], gu[1])))
 	}
 	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
 	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)

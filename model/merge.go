@@ -68,6 +68,19 @@ func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
 	return out
 }
 
+// ApplyParts returns each part's output for rows x: the slices of one merged product when m
+// is set (the parts were merged into it), otherwise one product per part.
+func ApplyParts(m *MergedLinear, x *mlxc.Array, parts ...*Linear) []*mlxc.Array {
+	if m != nil {
+		return m.Apply(x)
+	}
+	out := make([]*mlxc.Array, len(parts))
+	for i, p := range parts {
+		out[i] = p.Apply(x)
+	}
+	return out
+}
+
 // UseSkinny routes the merged product through s (see Linear.UseSkinny).
 func (m *MergedLinear) UseSkinny(s *SkinnyGEMM) {
 	if m != nil {

@@ -222,16 +222,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		lc := kv.Layers[i]
 		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
 		offset := lc.Offset()
-		var qp, kp, vp *mlxc.Array
-		if l.qkv != nil {
-			p := l.qkv.Apply(x)
-			qp, kp, vp = p[0], p[1], p[2]
-		} else {
-			qp, kp, vp = l.attn.q.Apply(x), l.attn.k.Apply(x), l.attn.v.Apply(x)
-		}
-		q := splitHeads(qp, B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-		k := splitHeads(kp, B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-		v := splitHeads(vp, B, L, a.NumKVHeads, nil, 0)
+		qkv := ApplyParts(l.qkv, x, l.attn.q, l.attn.k, l.attn.v)
+		q := splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
+		k := splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
+		v := splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
 		q = m.rope.Apply(q, offset)
 		k = m.rope.Apply(k, offset)
 		var o, merged *mlxc.Array
@@ -256,14 +250,8 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		h = mlxc.Add(h, l.attn.o.Apply(merged))
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
-		var g, u *mlxc.Array
-		if l.gateUp != nil {
-			p := l.gateUp.Apply(x)
-			g, u = p[0], p[1]
-		} else {
-			g, u = l.gate.Apply(x), l.up.Apply(x)
-		}
-		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(g, u)))
+		gu := ApplyParts(l.gateUp, x, l.gate, l.up)
+		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(gu[0], gu[1])))
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
