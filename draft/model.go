@@ -171,7 +171,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		T = ctx.Dim(1)
 		proj = d.project(mlxc.Reshape(ctx, T, -1))
 	}
-	var mask *mlxc.Array // padded keys: shared by all layers (same positions)
+	var mask, visible *mlxc.Array // padded keys, fqa: shared by all layers (same positions)
 	padded := d.KeyBucket > 0 && L <= 64
 	for i := range d.layers {
 		l := &d.layers[i]
@@ -195,7 +195,10 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		var o, merged *mlxc.Array
 		if d.fqa.Fits(q, kn) {
 			keys, values, n := lc.Scratch(kn, vn, 0)
-			merged = mlxc.Reshape(d.fqa.Apply(q, keys, values, d.scaleArr, n, false), L, -1)
+			if visible == nil {
+				visible = model.Visible(n)
+			}
+			merged = mlxc.Reshape(d.fqa.Apply(q, keys, values, d.scaleArr, visible, false), L, -1)
 		} else if padded {
 			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
 			if mask == nil {

@@ -120,11 +120,14 @@ const fqaSource = `
 // NewFewQueryAttention returns the kernel when DFLASH_FQA=1 and custom CUDA kernels can
 // run here, nil otherwise (the model then uses MLX's attention). MLX thread only.
 func NewFewQueryAttention() *FewQueryAttention {
-	return newFewQueryAttention(os.Getenv("DFLASH_FQA") == "1")
+	if os.Getenv("DFLASH_FQA") != "1" {
+		return nil
+	}
+	return newFewQueryAttention()
 }
 
-func newFewQueryAttention(enabled bool) *FewQueryAttention {
-	if !enabled || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
+func newFewQueryAttention() *FewQueryAttention {
+	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return nil
 	}
 	return &FewQueryAttention{k: mlxc.NewKernel(mlxc.KernelSpec{
@@ -149,11 +152,11 @@ func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
 
 // Apply returns attention [1, L, H, D]. causal: query i sees keys [0, visible+i+1) —
 // visible is then the position of the block's first row; otherwise every query sees keys
-// [0, visible). scale is a 0-d float32 array (the model's 1/√D).
-func (a *FewQueryAttention) Apply(q, keys, values, scale *mlxc.Array, visible int, causal bool) *mlxc.Array {
+// [0, visible). visible is a 0-d int32 array (Visible; all layers of a forward share one)
+// and scale a 0-d float32 array (the model's 1/√D).
+func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, causal bool) *mlxc.Array {
 	H, L, D := q.Dim(1), q.Dim(2), q.Dim(3)
-	off := mlxc.FromSlice([]int32{int32(visible)})
-	return a.k.Call([]*mlxc.Array{q, keys, values, off, scale}, mlxc.KernelCall{
+	return a.k.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
 		OutputShapes: [][]int{{1, L, H, D}},
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
 		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
@@ -162,6 +165,9 @@ func (a *FewQueryAttention) Apply(q, keys, values, scale *mlxc.Array, visible in
 			{Name: "WARPS", Value: fqaWarps}, {Name: "CAUSAL", Value: causal}},
 	})[0]
 }
+
+// Visible makes Apply's visible-keys argument.
+func Visible(n int) *mlxc.Array { return mlxc.FromSlice([]int32{int32(n)}) }
 
 // Free releases the kernel.
 func (a *FewQueryAttention) Free() {

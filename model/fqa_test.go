@@ -10,7 +10,7 @@ import (
 
 func TestFewQueryAttentionAbsentOffCUDA(t *testing.T) {
 	err := mlxc.Do(func() error {
-		a := newFewQueryAttention(true)
+		a := newFewQueryAttention()
 		if mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU {
 			if a == nil {
 				return fmt.Errorf("no attention kernel on a CUDA GPU")
@@ -40,7 +40,7 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 		t.Skip("needs the CUDA backend and a GPU")
 	}
 	err := mlxc.Do(func() error {
-		a := newFewQueryAttention(true)
+		a := newFewQueryAttention()
 		defer a.Free()
 		for _, c := range []struct{ H, Hkv, L, n, D int }{
 			{4, 4, 2, 2, 32}, {32, 8, 16, 16, 128}, {32, 8, 16, 100, 128}, {32, 8, 7, 1000, 128}, {16, 2, 16, 4099, 64},
@@ -60,7 +60,7 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 					visible = c.n - c.L // the block is the last L keys
 				}
 				sa := mlxc.Scalar(float64(scale), mlxc.Float32)
-				got := a.Apply(q, k, v, sa, visible, causal) // [1, L, H, D]
+				got := a.Apply(q, k, v, sa, Visible(visible), causal) // [1, L, H, D]
 				mode := mlxc.MaskNone
 				if causal {
 					mode = mlxc.MaskCausal

@@ -215,7 +215,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention
 	fqa := L > 1 && B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
 	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa
-	var padMask *mlxc.Array // shared by all layers: they hold the same positions
+	var padMask, fqaOff *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
 	for i := range m.layers {
 		l := &m.layers[i]
@@ -231,7 +231,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		var o, merged *mlxc.Array
 		if fqa && m.fqa.Fits(q, k) {
 			keys, values := lc.UpdateAndFetch(k, v)
-			merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, off0, true), rows, -1)
+			if fqaOff == nil {
+				fqaOff = Visible(off0)
+			}
+			merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, fqaOff, true), rows, -1)
 		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)

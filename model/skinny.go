@@ -106,14 +106,14 @@ const skinnySource = `
 func NewSkinnyGEMM() *SkinnyGEMM {
 	switch os.Getenv("DFLASH_SKINNY_GEMM") {
 	case "1":
-		return newSkinnyGEMM(true, false)
+		return newSkinnyGEMM(false)
 	case "tc":
-		return newSkinnyGEMM(true, true)
+		return newSkinnyGEMM(true)
 	}
 	if GPUExactDefault() {
 		// One-token steps through the same kernel as verify blocks: every row of every
 		// product is then reduced the same way (see GPUExactDefault).
-		s := newSkinnyGEMM(true, true)
+		s := newSkinnyGEMM(true)
 		if s != nil {
 			s.minRows = 1
 		}
@@ -130,8 +130,8 @@ func NewSkinnyGEMM() *SkinnyGEMM {
 // RowwiseAttention). Written in session 2 without GPU time left: not yet measured.
 func GPUExactDefault() bool { return os.Getenv("DFLASH_GPU_EXACT") == "1" }
 
-func newSkinnyGEMM(enabled, tensorCores bool) *SkinnyGEMM {
-	if !enabled || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
+func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
+	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return nil
 	}
 	spec := mlxc.KernelSpec{

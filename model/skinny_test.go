@@ -11,7 +11,7 @@ import (
 // Off CUDA there is no kernel and nothing fits, so Linear keeps MLX's matmul.
 func TestSkinnyGEMMAbsentOffCUDA(t *testing.T) {
 	err := mlxc.Do(func() error {
-		s := newSkinnyGEMM(true, false)
+		s := newSkinnyGEMM(false)
 		if mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU {
 			if s == nil {
 				return fmt.Errorf("no skinny kernel on a CUDA GPU")
@@ -44,7 +44,7 @@ func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
 	}
 	for _, tc := range []bool{false, true} {
 		err := mlxc.Do(func() error {
-			s := newSkinnyGEMM(true, tc)
+			s := newSkinnyGEMM(tc)
 			if s == nil {
 				return fmt.Errorf("no kernel on a CUDA machine")
 			}
