@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -178,9 +179,7 @@ func rsplitN(s, sep string, maxsplit int) []string {
 		maxsplit--
 	}
 	parts = append(parts, s)
-	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
-		parts[i], parts[j] = parts[j], parts[i]
-	}
+	slices.Reverse(parts)
 	return parts
 }
 
@@ -222,9 +221,7 @@ func splitWhitespace(s string, maxsplit int, fromRight bool) []string {
 		rev = append(rev, s[start+size:])
 		s = strings.TrimRightFunc(s[:start], pyIsSpace)
 	}
-	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
-		rev[i], rev[j] = rev[j], rev[i]
-	}
+	slices.Reverse(rev)
 	return rev
 }
 
