@@ -33,11 +33,7 @@ func DrafterFor(t Qwen3Spec, layers int) DrafterSpec {
 
 func (s DrafterSpec) config() map[string]any {
 	cfg := s.baseConfig()
-	if s.QuantBits > 0 {
-		q := map[string]any{"group_size": s.QuantGroup, "bits": s.QuantBits, "mode": "affine"}
-		cfg["quantization"] = q
-		cfg["quantization_config"] = q
-	}
+	addQuantization(cfg, s.QuantBits, s.QuantGroup)
 	return cfg
 }
 

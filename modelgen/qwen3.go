@@ -62,12 +62,18 @@ func (s Qwen3Spec) config() map[string]any {
 	} else if len(s.EOS) > 1 {
 		cfg["eos_token_id"] = s.EOS
 	}
-	if s.QuantBits > 0 {
-		q := map[string]any{"group_size": s.QuantGroup, "bits": s.QuantBits, "mode": "affine"}
+	addQuantization(cfg, s.QuantBits, s.QuantGroup)
+	return cfg
+}
+
+// addQuantization records affine quantization in a config.json the way mlx-lm writes it:
+// under both "quantization" and "quantization_config" (nothing when bits is 0).
+func addQuantization(cfg map[string]any, bits, group int) {
+	if bits > 0 {
+		q := map[string]any{"group_size": group, "bits": bits, "mode": "affine"}
 		cfg["quantization"] = q
 		cfg["quantization_config"] = q
 	}
-	return cfg
 }
 
 type tensorSpec struct {
