@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"strings"
@@ -69,36 +70,16 @@ const (
 
 // withDefaults returns cfg with every unset field filled in.
 func (cfg Config) withDefaults() Config {
-	if cfg.Host == "" {
-		cfg.Host = defaultHost
-	}
-	if cfg.MaxQueue == 0 {
-		cfg.MaxQueue = defaultMaxQueue
-	}
-	if cfg.DefaultMaxTokens == 0 {
-		cfg.DefaultMaxTokens = defaultMaxTokens
-	}
-	if cfg.DefaultTopP == 0 {
-		cfg.DefaultTopP = 1
-	}
-	if cfg.ReadHeaderTimeout == 0 {
-		cfg.ReadHeaderTimeout = defaultReadHeaderTimeout
-	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = defaultReadTimeout
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = defaultWriteTimeout
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = defaultIdleTimeout
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = defaultMaxBodyBytes
-	}
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = defaultDrainTimeout
-	}
+	cfg.Host = cmp.Or(cfg.Host, defaultHost)
+	cfg.MaxQueue = cmp.Or(cfg.MaxQueue, defaultMaxQueue)
+	cfg.DefaultMaxTokens = cmp.Or(cfg.DefaultMaxTokens, defaultMaxTokens)
+	cfg.DefaultTopP = cmp.Or(cfg.DefaultTopP, 1)
+	cfg.ReadHeaderTimeout = cmp.Or(cfg.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, defaultReadTimeout)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, defaultWriteTimeout)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, defaultIdleTimeout)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, defaultMaxBodyBytes)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, defaultDrainTimeout)
 	return cfg
 }
 
