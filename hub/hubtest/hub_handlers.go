@@ -25,18 +25,25 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// admit is what every repository route does first: 404 when the path or method did not
+// match (routed false), a redirect for a renamed repository, then authorization. A nil repo
+// means the answer is written; status is what it was.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, repoID string, routed bool) (*Repo, int) {
+	if !routed {
+		hubError(w, http.StatusNotFound, "", "Sorry, we can't find the page you are looking for.")
+		return nil, http.StatusNotFound
+	}
+	if s.redirectRenamed(w, r, repoID) {
+		return nil, http.StatusTemporaryRedirect
+	}
+	return s.authorize(w, r, repoID)
+}
+
 // routeHub dispatches and returns the status it answered (0 when a handler recorded it itself).
 func (s *Server) routeHub(w http.ResponseWriter, r *http.Request, segs []string, idx int) int {
 	if len(segs) >= 2 && segs[0] == "api" && segs[1] == "models" {
 		repoID, verb, rest, ok := splitRepo(segs[2:], "revision", "tree")
-		if !ok || len(rest) == 0 || r.Method != http.MethodGet {
-			hubError(w, http.StatusNotFound, "", "Sorry, we can't find the page you are looking for.")
-			return http.StatusNotFound
-		}
-		if s.redirectRenamed(w, r, repoID) {
-			return http.StatusTemporaryRedirect
-		}
-		repo, status := s.authorize(w, r, repoID)
+		repo, status := s.admit(w, r, repoID, ok && len(rest) > 0 && r.Method == http.MethodGet)
 		if repo == nil {
 			return status
 		}
@@ -47,14 +54,7 @@ func (s *Server) routeHub(w http.ResponseWriter, r *http.Request, segs []string,
 		return s.serveTree(w, r, repo, rev, unescapeJoin(rest[1:]))
 	}
 	repoID, _, rest, ok := splitRepo(segs, "resolve")
-	if !ok || len(rest) < 2 || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
-		hubError(w, http.StatusNotFound, "", "Sorry, we can't find the page you are looking for.")
-		return http.StatusNotFound
-	}
-	if s.redirectRenamed(w, r, repoID) {
-		return http.StatusTemporaryRedirect
-	}
-	repo, status := s.authorize(w, r, repoID)
+	repo, status := s.admit(w, r, repoID, ok && len(rest) >= 2 && (r.Method == http.MethodGet || r.Method == http.MethodHead))
 	if repo == nil {
 		return status
 	}
