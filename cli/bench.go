@@ -195,18 +195,21 @@ func benchAction(c *cli.Context) error {
 		req := engine.Request{Prompt: prompt, MaxTokens: n, IgnoreEOS: true, NoDraft: noDraft, BlockSize: c.Int("block-size"), Profile: profile}
 		return s.Generate(ctx, req, nil)
 	}
+	// dflash runs DFlash; with --replay-drafts, run (of prompt i) picks the acceptance pattern.
+	dflash := func(prompt []int32, i, run int, profile bool) (engine.Result, error) {
+		if replay >= 0 {
+			s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, run))
+			defer func() { s.Engine.ReplayAccept = nil }()
+		}
+		return gen(prompt, false, profile)
+	}
 	for i, prompt := range prompts {
 		s.Engine.Proposer = dfl
 		for w := 0; w < c.Int("warmup"); w++ {
 			if _, err := gen(prompt, true, false); err != nil {
 				return err
 			}
-			if replay >= 0 {
-				s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, -1-w))
-			}
-			_, err := gen(prompt, false, false)
-			s.Engine.ReplayAccept = nil
-			if err != nil {
+			if _, err := dflash(prompt, i, -1-w, false); err != nil {
 				return err
 			}
 		}
@@ -221,11 +224,7 @@ func benchAction(c *cli.Context) error {
 			}
 			plainTPS = append(plainTPS, res.Stats.GenerationTPS)
 			ref = res
-			if replay >= 0 {
-				s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, r))
-			}
-			res, err = gen(prompt, false, false)
-			s.Engine.ReplayAccept = nil
+			res, err = dflash(prompt, i, r, false)
 			if err != nil {
 				return err
 			}
@@ -237,11 +236,7 @@ func benchAction(c *cli.Context) error {
 			last = res
 		}
 		// One profiled run splits the cycle into draft and verify.
-		if replay >= 0 {
-			s.Engine.ReplayAccept = replayAccept(replay, replaySeed(i, repeats))
-		}
-		prof, err := gen(prompt, false, true)
-		s.Engine.ReplayAccept = nil
+		prof, err := dflash(prompt, i, repeats, true)
 		if err != nil {
 			return err
 		}
