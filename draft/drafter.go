@@ -34,22 +34,9 @@ func FallbackLayerIDs(numTarget, numDraft int) []int {
 
 func parseConfig(cfg *model.RawConfig) (Config, *model.Rope, error) {
 	var c Config
-	var err error
-	get := func(key string, dst *int) {
-		if err == nil {
-			*dst, err = cfg.Int(key)
-			if err == nil && *dst <= 0 {
-				err = fmt.Errorf("%s: %q must be positive", cfg.Path, key)
-			}
-		}
-	}
-	get("hidden_size", &c.HiddenSize)
-	get("num_hidden_layers", &c.NumLayers)
-	get("num_attention_heads", &c.NumHeads)
-	get("num_key_value_heads", &c.NumKVHeads)
-	get("head_dim", &c.HeadDim)
-	get("intermediate_size", &c.Intermediate)
-	get("vocab_size", &c.VocabSize)
+	err := cfg.PositiveInts(model.Field("hidden_size", &c.HiddenSize), model.Field("num_hidden_layers", &c.NumLayers),
+		model.Field("num_attention_heads", &c.NumHeads), model.Field("num_key_value_heads", &c.NumKVHeads), model.Field("head_dim", &c.HeadDim),
+		model.Field("intermediate_size", &c.Intermediate), model.Field("vocab_size", &c.VocabSize))
 	if err != nil {
 		return c, nil, err
 	}

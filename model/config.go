@@ -63,6 +63,31 @@ func (c *RawConfig) Int(key string) (int, error) {
 	return int(f), nil
 }
 
+// IntField names a required positive integer key and where to store it.
+type IntField struct {
+	Key string
+	Dst *int
+}
+
+// Field pairs a key with its destination for PositiveInts.
+func Field(key string, dst *int) IntField { return IntField{Key: key, Dst: dst} }
+
+// PositiveInts reads required positive integer keys in order, stopping at the first one
+// that is missing, not an integer, or not positive.
+func (c *RawConfig) PositiveInts(fields ...IntField) error {
+	for _, f := range fields {
+		v, err := c.Int(f.Key)
+		if err != nil {
+			return err
+		}
+		if v <= 0 {
+			return fmt.Errorf("%s: %q must be positive, got %d", c.Path, f.Key, v)
+		}
+		*f.Dst = v
+	}
+	return nil
+}
+
 // IntOr reads an optional integer key.
 func (c *RawConfig) IntOr(key string, def int) (int, error) {
 	if v, ok := c.M[key]; !ok || v == nil {

@@ -78,6 +78,9 @@ func TestLoadErrors(t *testing.T) {
 		{"wrong type", single, func(t *testing.T, d string) {
 			editJSON(t, filepath.Join(d, "config.json"), func(m map[string]any) { m["hidden_size"] = "big" })
 		}, []string{"config.json", "hidden_size", "integer"}},
+		{"non-positive size", single, func(t *testing.T, d string) {
+			editJSON(t, filepath.Join(d, "config.json"), func(m map[string]any) { m["num_key_value_heads"] = 0 })
+		}, []string{"config.json", "num_key_value_heads", "must be positive, got 0"}},
 		{"missing shard", sharded, func(t *testing.T, d string) { os.Remove(filepath.Join(d, "model-00002-of-00002.safetensors")) }, []string{"model-00002-of-00002.safetensors", "missing"}},
 		{"truncated safetensors", single, func(t *testing.T, d string) {
 			p := filepath.Join(d, "model.safetensors")

@@ -41,23 +41,10 @@ type Qwen3 struct {
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	a := Arch{Family: "qwen3", TrimmableCache: true}
-	var err error
-	get := func(key string, dst *int) {
-		if err == nil {
-			*dst, err = cfg.Int(key)
-			if err == nil && *dst <= 0 {
-				err = fmt.Errorf("%s: %q must be positive, got %d", cfg.Path, key, *dst)
-			}
-		}
-	}
-	get("hidden_size", &a.HiddenSize)
-	get("num_hidden_layers", &a.NumLayers)
-	get("num_attention_heads", &a.NumHeads)
-	get("num_key_value_heads", &a.NumKVHeads)
-	get("head_dim", &a.HeadDim)
-	get("vocab_size", &a.VocabSize)
 	var inter int
-	get("intermediate_size", &inter)
+	err := cfg.PositiveInts(Field("hidden_size", &a.HiddenSize), Field("num_hidden_layers", &a.NumLayers),
+		Field("num_attention_heads", &a.NumHeads), Field("num_key_value_heads", &a.NumKVHeads),
+		Field("head_dim", &a.HeadDim), Field("vocab_size", &a.VocabSize), Field("intermediate_size", &inter))
 	if err != nil {
 		return nil, err
 	}
