@@ -25,7 +25,8 @@ func MetalKernelsAvailable() bool { return C.mlxc_metal_available() != 0 }
 // Kernel is a custom GPU kernel built from source (the body of a generated __global__ or
 // [[kernel]] function; see MLX.md §3.3-3.4 for the calling conventions).
 type Kernel struct {
-	k C.mlxc_kernel
+	k     C.mlxc_kernel
+	names map[string]*C.char // template argument names, converted once (freed with the kernel)
 }
 
 // KernelSpec describes a custom kernel.
@@ -100,10 +101,17 @@ func (k *Kernel) Free() {
 	if k != nil && k.k != nil {
 		C.mlxc_kernel_free(k.k)
 		k.k = nil
+		for _, p := range k.names {
+			C.free(unsafe.Pointer(p))
+		}
+		k.names = nil
 	}
 }
 
-// Call runs the kernel on the current (GPU) stream and returns its outputs.
+// Call runs the kernel on the current (GPU) stream and returns its outputs. A launch seen
+// before (same template arguments, grid, output shapes and input types) reuses its
+// primitive, so a repeated call costs about as much as an MLX op. Call sits on the decode
+// path, hence fixed-size buffers instead of per-call allocations for the usual sizes.
 func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	if k == nil || k.k == nil {
 		fail("kernel_apply", "use of a freed kernel")
@@ -114,44 +122,40 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	}
 	var buf [16]C.mlxc_array
 	hs := requiredHandles("kernel_apply", inputs, &buf)
-	var shapes []C.int
-	ndims := make([]C.int, nout+1)
-	dts := make([]C.int, nout+1)
+	var shapeBuf [32]C.int
+	var ndimBuf, dtBuf [8]C.int
+	shapes, ndims, dts := shapeBuf[:0], ndimBuf[:0], dtBuf[:0]
 	for i, sh := range call.OutputShapes {
-		ndims[i] = C.int(len(sh))
-		dts[i] = C.int(call.OutputDtypes[i])
+		ndims = append(ndims, C.int(len(sh)))
+		dts = append(dts, C.int(call.OutputDtypes[i]))
 		for _, d := range sh {
 			shapes = append(shapes, C.int(d))
 		}
 	}
-	shapes = append(shapes, 0)
+	shapes, ndims, dts = append(shapes, 0), append(ndims, 0), append(dts, 0)
 	grid := [3]C.int{C.int(call.Grid[0]), C.int(call.Grid[1]), C.int(call.Grid[2])}
 	group := [3]C.int{C.int(call.ThreadGroup[0]), C.int(call.ThreadGroup[1]), C.int(call.ThreadGroup[2])}
-	names := make([]string, len(call.Template))
-	kinds := make([]C.int, len(call.Template)+1)
-	vals := make([]C.int, len(call.Template)+1)
-	for i, t := range call.Template {
-		names[i] = t.Name
+	var nameBuf [8]*C.char
+	var kindBuf, valBuf [8]C.int
+	names, kinds, vals := nameBuf[:0], kindBuf[:0], valBuf[:0]
+	for _, t := range call.Template {
+		var kind, val C.int
 		switch v := t.Value.(type) {
 		case int:
-			kinds[i], vals[i] = 0, C.int(v)
+			val = C.int(v)
 		case bool:
-			kinds[i] = 1
+			kind = 1
 			if v {
-				vals[i] = 1
+				val = 1
 			}
 		case Dtype:
-			kinds[i], vals[i] = 2, C.int(v)
+			kind, val = 2, C.int(v)
 		default:
 			fail("kernel_apply", "template arg %s: want int, bool or Dtype, got %T", t.Name, t.Value)
 		}
+		names, kinds, vals = append(names, k.name(t.Name)), append(kinds, kind), append(vals, val)
 	}
-	cnames, freeNames := cStrings(names)
-	defer freeNames()
-	var namep **C.char
-	if len(cnames) > 0 {
-		namep = &cnames[0]
-	}
+	names, kinds, vals = append(names, nil), append(kinds, 0), append(vals, 0)
 	var inp *C.mlxc_array
 	if len(hs) > 0 {
 		inp = &hs[0]
@@ -160,11 +164,28 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	if call.InitValue != nil {
 		init = C.float(*call.InitValue)
 	}
-	outs := make([]C.mlxc_array, nout+1)
-	check("kernel_apply", C.mlxc_kernel_apply(&outs[0], k.k, inp, C.int(len(hs)), &shapes[0], &ndims[0], &dts[0], C.int(nout), &grid[0], &group[0], namep, &kinds[0], &vals[0], C.int(len(call.Template)), C.bool(call.InitValue != nil), init, curStream.c))
+	var outBuf [8]C.mlxc_array
+	outs := outBuf[:0]
+	for range nout + 1 {
+		outs = append(outs, nil)
+	}
+	check("kernel_apply", C.mlxc_kernel_apply(&outs[0], k.k, inp, C.int(len(hs)), &shapes[0], &ndims[0], &dts[0], C.int(nout), &grid[0], &group[0], &names[0], &kinds[0], &vals[0], C.int(len(call.Template)), C.bool(call.InitValue != nil), init, curStream.c))
 	res := make([]*Array, nout)
 	for i := range res {
 		res[i] = newArray(outs[i])
 	}
 	return res
+}
+
+// name returns the C copy of a template argument name, made at its first use.
+func (k *Kernel) name(s string) *C.char {
+	if p, ok := k.names[s]; ok {
+		return p
+	}
+	if k.names == nil {
+		k.names = map[string]*C.char{}
+	}
+	p := C.CString(s)
+	k.names[s] = p
+	return p
 }

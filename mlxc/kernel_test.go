@@ -95,6 +95,17 @@ func TestCUDAKernel(t *testing.T) {
 			t.Errorf("bf16 kernel output %v", ob.Dtype())
 		}
 		nearAll(t, "cuda kernel bf16", ob.Float32s(), want, 0.07, 0.01)
+		// Repeated launches reuse the first call's primitive (the shim caches it per launch):
+		// each still reads its own inputs, and interleaved launches keep theirs apart.
+		for rep := range 3 {
+			a2, b2 := Add(a, f32([]float32{float32(rep + 1)}, 1)), Multiply(b, f32([]float32{float32(rep + 2)}, 1))
+			w2 := make([]float64, n)
+			for i := range w2 {
+				w2[i] = (float64(av[i])+float64(rep+1))*2 + float64(bv[i])*float64(rep+2)
+			}
+			nearAll(t, "cuda kernel, repeated launch", call(a2, b2, Float32, n).Float32s(), w2, 1e-5, 1e-5)
+			nearAll(t, "cuda kernel, interleaved n=7", call(SliceAxis(a, 0, 0, 7), SliceAxis(b, 0, 0, 7), Float32, 7).Float32s(), want[:7], 1e-6, 1e-6)
+		}
 		// A small call: the grid is smaller than one block.
 		nearAll(t, "cuda kernel n=5", call(SliceAxis(a, 0, 0, 5), SliceAxis(b, 0, 0, 5), Float32, 5).Float32s(), want[:5], 1e-6, 1e-6)
 		// InitValue fills the output first: a kernel that writes nothing leaves it.

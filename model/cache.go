@@ -52,6 +52,14 @@ func (c *KVCache) Append(k, v *mlxc.Array) {
 	c.offset += k.Dim(2)
 }
 
+// AppendBuffers appends like UpdateAndFetch but returns the whole buffers [B, nKV,
+// capacity, hd] instead of views (one graph node fewer each): for kernels that are told
+// how many rows are valid.
+func (c *KVCache) AppendBuffers(k, v *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+	c.Append(k, v)
+	return c.keys, c.values
+}
+
 // UpdateAndFetchPadded appends like UpdateAndFetch but returns views rounded up to a
 // multiple of bucket rows (within the buffer): the rows past Offset are stale or zero and
 // the caller masks them. A key length that changes only every bucket rows lets the CUDA

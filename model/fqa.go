@@ -18,7 +18,8 @@ import (
 // check-kernels), not yet run on a GPU; the CUDA-only test TestFewQueryAttentionMatchesSDPA
 // checks it against MLX's attention.
 type FewQueryAttention struct {
-	k *mlxc.Kernel
+	k          *mlxc.Kernel
+	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too
 }
 
 const fqaWarps = 4
@@ -117,14 +118,28 @@ const fqaSource = `
   }
 `
 
-// NewFewQueryAttention returns the kernel when DFLASH_FQA=1 and custom CUDA kernels can
-// run here, nil otherwise (the model then uses MLX's attention). MLX thread only.
+// NewFewQueryAttention returns the kernel when DFLASH_FQA=1 or DFLASH_GPU_EXACT=1 and
+// custom CUDA kernels can run here, nil otherwise (the model then uses MLX's attention).
+// In GPU-exact mode one-token steps use it too: a query's result depends only on its own
+// row and the number of keys it sees, so a verify row equals the decode step at its
+// position bit for bit. MLX thread only.
 func NewFewQueryAttention() *FewQueryAttention {
+	if GPUExactDefault() {
+		a := newFewQueryAttention()
+		if a != nil {
+			a.minQueries = 1
+		}
+		return a
+	}
 	if os.Getenv("DFLASH_FQA") != "1" {
 		return nil
 	}
 	return newFewQueryAttention()
 }
+
+// RowConsistent reports whether the kernel also serves one-token steps (GPU-exact mode),
+// which makes row-by-row verify attention unnecessary.
+func (a *FewQueryAttention) RowConsistent() bool { return a != nil && a.minQueries == 1 }
 
 func newFewQueryAttention() *FewQueryAttention {
 	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
@@ -134,11 +149,11 @@ func newFewQueryAttention() *FewQueryAttention {
 		Backend: mlxc.KernelCUDA, Name: "dflash_few_query_attention",
 		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
 		Source: fqaSource, EnsureRowContiguous: false,
-	})}
+	}), minQueries: 2}
 }
 
 // Fits reports whether q [1, H, L, D] over keys k [1, Hkv, n, D] can use the kernel:
-// 2 ≤ L ≤ 64, D a multiple of 32 up to 256 (16-byte key loads), H a multiple of Hkv, bf16
+// 2 ≤ L ≤ 64 (1 ≤ L in GPU-exact mode), D a multiple of 32 up to 256 (16-byte key loads), H a multiple of Hkv, bf16
 // or f16 alike. Keys and values must have unit stride in D (views of a KV cache do).
 func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
 	if a == nil || a.k == nil || q.Ndim() != 4 || k.Ndim() != 4 || q.Dim(0) != 1 || k.Dim(0) != 1 {
@@ -146,7 +161,7 @@ func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
 	}
 	H, L, D, Hkv := q.Dim(1), q.Dim(2), q.Dim(3), k.Dim(1)
 	dt := q.Dtype()
-	return L >= 2 && L <= 64 && D%32 == 0 && D <= 256 && k.Dim(3) == D && Hkv > 0 && H%Hkv == 0 &&
+	return L >= a.minQueries && L <= 64 && D%32 == 0 && D <= 256 && k.Dim(3) == D && Hkv > 0 && H%Hkv == 0 &&
 		k.Dtype() == dt && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 

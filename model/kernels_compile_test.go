@@ -40,10 +40,24 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 					fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps)},
 				Body: skinnySource})
 		}
-		ks = append(ks, kernelCheck{Name: "skinny_tc_" + T, Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
-			Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int KC = %d;", tcChunk),
-				fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps), "constexpr bool BF16 = " + bf16 + ";"},
-			Body: tcSource})
+		for _, tiles := range []int{2, 4} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d", T, tiles), Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
+				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int TILES = %d;", tiles),
+					fmt.Sprintf("constexpr int U = %d;", tcUnroll), fmt.Sprintf("constexpr int WARPS = %d;", tcWarps),
+					"constexpr bool BF16 = " + bf16 + ";"},
+				Body: tcSource})
+		}
+		for _, D := range []int{64, 128, 256} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),
+				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
+				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
+				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int D = %d;", D), "constexpr int HQ = 32;",
+					"constexpr int HK = 8;", "constexpr int QO = 0;", fmt.Sprintf("constexpr int KO = %d;", 32*D),
+					fmt.Sprintf("constexpr int VO = %d;", 40*D), fmt.Sprintf("constexpr int WARPS = %d;", fusedWarps)},
+				Body: headPrepSource})
+		}
+		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Inputs: [][2]string{{"gu", T}}, Outputs: [][2]string{{"y", T}},
+			Consts: []string{"using T = " + T + ";", "constexpr int I = 9728;"}, Body: gatedActSource})
 		for _, D := range []int{64, 128, 256} {
 			for _, causal := range []bool{true, false} {
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),

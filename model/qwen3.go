@@ -37,6 +37,7 @@ type Qwen3 struct {
 	// float32 array for it.
 	fqa      *FewQueryAttention
 	scaleArr *mlxc.Array
+	fused    *Fused // DFLASH_FUSED=1 on CUDA: per-layer kernels for head prep and the MLP gate
 }
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
@@ -117,6 +118,7 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	m.arch = a
 	m.swiglu = NewSwiGLU()
 	m.skinny = NewSkinnyGEMM()
+	m.fused = NewFused(m.rope, a.HeadDim, a.RMSNormEps)
 	if m.fqa = NewFewQueryAttention(); m.fqa != nil {
 		m.scaleArr = mlxc.Scalar(float64(m.scale), mlxc.Float32).Detach()
 		mlxc.Eval(m.scaleArr)
@@ -130,7 +132,8 @@ func (m *Qwen3) prepare() {
 	m.embed.skinny = m.skinny
 	m.lmHead.prepare()
 	m.lmHead.UseSkinny(m.skinny)
-	merge := MergeProjectionsDefault()
+	// The fused kernels read the merged products directly (no slices).
+	merge := MergeProjectionsDefault() || m.fused != nil
 	for i := range m.layers {
 		l := &m.layers[i]
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
@@ -199,29 +202,37 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
 	rows := B * L
 	h := m.embed.Lookup(mlxc.Reshape(ids, rows))
-	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention
-	fqa := L > 1 && B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
+	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent()
+	fqa := B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
 	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa
-	var padMask, fqaOff *mlxc.Array // shared by all layers: they hold the same positions
+	var padMask, pos *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
 	for i := range m.layers {
 		l := &m.layers[i]
 		lc := kv.Layers[i]
 		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
 		offset := lc.Offset()
-		qkv := ApplyParts(l.qkv, x, l.attn.q, l.attn.k, l.attn.v)
-		q := splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-		k := splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-		v := splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
-		q = m.rope.Apply(q, offset)
-		k = m.rope.Apply(k, offset)
+		var q, k, v *mlxc.Array
+		if B == 1 && m.fused.PrepFits(x, a.HeadDim) {
+			if pos == nil || offset != off0 {
+				pos = Visible(offset)
+			}
+			q, k, v = m.headPrep(l, x, pos)
+		} else {
+			qkv := ApplyParts(l.qkv, x, l.attn.q, l.attn.k, l.attn.v)
+			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
+			k = splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
+			v = splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
+			q = m.rope.Apply(q, offset)
+			k = m.rope.Apply(k, offset)
+		}
 		var o, merged *mlxc.Array
 		if fqa && m.fqa.Fits(q, k) {
-			keys, values := lc.UpdateAndFetch(k, v)
-			if fqaOff == nil {
-				fqaOff = Visible(off0)
+			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
+			if pos == nil {
+				pos = Visible(off0)
 			}
-			merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, fqaOff, true), rows, -1)
+			merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, pos, true), rows, -1)
 		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)
@@ -240,8 +251,14 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		h = mlxc.Add(h, l.attn.o.Apply(merged))
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
-		gu := ApplyParts(l.gateUp, x, l.gate, l.up)
-		h = mlxc.Add(h, l.down.Apply(m.swiglu.Apply(gu[0], gu[1])))
+		var act *mlxc.Array
+		if m.fused != nil && l.gateUp != nil {
+			act = m.fused.GatedAct(l.gateUp.all.Apply(x))
+		} else {
+			gu := ApplyParts(l.gateUp, x, l.gate, l.up)
+			act = m.swiglu.Apply(gu[0], gu[1])
+		}
+		h = mlxc.Add(h, l.down.Apply(act))
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
@@ -306,6 +323,21 @@ func (m *Qwen3) Free() {
 	m.skinny.Free()
 	m.fqa.Free()
 	m.scaleArr.Free()
+	m.fused.Free()
+}
+
+// headPrep runs the fused head preparation on one layer's projections of rows x (B = 1):
+// one merged q/k/v product when the layer has it, three otherwise.
+func (m *Qwen3) headPrep(l *qwen3Layer, x, pos *mlxc.Array) (q, k, v *mlxc.Array) {
+	a := &m.arch
+	D := a.HeadDim
+	if l.qkv != nil {
+		y := l.qkv.all.Apply(x)
+		return m.fused.HeadPrep(y, y, y, 0, a.NumHeads*D, (a.NumHeads+a.NumKVHeads)*D, a.NumHeads, a.NumKVHeads, D,
+			l.attn.qNorm, l.attn.kNorm, pos)
+	}
+	return m.fused.HeadPrep(l.attn.q.Apply(x), l.attn.k.Apply(x), l.attn.v.Apply(x), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
+		l.attn.qNorm, l.attn.kNorm, pos)
 }
 
 // splitHeads turns projected rows [B·L, n·D] into heads [B, n, L, D], with the per-head

@@ -148,14 +148,14 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
 // GPU-exact mode), both bf16 or
 // both f16, K a multiple of 8 (16-byte loads); the tensor-core variant also needs K and N
-// multiples of 32 (whole tiles; true of every Qwen3 projection and vocabulary).
+// K a multiple of 32 and N of 16 (whole tiles; true of every Qwen3 projection and vocabulary).
 func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	if s == nil || s.k == nil || x.Ndim() != 2 || w.Ndim() != 2 {
 		return false
 	}
 	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && (K%tcKAlign != 0 || N%tcColumns != 0) {
+	if s.tensorCores && (K%tcKAlign != 0 || tcTiles(N) == 0) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
@@ -166,13 +166,14 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
+		tiles := tcTiles(N)
 		return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
 			OutputShapes: [][]int{{M, N}},
 			OutputDtypes: []mlxc.Dtype{x.Dtype()},
-			Grid:         [3]int{N / tcColumns * skinnyWarps * 32, 1, 1},
-			ThreadGroup:  [3]int{skinnyWarps * 32, 1, 1},
-			Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "KC", Value: tcChunk},
-				{Name: "WARPS", Value: skinnyWarps}, {Name: "BF16", Value: x.Dtype() == mlxc.BFloat16}},
+			Grid:         [3]int{N / (8 * tiles) * tcWarps * 32, 1, 1},
+			ThreadGroup:  [3]int{tcWarps * 32, 1, 1},
+			Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "TILES", Value: tiles},
+				{Name: "U", Value: tcUnroll}, {Name: "WARPS", Value: tcWarps}, {Name: "BF16", Value: x.Dtype() == mlxc.BFloat16}},
 		})[0]
 	}
 	mmax := 16

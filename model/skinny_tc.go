@@ -3,83 +3,117 @@ package model
 // The tensor-core variant of the few-row product (DFLASH_SKINNY_GEMM=tc). The CUDA-core
 // kernel needs 16 FMAs per weight element for a 16-row block, about the H200's whole fp32
 // rate at full memory bandwidth; mma.sync m16n8k16 does that work on tensor cores, and 16
-// rows are exactly one tile (fewer rows are zero-padded in shared memory, which leaves every
-// real row's result unchanged: rows do not interact in a matrix product).
+// rows are exactly one tile (missing rows read as zeros, which leaves every real row's
+// result unchanged: rows do not interact in a matrix product).
 //
 // It is inline PTX rather than WMMA: <mma.h> includes crt/mma.h, which the pip CUDA headers
 // that MLX's NVRTC compiles against (nvidia/cu13/include) do not ship.
 //
-// Layout: a block of 8 warps computes 32 output columns (four n8 tiles). The block stages x
-// [16, KC] in shared memory per chunk of K; each warp takes every 8th 32-wide slice of the
-// chunk and runs two k16 steps on it; the 8 partial 16×32 tiles are summed in a fixed order.
-// Within a 32-wide slice the k order is permuted the same way for x and W (a dot product
-// does not depend on the order of its terms' indices, only on the arithmetic, which is
-// fixed): lane (g, t) then reads 8 consecutive weights of row n0+g (one 16-byte load) and 8
-// consecutive x values per row, instead of four scattered pairs.
+// The product is a stream of weights read once, so the layout is built for bytes in flight:
+// a block of tcWarps warps owns TILES n8 tiles (8·TILES output columns) and its warps split
+// K between them, each taking groups of U 32-wide slices in turn; a warp issues all U·TILES
+// 16-byte weight loads of a group before its first mma, and reads x straight from global
+// memory (16 rows × K stays in L1/L2 for every block) so the loop has no barrier. The
+// warps' partial tiles are summed in a fixed order at the end. Within a 32-wide slice the
+// k order is permuted the same way for x and W (a dot product does not depend on the
+// order of its terms' indices): lane (g, t) reads 8 consecutive weights of row n0+g (one
+// 16-byte load) and the same 8 k of rows g and g+8 of x.
 //
-// Status: written after the last H200 run of session 2 and compiled offline with NVRTC
-// (compute_90), not yet run on a GPU; TestSkinnyGEMMMatchesMatmul covers it on CUDA.
-
+// TILES and the split depend on N and K only, never on the row count, so a row's result is
+// the same bit for bit whether it comes with 1 or 15 other rows (GPUExactDefault relies on
+// this). The first version (session 2) staged x in shared memory behind barriers and had
+// one block per 32 columns: it cut the verify's host time but its device time was ~10 ms
+// for the 4B shape's weights (≈ 2.4 ms at memory bandwidth).
 const (
-	tcColumns = 32  // output columns per block (four n8 tiles)
-	tcChunk   = 512 // K elements of x staged per pass (x tile 16 KB + partials 16 KB shared)
-	tcKAlign  = 32  // K must be a multiple of this (one 32-wide slice = two k16 steps)
+	tcKAlign = 32 // K must be a multiple of this (one slice = two k16 steps)
+	tcWarps  = 8  // warps per block, splitting K
+	tcUnroll = 4  // slices per group: U·TILES weight loads in flight per lane
 )
 
+// tcTiles is the number of n8 tiles per block for N output columns: 4 (x read once per 32
+// columns) when that still gives two blocks per SM of an H200, else 2, so that narrow
+// products (k/v, o, down projections) still spread over every SM. 0: N does not fit.
+func tcTiles(N int) int {
+	switch {
+	case N%32 == 0 && N/32 >= 264:
+		return 4
+	case N%16 == 0:
+		return 2
+	}
+	return 0
+}
+
 const tcSource = `
-  __shared__ __align__(16) T xs[16][KC];
-  __shared__ float part[WARPS][16][32];
+  constexpr int C = 8 * TILES;
+  __shared__ float part[WARPS][16][C];
   const int M = x_shape[0];
-  const int N = w_shape[0];
   const int K = w_shape[1];
   const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
   const int g = lane >> 2; // row of the fragment (and weight row within an n8 tile)
-  const int t = lane & 3;  // pair within the row
-  const int n0 = blockIdx.x * 32;
-  float acc[4][4];
+  const int t = lane & 3;  // 8-element group within a 32-wide slice
+  const int n0 = blockIdx.x * C;
+  const bool r0 = g < M;
+  const bool r1 = g + 8 < M;
+  const T* xa_p = x + (size_t)(r0 ? g : 0) * K + 8 * t;
+  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * K + 8 * t;
+  const T* w_p = w + (size_t)(n0 + g) * K + 8 * t;
+  const size_t tile = (size_t)8 * K; // from one n8 tile's rows to the next
+  float acc[TILES][4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < TILES; ++j) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
   }
-  for (int kc = 0; kc < K; kc += KC) {
-    const int len = min(KC, K - kc);
-    const int vecs = len / 8;
-    __syncthreads(); // the previous chunk is consumed
-    for (int i = threadIdx.x; i < 16 * vecs; i += WARPS * 32) {
-      const int m = i / vecs;
-      const int q = i - m * vecs;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (m < M) v = *reinterpret_cast<const uint4*>(x + (size_t)m * K + kc + q * 8);
-      *reinterpret_cast<uint4*>(&xs[m][q * 8]) = v;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const int S = K / 32;
+  const int G = S / U;
+  for (int grp = wid; grp < G; grp += WARPS) {
+    const int k0 = grp * U * 32;
+    uint4 wv[U][TILES];
+    uint4 xa[U], xb[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int j = 0; j < TILES; ++j) wv[u][j] = LDW(w_p + j * tile + k0 + 32 * u);
     }
-    __syncthreads();
-    for (int ks = wid * 32; ks < len; ks += WARPS * 32) {
-      const uint4 xa = *reinterpret_cast<const uint4*>(&xs[g][ks + 8 * t]);
-      const uint4 xb = *reinterpret_cast<const uint4*>(&xs[g + 8][ks + 8 * t]);
-      uint4 wv[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        wv[j] = *reinterpret_cast<const uint4*>(w + (size_t)(n0 + 8 * j + g) * K + kc + ks + 8 * t);
+    for (int u = 0; u < U; ++u) {
+      xa[u] = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0 + 32 * u) : zero;
+      xb[u] = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0 + 32 * u) : zero;
+    }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        MMA(acc[j], xa.x, xb.x, xa.y, xb.y, wv[j].x, wv[j].y);
-        MMA(acc[j], xa.z, xb.z, xa.w, xb.w, wv[j].z, wv[j].w);
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int j = 0; j < TILES; ++j) {
+        MMA(acc[j], xa[u].x, xb[u].x, xa[u].y, xb[u].y, wv[u][j].x, wv[u][j].y);
+        MMA(acc[j], xa[u].z, xb[u].z, xa[u].w, xb[u].w, wv[u][j].z, wv[u][j].w);
       }
     }
   }
+  for (int s = G * U + wid; s < S; s += WARPS) { // the last S mod U slices, one per warp
+    const int k0 = s * 32;
+    const uint4 xa = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0) : zero;
+    const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < TILES; ++j) {
+      const uint4 wv = LDW(w_p + j * tile + k0);
+      MMA(acc[j], xa.x, xb.x, xa.y, xb.y, wv.x, wv.y);
+      MMA(acc[j], xa.z, xb.z, xa.w, xb.w, wv.z, wv.w);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < TILES; ++j) {
     part[wid][g][8 * j + 2 * t] = acc[j][0];
     part[wid][g][8 * j + 2 * t + 1] = acc[j][1];
     part[wid][g + 8][8 * j + 2 * t] = acc[j][2];
     part[wid][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 16 * 32; i += WARPS * 32) {
-    const int m = i / 32;
-    const int c = i - m * 32;
+  const int N = w_shape[0];
+  for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
+    const int m = i / C;
+    const int c = i - m * C;
     if (m < M && n0 + c < N) {
       float s = 0.0f;
 #pragma unroll
@@ -90,7 +124,8 @@ const tcSource = `
 `
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
-// element type picked by the BF16 template argument.
+// element type picked by the BF16 template argument; and LDW(p), a 16-byte weight load
+// that bypasses L1 (weights are read once; L1 is left to x).
 const tcMMA = `
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                        \
   do {                                                                                        \
@@ -106,4 +141,13 @@ const tcMMA = `
                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                    \
     }                                                                                         \
   } while (0)
+
+__device__ __forceinline__ uint4 dflash_ldw(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+#define LDW(p) dflash_ldw(p)
 `

@@ -74,7 +74,8 @@ if [ "$STAGE" = graphs ]; then
 fi
 if [ "$STAGE" = ab ]; then
   # Side-by-side variants of the τ≈6.5 benchmark (AB_VARIANTS: ';'-separated env settings,
-  # "-" for none), then τ=16, flips and the exactness tests. Results: $OUT/ab.tgz.
+  # "-" for none), then τ=16 (TAU16_ENV), flips (FLIPS_ENV) and the exactness tests
+  # (TESTS_ENV: settings for the engine tests). Results: $OUT/<RES folder>.tgz.
   R="${RES:-/tmp/res}"; mkdir -p "$R"
   summary() { python3 -c "
 import json,sys
@@ -88,7 +89,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
 " "$1"; }
   if [ -x "$B/model.test" ]; then
     log "model kernel tests on CUDA"
-    ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
+    ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery|Fused" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
     grep -E "^(--- |ok|FAIL|PASS|exit)|skinny_test|error" "$R/model_cuda_tests.txt" | head -20
   fi
   "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
@@ -112,7 +113,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
     log "engine and draft tests on CUDA"
-    ( cd engine && timeout 200 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted' 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
+    ( cd engine && env ${TESTS_ENV:-} timeout 200 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted' 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
     grep -E "^(--- FAIL|ok|FAIL|PASS|exit)" "$R/engine_cuda_tests.txt" | head -20
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi

@@ -1,0 +1,192 @@
+package model
+
+import (
+	"math"
+	"os"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Fused holds two custom CUDA kernels that replace chains of small MLX ops in every layer
+// (DFLASH_FUSED=1): on CUDA each graph node costs the host 3–5 µs to build and encode
+// whatever its size, and a 4B model's step is ~900 of them, so node count, not device
+// time, sets the speed of a decode step and of a verify block.
+//
+//   - HeadPrep turns the q/k/v projections (three, or one merged product) into attention
+//     inputs: per-head RMSNorm of q and k, rotary embedding at the rows' positions, and the
+//     head-major layout [1, heads, L, D] for q, k and v. It replaces 3 reshapes, 2 norms, 2
+//     RoPEs and, for blocks, 3 transposes.
+//   - GatedAct is silu(gate)·up over one merged gate/up product (no slices, one node).
+//
+// They compute in float32 and round to the model's type after the norm, after the rotation,
+// and after each step of the activation, like MLX's ops, but not necessarily bit for bit
+// like them: a fused model is consistent with itself (decode steps and verify blocks use
+// the same kernels, row by row), which is what DFlash needs, and close to MLX's result
+// (TestFusedMatchesOps on a GPU).
+type Fused struct {
+	prep, act *mlxc.Kernel
+	inv, eps  *mlxc.Array // rotary inverse frequencies (× rope scale), RMSNorm epsilon
+}
+
+const fusedWarps = 4
+
+const headPrepSource = `
+  constexpr int HT = HQ + 2 * HK;
+  constexpr int P = D / 64; // rotation pairs per lane
+  const int L = q_shape[0];
+  const int lane = threadIdx.x & 31;
+  const int item = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int row = item / HT;
+  const int hh = item - row * HT;
+  if (row >= L) return; // warp-uniform
+  const T* src;
+  const T* nw = nullptr;
+  T* dst;
+  if (hh < HQ) {
+    src = q + (size_t)row * q_shape[1] + QO + hh * D;
+    dst = qo + ((size_t)hh * L + row) * D;
+    nw = qn;
+  } else if (hh < HQ + HK) {
+    const int h = hh - HQ;
+    src = k + (size_t)row * k_shape[1] + KO + h * D;
+    dst = ko + ((size_t)h * L + row) * D;
+    nw = kn;
+  } else {
+    const int h = hh - HQ - HK;
+    src = v + (size_t)row * v_shape[1] + VO + h * D;
+    dst = vo + ((size_t)h * L + row) * D;
+  }
+  float a[P], b[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    a[p] = static_cast<float>(src[lane + 32 * p]);
+    b[p] = static_cast<float>(src[lane + 32 * p + D / 2]);
+  }
+  if (nw == nullptr) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      dst[lane + 32 * p] = static_cast<T>(a[p]);
+      dst[lane + 32 * p + D / 2] = static_cast<T>(b[p]);
+    }
+    return;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int p = 0; p < P; ++p) ss += a[p] * a[p] + b[p] * b[p];
+#pragma unroll
+  for (int sh = 16; sh > 0; sh >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, sh);
+  const float r = rsqrtf(ss / D + eps[0]);
+  const float pos = static_cast<float>(off[0] + row);
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int i = lane + 32 * p;
+    const float na = static_cast<float>(static_cast<T>(a[p] * r * static_cast<float>(nw[i])));
+    const float nb = static_cast<float>(static_cast<T>(b[p] * r * static_cast<float>(nw[i + D / 2])));
+    float sn, cs;
+    sincosf(pos * inv[i], &sn, &cs);
+    dst[i] = static_cast<T>(na * cs - nb * sn);
+    dst[i + D / 2] = static_cast<T>(na * sn + nb * cs);
+  }
+`
+
+const gatedActSource = `
+  const size_t n = (size_t)gu_shape[0] * I;
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t row = e / I;
+    const size_t c = e - row * I;
+    const float g = static_cast<float>(gu[row * 2 * I + c]);
+    const float u = static_cast<float>(gu[row * 2 * I + I + c]);
+    const float s = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-g))));
+    const float a = static_cast<float>(static_cast<T>(g * s));
+    y[e] = static_cast<T>(a * u);
+  }
+`
+
+// FusedDefault reports DFLASH_FUSED=1.
+func FusedDefault() bool { return os.Getenv("DFLASH_FUSED") == "1" }
+
+// NewFused returns the kernels for a model with the given rotary embedding and norm
+// epsilon when DFLASH_FUSED=1, custom CUDA kernels run here and the rotary embedding is
+// the plain kind (base and scale, no YaRN frequencies or attention scaling); nil
+// otherwise. MLX thread only.
+func NewFused(r *Rope, headDim int, eps float32) *Fused {
+	if !FusedDefault() {
+		return nil
+	}
+	return newFused(r, headDim, eps)
+}
+
+func newFused(r *Rope, headDim int, eps float32) *Fused {
+	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU || r == nil || r.freqs != nil ||
+		r.MScale != 1 || r.Dims != headDim || headDim%64 != 0 {
+		return nil
+	}
+	inv := make([]float32, headDim/2)
+	for i := range inv {
+		inv[i] = float32(float64(r.Scale) * math.Pow(float64(r.Base), -2*float64(i)/float64(headDim)))
+	}
+	f := &Fused{
+		prep: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep",
+			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off"}, Outputs: []string{"qo", "ko", "vo"},
+			Source: headPrepSource, EnsureRowContiguous: true}),
+		act: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_gated_act",
+			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: gatedActSource, EnsureRowContiguous: true}),
+		inv: mlxc.FromSlice(inv, len(inv)).Detach(),
+		eps: mlxc.Scalar(float64(eps), mlxc.Float32).Detach(),
+	}
+	mlxc.Eval(f.inv, f.eps)
+	return f
+}
+
+// HeadPrep returns q [1, hq, L, D], k and v [1, hk, L, D] from projected rows: q, k, v are
+// [L, *] with the heads starting at columns qo, ko, vo (pass one merged product three times
+// with its offsets, or three products with 0). qn, kn are the per-head norm weights [D];
+// pos is a 0-d int32 array with the position of row 0 (Visible).
+func (f *Fused) HeadPrep(q, k, v *mlxc.Array, qo, ko, vo, hq, hk, D int, qn, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+	L := q.Dim(0)
+	dt := q.Dtype()
+	items := L * (hq + 2*hk)
+	out := f.prep.Call([]*mlxc.Array{q, k, v, qn, kn, f.inv, f.eps, pos}, mlxc.KernelCall{
+		OutputShapes: [][]int{{1, hq, L, D}, {1, hk, L, D}, {1, hk, L, D}},
+		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
+		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
+		Template: []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "HQ", Value: hq},
+			{Name: "HK", Value: hk}, {Name: "QO", Value: qo}, {Name: "KO", Value: ko}, {Name: "VO", Value: vo},
+			{Name: "WARPS", Value: fusedWarps}},
+	})
+	return out[0], out[1], out[2]
+}
+
+// PrepFits reports whether HeadPrep takes projected rows of this type and head size.
+func (f *Fused) PrepFits(q *mlxc.Array, D int) bool {
+	if f == nil || q.Ndim() != 2 {
+		return false
+	}
+	dt := q.Dtype()
+	return D%64 == 0 && len(f.inv.Shape()) == 1 && f.inv.Dim(0) == D/2 && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
+}
+
+// GatedAct returns silu(gate)·up [R, I] for one merged product gu [R, 2I] (gate first).
+func (f *Fused) GatedAct(gu *mlxc.Array) *mlxc.Array {
+	R, I := gu.Dim(0), gu.Dim(1)/2
+	n := R * I
+	blocks := min((n+255)/256, 4096)
+	return f.act.Call([]*mlxc.Array{gu}, mlxc.KernelCall{
+		OutputShapes: [][]int{{R, I}},
+		OutputDtypes: []mlxc.Dtype{gu.Dtype()},
+		Grid:         [3]int{blocks * 256, 1, 1},
+		ThreadGroup:  [3]int{256, 1, 1},
+		Template:     []mlxc.TemplateArg{{Name: "T", Value: gu.Dtype()}, {Name: "I", Value: I}},
+	})[0]
+}
+
+// Free releases the kernels and their constants.
+func (f *Fused) Free() {
+	if f != nil {
+		f.prep.Free()
+		f.act.Free()
+		f.inv.Free()
+		f.eps.Free()
+	}
+}

@@ -1,0 +1,141 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+func TestFusedAbsentOffCUDA(t *testing.T) {
+	err := mlxc.Do(func() error {
+		r := &Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}
+		f := newFused(r, 128, 1e-6)
+		if mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU {
+			if f == nil {
+				return fmt.Errorf("no fused kernels on a CUDA GPU")
+			}
+			f.Free()
+			// Rotary embeddings the kernel does not implement keep the op path.
+			for _, r := range []*Rope{{Dims: 128, Base: 1e6, Scale: 1, MScale: 1.2}, {Dims: 64, Base: 1e6, Scale: 1, MScale: 1},
+				{Dims: 128, Base: 1e6, Scale: 1, MScale: 1, freqs: make([]float32, 64)}} {
+				if g := newFused(r, 128, 1e-6); g != nil {
+					g.Free()
+					return fmt.Errorf("fused kernels for an unsupported rope %+v", *r)
+				}
+			}
+			return nil
+		}
+		if f != nil {
+			return fmt.Errorf("fused kernels made without CUDA")
+		}
+		if f.PrepFits(mlxc.Zeros([]int{2, 256}, mlxc.BFloat16), 128) {
+			return fmt.Errorf("a nil Fused fits")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On CUDA: HeadPrep equals the op path (reshape, per-head RMSNorm, transpose, RoPE) up to
+// bf16 rounding, from one merged product and from three; every row of a block equals the
+// same row prepared alone at its position bit for bit (decode steps and verify blocks
+// agree); GatedAct equals silu(gate)·up.
+func TestFusedMatchesOps(t *testing.T) {
+	if !mlxc.CUDAKernelsAvailable() {
+		t.Skip("needs the CUDA backend and a GPU")
+	}
+	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
+	err := mlxc.Do(func() error {
+		r := &Rope{Dims: D, Base: 1e6, Scale: 1, MScale: 1}
+		f := newFused(r, D, eps)
+		if f == nil {
+			return fmt.Errorf("no fused kernels on a CUDA machine")
+		}
+		defer f.Free()
+		qn := mlxc.Normal([]int{D}, mlxc.BFloat16, 1, 0.2, mlxc.RandomKey(1))
+		kn := mlxc.Normal([]int{D}, mlxc.BFloat16, 1, 0.2, mlxc.RandomKey(2))
+		for _, c := range []struct{ L, off int }{{1, 0}, {1, 4000}, {5, 17}, {16, 300}} {
+			s := mlxc.NewScope()
+			y := mlxc.Normal([]int{c.L, (hq + 2*hk) * D}, mlxc.BFloat16, 0, 2, mlxc.RandomKey(uint64(c.L*31+c.off)))
+			q := mlxc.SliceAxis(y, 1, 0, hq*D)
+			k := mlxc.SliceAxis(y, 1, hq*D, (hq+hk)*D)
+			v := mlxc.SliceAxis(y, 1, (hq+hk)*D, (hq+2*hk)*D)
+			pos := Visible(c.off)
+			gq, gk, gv := f.HeadPrep(y, y, y, 0, hq*D, (hq+hk)*D, hq, hk, D, qn, kn, pos)
+			sq, sk, sv := f.HeadPrep(mlxc.Copy(q), mlxc.Copy(k), mlxc.Copy(v), 0, 0, 0, hq, hk, D, qn, kn, pos)
+			wq := r.Apply(splitHeads(q, 1, c.L, hq, qn, eps), c.off)
+			wk := r.Apply(splitHeads(k, 1, c.L, hk, kn, eps), c.off)
+			wv := splitHeads(v, 1, c.L, hk, nil, 0)
+			for _, p := range []struct {
+				name            string
+				got, same, want *mlxc.Array
+			}{{"q", gq, sq, wq}, {"k", gk, sk, wk}, {"v", gv, sv, wv}} {
+				if err := near(fmt.Sprintf("L=%d off=%d %s", c.L, c.off, p.name), p.got, p.want, 1.0/64, 1.0/64); err != nil {
+					s.Close()
+					return err
+				}
+				if err := sameBits(fmt.Sprintf("L=%d %s merged vs separate", c.L, p.name), p.got, p.same); err != nil {
+					s.Close()
+					return err
+				}
+			}
+			// Row i of the block alone, at position off+i.
+			for i := 0; i < c.L; i += max(1, c.L/3) {
+				row := mlxc.SliceAxis(y, 0, i, i+1)
+				oq, ok, _ := f.HeadPrep(row, row, row, 0, hq*D, (hq+hk)*D, hq, hk, D, qn, kn, Visible(c.off+i))
+				if err := sameBits(fmt.Sprintf("L=%d row %d q", c.L, i), oq, mlxc.SliceAxis(gq, 2, i, i+1)); err != nil {
+					s.Close()
+					return err
+				}
+				if err := sameBits(fmt.Sprintf("L=%d row %d k", c.L, i), ok, mlxc.SliceAxis(gk, 2, i, i+1)); err != nil {
+					s.Close()
+					return err
+				}
+			}
+			gu := mlxc.Normal([]int{c.L, 2 * 96}, mlxc.BFloat16, 0, 2, mlxc.RandomKey(uint64(c.L)))
+			want := mlxc.Multiply(mlxc.SiLU(mlxc.SliceAxis(gu, 1, 0, 96)), mlxc.SliceAxis(gu, 1, 96, 192))
+			if err := near(fmt.Sprintf("gated act L=%d", c.L), f.GatedAct(gu), want, 1.0/64, 1.0/128); err != nil {
+				s.Close()
+				return err
+			}
+			s.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// near compares two arrays of the same shape elementwise: |got − want| ≤ rel·|want| + abs.
+func near(what string, got, want *mlxc.Array, rel, abs float64) error {
+	if g, w := got.Shape(), want.Shape(); fmt.Sprint(g) != fmt.Sprint(w) {
+		return fmt.Errorf("%s: shape %v, want %v", what, g, w)
+	}
+	gv, wv := mlxc.AsType(got, mlxc.Float32).Float32s(), mlxc.AsType(want, mlxc.Float32).Float32s()
+	for i := range wv {
+		d := math.Abs(float64(gv[i] - wv[i]))
+		if d > rel*math.Abs(float64(wv[i]))+abs || math.IsNaN(float64(gv[i])) {
+			return fmt.Errorf("%s: element %d = %g, want %g", what, i, gv[i], wv[i])
+		}
+	}
+	return nil
+}
+
+// sameBits reports whether two arrays hold the same values bit for bit.
+func sameBits(what string, a, b *mlxc.Array) error {
+	if g, w := a.Shape(), b.Shape(); fmt.Sprint(g) != fmt.Sprint(w) {
+		return fmt.Errorf("%s: shape %v vs %v", what, g, w)
+	}
+	av, bv := mlxc.AsType(a, mlxc.Float32).Float32s(), mlxc.AsType(b, mlxc.Float32).Float32s()
+	for i := range av {
+		if math.Float32bits(av[i]) != math.Float32bits(bv[i]) {
+			return fmt.Errorf("%s: element %d differs: %g vs %g", what, i, av[i], bv[i])
+		}
+	}
+	return nil
+}
