@@ -74,7 +74,9 @@ func TestFusedMatchesOps(t *testing.T) {
 				name            string
 				got, same, want *mlxc.Array
 			}{{"q", gq, sq, wq}, {"k", gk, sk, wk}, {"v", gv, sv, wv}} {
-				if err := near(fmt.Sprintf("L=%d off=%d %s", c.L, c.off, p.name), p.got, p.want, 1.0/64, 1.0/64); err != nil {
+				// Tolerance: two bf16 steps of the normalised values (~1–4), which MLX rounds at
+				// other points; a wrong rotation, position or head is off by O(1).
+				if err := near(fmt.Sprintf("L=%d off=%d %s", c.L, c.off, p.name), p.got, p.want, 1.0/64, 1.0/16); err != nil {
 					s.Close()
 					return err
 				}

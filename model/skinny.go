@@ -155,7 +155,7 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	}
 	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && (K%tcKAlign != 0 || tcTiles(N) == 0) {
+	if s.tensorCores && (K%tcKAlign != 0 || tcConfigFor(N, K).Tiles == 0) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
@@ -166,15 +166,8 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
-		tiles := tcTiles(N)
-		return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
-			OutputShapes: [][]int{{M, N}},
-			OutputDtypes: []mlxc.Dtype{x.Dtype()},
-			Grid:         [3]int{N / (8 * tiles) * tcWarps * 32, 1, 1},
-			ThreadGroup:  [3]int{tcWarps * 32, 1, 1},
-			Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "TILES", Value: tiles},
-				{Name: "U", Value: tcUnroll}, {Name: "WARPS", Value: tcWarps}, {Name: "BF16", Value: x.Dtype() == mlxc.BFloat16}},
-		})[0]
+		c := tcConfigFor(N, w.Dim(1))
+		return s.applyTC(x, w, c)
 	}
 	mmax := 16
 	switch {
@@ -192,6 +185,19 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 		ThreadGroup:  [3]int{skinnyWarps * 32, 1, 1},
 		Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "MMAX", Value: mmax},
 			{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}},
+	})[0]
+}
+
+// applyTC launches the tensor-core kernel with an explicit configuration.
+func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig) *mlxc.Array {
+	M, N := x.Dim(0), w.Dim(0)
+	return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
+		OutputShapes: [][]int{{M, N}},
+		OutputDtypes: []mlxc.Dtype{x.Dtype()},
+		Grid:         [3]int{N / (8 * c.Tiles) * c.Warps * 32, 1, 1},
+		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},
+		Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "TILES", Value: c.Tiles},
+			{Name: "U", Value: c.Unroll}, {Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: x.Dtype() == mlxc.BFloat16}},
 	})[0]
 }
 

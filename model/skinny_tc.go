@@ -24,23 +24,27 @@ package model
 // this). The first version (session 2) staged x in shared memory behind barriers and had
 // one block per 32 columns: it cut the verify's host time but its device time was ~10 ms
 // for the 4B shape's weights (≈ 2.4 ms at memory bandwidth).
-const (
-	tcKAlign = 32 // K must be a multiple of this (one slice = two k16 steps)
-	tcWarps  = 8  // warps per block, splitting K
-	tcUnroll = 4  // slices per group: U·TILES weight loads in flight per lane
-)
+const tcKAlign = 32 // K must be a multiple of this (one slice = two k16 steps)
 
-// tcTiles is the number of n8 tiles per block for N output columns: 4 (x read once per 32
-// columns) when that still gives two blocks per SM of an H200, else 2, so that narrow
-// products (k/v, o, down projections) still spread over every SM. 0: N does not fit.
-func tcTiles(N int) int {
+// tcConfig is one launch shape of the kernel: Tiles n8 tiles per block (8·Tiles output
+// columns), Warps warps per block splitting K, Unroll slices per group (Unroll·Tiles
+// weight loads in flight per lane).
+type tcConfig struct{ Tiles, Warps, Unroll int }
+
+// tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
+// the row count. Tiles: 4 (x read once per 32 columns) when that still gives two blocks
+// per SM of an H200, else 2, so that narrow products still spread over every SM; narrow
+// products also get 16 warps, for more loads in flight per SM. Tiles 0: N does not fit.
+func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
-		return 4
+		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
+	case N%16 == 0 && N/16 < 264 && K >= 16*4*32:
+		return tcConfig{Tiles: 2, Warps: 16, Unroll: 4}
 	case N%16 == 0:
-		return 2
+		return tcConfig{Tiles: 2, Warps: 8, Unroll: 4}
 	}
-	return 0
+	return tcConfig{}
 }
 
 const tcSource = `

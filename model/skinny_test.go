@@ -3,7 +3,9 @@ package model
 import (
 	"fmt"
 	"math"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
@@ -55,7 +57,7 @@ func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
 			defer s.Free()
 			for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 				for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {32, 32}, {64, 96}, {96, 1056}, {1024, 2560}, {2560, 9728}, {9728, 2560}, {4096, 2560}, {8448, 4096}} {
-					if tc && (tcTiles(nk[0]) == 0 || nk[1]%tcKAlign != 0) {
+					if tc && (tcConfigFor(nk[0], nk[1]).Tiles == 0 || nk[1]%tcKAlign != 0) {
 						continue // whole tiles only: Linear keeps cuBLAS for these
 					}
 					if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
@@ -108,4 +110,79 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 		sc.Close()
 	}
 	return nil
+}
+
+// TestSkinnyTCSweep measures the tensor-core kernel's launch shapes on the Qwen3-4B
+// products (DFLASH_TC_SWEEP=1 on a CUDA GPU; a tuning aid, not a check): effective weight
+// bandwidth in GB/s of 40 back-to-back products over 4 weight copies (more than L2 holds),
+// for 1 and 16 rows, next to MLX's own matmul.
+func TestSkinnyTCSweep(t *testing.T) {
+	if os.Getenv("DFLASH_TC_SWEEP") != "1" || !mlxc.CUDAKernelsAvailable() {
+		t.Skip("DFLASH_TC_SWEEP=1 on a CUDA GPU")
+	}
+	const reps, copies = 40, 4
+	err := mlxc.Do(func() error {
+		s := newSkinnyGEMM(true)
+		defer s.Free()
+		s.minRows = 1
+		for _, nk := range [][2]int{{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}} {
+			N, K := nk[0], nk[1]
+			sc := mlxc.NewScope()
+			ws := make([]*mlxc.Array, copies)
+			for i := range ws {
+				ws[i] = mlxc.Normal([]int{N, K}, mlxc.BFloat16, 0, 0.05, mlxc.RandomKey(uint64(i)))
+			}
+			mlxc.Eval(ws...)
+			bytes := float64(reps) * float64(N) * float64(K) * 2
+			for _, M := range []int{1, 16} {
+				x := mlxc.Normal([]int{M, K}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(9))
+				mlxc.Eval(x)
+				run := func(f func(w *mlxc.Array) *mlxc.Array) (float64, error) {
+					var gbs float64
+					err := mlxc.Catch(func() {
+						for pass := range 2 { // the first pass compiles
+							ps := mlxc.NewScope()
+							ys := make([]*mlxc.Array, reps)
+							start := time.Now()
+							for i := range ys {
+								ys[i] = f(ws[i%copies])
+							}
+							mlxc.Eval(ys...)
+							mlxc.Synchronize(mlxc.DefaultStream())
+							if pass == 1 {
+								gbs = bytes / time.Since(start).Seconds() / 1e9
+							}
+							ps.Close()
+						}
+					})
+					return gbs, err
+				}
+				line := fmt.Sprintf("N=%d K=%d M=%d:", N, K, M)
+				ref, _ := run(func(w *mlxc.Array) *mlxc.Array { return mlxc.Matmul(x, mlxc.Transpose(w)) })
+				line += fmt.Sprintf(" mlx %.0f |", ref)
+				for _, tiles := range []int{1, 2, 4} {
+					for _, warps := range []int{4, 8, 16} {
+						for _, u := range []int{2, 4, 8} {
+							c := tcConfig{Tiles: tiles, Warps: warps, Unroll: u}
+							if (K/32)/u < warps/2 || tiles*u > 16 {
+								continue // idle warps, or more registers than a block may hold
+							}
+							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, c) })
+							if err != nil {
+								line += fmt.Sprintf(" %d/%d/%d err", tiles, warps, u)
+								continue
+							}
+							line += fmt.Sprintf(" %d/%d/%d %.0f", tiles, warps, u, g)
+						}
+					}
+				}
+				t.Log(line)
+			}
+			sc.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -44,6 +44,14 @@ if [ "${1:-}" != "--bin-only" ]; then
   (cd "$CACHE/unpacked/mlx" && tar -cJf "$ROOT/.gpu/p2/include.tar.xz" include)
   (cd "$CACHE/unpacked" && tar -cJf "$ROOT/.gpu/p2/libs.tar.xz" mlx_cuda_13.libs)
   (cd third_party && tar -cJf "$ROOT/.gpu/p2/testdata.tar.xz" testdata/qwen3)
+  # CUDA's crt/ headers (crt/mma.h): MLX's quantized-matmul kernels include <mma.h>, and the
+  # nvidia-cuda-nvrtc/runtime wheels of a typical Python install lack crt/.
+  if [ ! -f "$CACHE/crt.tar.xz" ]; then
+    python3 -m pip download --quiet --no-deps "nvidia-cuda-crt==13.0.88" -d "$CACHE/crt"
+    rm -rf "$CACHE/crt/x" && python3 -m zipfile -e "$CACHE"/crt/nvidia_cuda_crt-*.whl "$CACHE/crt/x"
+    (cd "$CACHE/crt/x/nvidia/cu13/include" && tar -cJf "$CACHE/crt.tar.xz" crt)
+  fi
+  cp "$CACHE/crt.tar.xz" .gpu/p2/
 fi
 
 step "build stripped binaries of $(git rev-parse --short HEAD)"

@@ -29,6 +29,15 @@ if [ -f /tmp/stage/testdata.tar.xz ] && [ ! -d "$X/third_party/testdata" ]; then
   mkdir -p "$X/third_party" && tar -xJf /tmp/stage/testdata.tar.xz -C "$X/third_party"
 fi
 NV="$(python3 -c 'import nvidia;print(list(nvidia.__path__)[0])')"
+if [ -f /tmp/stage/crt.tar.xz ] && [ ! -d "$NV/cu13/include/crt" ] && [ ! -d /tmp/nv/cu13 ]; then
+  # The machine's CUDA headers lack crt/ (MLX's quantized kernels include <mma.h>): a copy
+  # of its nvidia/ tree made of links, with crt/ from nvidia-cuda-crt added.
+  mkdir -p /tmp/nv && for d in "$NV"/*; do ln -sfn "$d" "/tmp/nv/$(basename "$d")"; done
+  rm /tmp/nv/cu13 && mkdir -p /tmp/nv/cu13/include && for d in "$NV"/cu13/*; do [ "$(basename "$d")" = include ] || ln -sfn "$d" "/tmp/nv/cu13/$(basename "$d")"; done
+  for f in "$NV"/cu13/include/*; do ln -sfn "$f" "/tmp/nv/cu13/include/$(basename "$f")"; done
+  tar -xJf /tmp/stage/crt.tar.xz -C /tmp/nv/cu13/include
+fi
+[ -d /tmp/nv/cu13 ] && NV=/tmp/nv
 ln -sfn "$NV" "$X/nvidia"   # recreate the pip layout libmlx's RPATH and NVRTC expect
 LIBS="$(ls -d "$NV"/*/lib 2>/dev/null | tr '\n' ':')"
 export LD_LIBRARY_PATH="$X/mlx/lib:$LIBS${LD_LIBRARY_PATH:-}"
