@@ -8,7 +8,7 @@ import (
 )
 
 // Fused holds two custom CUDA kernels that replace chains of small MLX ops in every layer
-// (DFLASH_FUSED=1): on CUDA each graph node costs the host 3–5 µs to build and encode
+// (the default on CUDA; DFLASH_FUSED=0 turns them off): on CUDA each graph node costs the host 3–5 µs to build and encode
 // whatever its size, and a 4B model's step is ~900 of them, so node count, not device
 // time, sets the speed of a decode step and of a verify block.
 //
@@ -102,11 +102,12 @@ const gatedActSource = `
   }
 `
 
-// FusedDefault reports DFLASH_FUSED=1.
-func FusedDefault() bool { return os.Getenv("DFLASH_FUSED") == "1" }
+// FusedDefault reports whether the fused kernels are wanted: on unless DFLASH_FUSED=0
+// (NewFused still needs CUDA).
+func FusedDefault() bool { return os.Getenv("DFLASH_FUSED") != "0" }
 
 // NewFused returns the kernels for a model with the given rotary embedding and norm
-// epsilon when DFLASH_FUSED=1, custom CUDA kernels run here and the rotary embedding is
+// epsilon when FusedDefault, custom CUDA kernels run here and the rotary embedding is
 // the plain kind (base and scale, no YaRN frequencies or attention scaling); nil
 // otherwise. MLX thread only.
 func NewFused(r *Rope, headDim int, eps float32) *Fused {

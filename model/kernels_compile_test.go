@@ -40,7 +40,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 					fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps)},
 				Body: skinnySource})
 		}
-		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(6144, 64), {Tiles: 1, Warps: 8, Unroll: 8}} {
+		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Unroll), Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
 				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int TILES = %d;", c.Tiles),
 					fmt.Sprintf("constexpr int U = %d;", c.Unroll), fmt.Sprintf("constexpr int WARPS = %d;", c.Warps),

@@ -33,11 +33,11 @@ type Qwen3 struct {
 	scale  float32
 	swiglu *SwiGLU
 	skinny *SkinnyGEMM
-	// fqa (DFLASH_FQA=1 on CUDA) runs multi-token attention; scaleArr is m.scale as a 0-d
+	// fqa (on CUDA) runs multi-token attention; scaleArr is m.scale as a 0-d
 	// float32 array for it.
 	fqa      *FewQueryAttention
 	scaleArr *mlxc.Array
-	fused    *Fused // DFLASH_FUSED=1 on CUDA: per-layer kernels for head prep and the MLP gate
+	fused    *Fused // on CUDA: per-layer kernels for head prep and the MLP gate
 }
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {

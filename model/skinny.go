@@ -8,14 +8,13 @@ import (
 
 // SkinnyGEMM computes y = x·Wᵀ for blocks of 2..16 rows (a verify block, a draft) with one
 // custom CUDA kernel instead of cuBLAS. MLX's CUDA backend captures every cuBLAS call into
-// a child CUDA graph, which costs host time: on an H200 a 16-row verify spends 6.9–12.6 ms
-// encoding ~1 000 nodes against 2.5–4.2 ms for a one-token step of the same size, and
-// routing its 253 products through this kernel cut that to 5.1–8.1 ms. But the kernel runs
-// on CUDA cores, and 16 rows need 16 FMAs per weight read, about the H200's whole fp32
-// rate at full memory bandwidth: the verify became GPU-bound (14–16 ms against 7.8 ms with
-// cuBLAS), so the kernel is opt-in (DFLASH_SKINNY_GEMM=1); a tensor-core variant
-// (DFLASH_SKINNY_GEMM=tc, skinny_tc.go) is written but not yet measured. Each output element
-// is reduced in a fixed order that does not depend on the number of rows.
+// a child CUDA graph, which costs host time: on an H200 a 16-row verify spent 6.9–12.6 ms
+// encoding ~1 000 nodes against 2.5–4.2 ms for a one-token step of the same size. The
+// tensor-core variant (skinny_tc.go, the default on CUDA) is one plain kernel node per
+// product and reads the weights faster than cuBLAS does for 16 rows (H200 sweep, session
+// 3); the first, CUDA-core variant (DFLASH_SKINNY_GEMM=1) cut the host time too but ran
+// out of FMA throughput (verify 14–16 ms on the device). Each output element is reduced in
+// a fixed order that does not depend on the number of rows.
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
@@ -100,16 +99,12 @@ const skinnySource = `
   }
 `
 
-// NewSkinnyGEMM returns the kernel when DFLASH_SKINNY_GEMM is 1 (CUDA cores) or tc (tensor
-// cores) and custom CUDA kernels can run here, nil otherwise (Linear then uses MLX's
-// matmul). MLX thread only.
+// NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here,
+// nil otherwise (Linear then uses MLX's matmul). DFLASH_SKINNY_GEMM picks the variant:
+// unset or "tc" the tensor-core one (the default on CUDA since session 3), "1" the
+// CUDA-core one, "0" none (cuBLAS). GPU-exact mode also sends one-row products through
+// it. MLX thread only.
 func NewSkinnyGEMM() *SkinnyGEMM {
-	switch os.Getenv("DFLASH_SKINNY_GEMM") {
-	case "1":
-		return newSkinnyGEMM(false)
-	case "tc":
-		return newSkinnyGEMM(true)
-	}
 	if GPUExactDefault() {
 		// One-token steps through the same kernel as verify blocks: every row of every
 		// product is then reduced the same way (see GPUExactDefault).
@@ -119,15 +114,22 @@ func NewSkinnyGEMM() *SkinnyGEMM {
 		}
 		return s
 	}
-	return nil
+	switch os.Getenv("DFLASH_SKINNY_GEMM") {
+	case "0":
+		return nil
+	case "1":
+		return newSkinnyGEMM(false)
+	}
+	return newSkinnyGEMM(true)
 }
 
 // GPUExactDefault reports DFLASH_GPU_EXACT=1: on a GPU, make a verify block compute every
 // row exactly as a one-token decode step does, so DFlash output equals plain decoding bit
 // for bit there too (on the CPU backend it already does). Products of 1..16 rows go through
 // the tensor-core few-row kernel, whose per-row result does not depend on the row count,
-// and the verify's attention runs row by row like decoding (ForwardOptions.
-// RowwiseAttention). Written in session 2 without GPU time left: not yet measured.
+// and attention of every step through the few-query kernel, whose rows do not depend on
+// each other either. Measured on the H200 (session 3): 0 flips in 2 × 128 positions, DFlash
+// as fast as without it, plain decoding ~25% slower (one-row products leave MLX's gemv).
 func GPUExactDefault() bool { return os.Getenv("DFLASH_GPU_EXACT") == "1" }
 
 func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {

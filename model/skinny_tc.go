@@ -33,14 +33,16 @@ type tcConfig struct{ Tiles, Warps, Unroll int }
 
 // tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
 // the row count. Tiles: 4 (x read once per 32 columns) when that still gives two blocks
-// per SM of an H200, else 2, so that narrow products still spread over every SM; narrow
-// products also get 16 warps, for more loads in flight per SM. Tiles 0: N does not fit.
+// per SM of an H200, else 2, so that narrow products still spread over every SM. Tiles 0:
+// N does not fit. These are the launches whose values were checked and whose speed was
+// measured end to end on the H200 (session 3); 16 warps for narrow products measured the
+// same, and TestSkinnyTCSweep's per-shape bests (mostly Unroll 2, Tiles 1 for a
+// vocabulary-sized N) are recorded in bench/results/h200-2026-11-29-session3 for the next
+// tuning step.
 func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
 		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
-	case N%16 == 0 && N/16 < 264 && K >= 16*4*32:
-		return tcConfig{Tiles: 2, Warps: 16, Unroll: 4}
 	case N%16 == 0:
 		return tcConfig{Tiles: 2, Warps: 8, Unroll: 4}
 	}
