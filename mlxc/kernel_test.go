@@ -106,6 +106,11 @@ func TestCUDAKernel(t *testing.T) {
 			nearAll(t, "cuda kernel, repeated launch", call(a2, b2, Float32, n).Float32s(), w2, 1e-5, 1e-5)
 			nearAll(t, "cuda kernel, interleaved n=7", call(SliceAxis(a, 0, 0, 7), SliceAxis(b, 0, 0, 7), Float32, 7).Float32s(), want[:7], 1e-6, 1e-6)
 		}
+		// Two launches sharing one primitive are still two graph nodes.
+		r1, r2 := call(a, b, Float32, n), call(b, a, Float32, n)
+		if got := GraphNodes(r1, r2); got != 2 {
+			t.Errorf("two launches of one kernel: GraphNodes = %d, want 2", got)
+		}
 		// A small call: the grid is smaller than one block.
 		nearAll(t, "cuda kernel n=5", call(SliceAxis(a, 0, 0, 5), SliceAxis(b, 0, 0, 5), Float32, 5).Float32s(), want[:5], 1e-6, 1e-6)
 		// InitValue fills the output first: a kernel that writes nothing leaves it.

@@ -266,6 +266,15 @@ func TestGraphNodes(t *testing.T) {
 		if ops := GraphOps(c); len(ops) != 3 || ops["Add"] != 1 || ops["Multiply"] != 1 || ops["Exp"] != 1 {
 			t.Errorf("GraphOps = %v, want Add, Multiply and Exp once each", ops)
 		}
+		// A multi-output node counts once (its outputs are siblings): quantization makes
+		// the packed weights, scales and biases in one node.
+		w := FromSlice(make([]float32, 64*64), 64, 64)
+		Eval(w)
+		q := Quantize(w, 64, 4, "")
+		if n, ops := GraphNodes(q.W, q.Scales, q.Biases), GraphOps(q.W, q.Scales, q.Biases); n != 1 || len(ops) != 1 {
+			t.Errorf("three outputs of one quantize node: GraphNodes = %d, GraphOps = %v, want one node", n, ops)
+		}
+		q.Free()
 		Eval(c)
 		if n := GraphNodes(c); n != 0 {
 			t.Errorf("after eval GraphNodes = %d, want 0", n)

@@ -322,7 +322,8 @@ int mlxc_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::eval(array
 // Visits each distinct primitive that evaluating arrs would run. Evaluated arrays (weights,
 // caches) cost nothing and scheduled ones are already queued, so the walk stops at both.
 static void each_pending_primitive(const mlxc_array* arrs, int n, const std::function<void(mx::Primitive&)>& visit) {
-  std::unordered_set<const void*> seen_prims;
+  // One visit per node: the outputs of a multi-output primitive are siblings of one node.
+  // (Not per distinct primitive: repeated custom-kernel launches share one primitive.)
   std::unordered_set<std::uintptr_t> seen;
   std::vector<mx::array> stack = arrays(arrs, n);
   while (!stack.empty()) {
@@ -330,7 +331,8 @@ static void each_pending_primitive(const mlxc_array* arrs, int n, const std::fun
     stack.pop_back();
     if (!seen.insert(a.id()).second) continue;
     if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
-    if (seen_prims.insert(a.primitive_ptr().get()).second) visit(a.primitive());
+    for (const auto& sib : a.siblings()) seen.insert(sib.id());
+    visit(a.primitive());
     for (const auto& in : a.inputs()) stack.push_back(in);
   }
 }
