@@ -8,30 +8,6 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-func TestFewQueryAttentionAbsentOffCUDA(t *testing.T) {
-	err := mlxc.Do(func() error {
-		a := newFewQueryAttention()
-		if mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU {
-			if a == nil {
-				return fmt.Errorf("no attention kernel on a CUDA GPU")
-			}
-			a.Free()
-			return nil
-		}
-		if a != nil {
-			return fmt.Errorf("attention kernel made without CUDA")
-		}
-		q := mlxc.Zeros([]int{1, 4, 3, 32}, mlxc.BFloat16)
-		if a.Fits(q, q) {
-			return fmt.Errorf("a nil kernel fits")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // On CUDA: causal blocks (verify) and full blocks (drafts), GQA, a key count that is not a
 // multiple of the 32-key tile, queries given as a transposed view and keys as a view into a
 // larger cache buffer, all against MLX's attention.

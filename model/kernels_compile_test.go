@@ -8,7 +8,45 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
+
+// Each custom CUDA kernel exists exactly where it can run: made on a CUDA GPU, absent
+// elsewhere, and a nil (absent) kernel fits nothing, so the model keeps MLX's ops.
+func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
+	rope := &Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}
+	bf16 := func(shape ...int) *mlxc.Array { return mlxc.Zeros(shape, mlxc.BFloat16) }
+	cases := []struct {
+		name    string
+		make    func() (made bool, free func())
+		nilFits func() bool
+	}{
+		{"few-row product", func() (bool, func()) { s := newSkinnyGEMM(true); return s != nil, s.Free },
+			func() bool { var s *SkinnyGEMM; return s.Fits(bf16(4, 64), bf16(8, 64)) }},
+		{"few-query attention", func() (bool, func()) { a := newFewQueryAttention(); return a != nil, a.Free },
+			func() bool { var a *FewQueryAttention; q := bf16(1, 4, 3, 32); return a.Fits(q, q) }},
+		{"fused layer kernels", func() (bool, func()) { f := newFused(rope, 128, 1e-6); return f != nil, f.Free },
+			func() bool { var f *Fused; return f.PrepFits(bf16(2, 256), 128) }},
+	}
+	err := mlxc.Do(func() error {
+		gpu := mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU
+		for _, c := range cases {
+			made, free := c.make()
+			free()
+			if made != gpu {
+				return fmt.Errorf("%s: made %v with CUDA kernels available %v", c.name, made, gpu)
+			}
+			if c.nilFits() {
+				return fmt.Errorf("%s: an absent kernel fits", c.name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 type kernelCheck struct {
 	Name    string      `json:"name"`

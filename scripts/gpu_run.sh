@@ -98,7 +98,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
 " "$1"; }
   if [ -x "$B/model.test" ]; then
     log "model kernel tests on CUDA"
-    ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery|Fused" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
+    ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery|Fused|Absent" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
     grep -E "^(--- |ok|FAIL|PASS|exit)|skinny_test|error" "$R/model_cuda_tests.txt" | head -20
   fi
   "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
