@@ -12,10 +12,7 @@ import (
 // multiple of the 32-key tile, queries given as a transposed view and keys as a view into a
 // larger cache buffer, all against MLX's attention.
 func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
-	if !mlxc.CUDAKernelsAvailable() {
-		t.Skip("needs the CUDA backend and a GPU")
-	}
-	err := mlxc.Do(func() error {
+	onCUDA(t, func() error {
 		a := newFewQueryAttention()
 		defer a.Free()
 		for _, c := range []struct{ H, Hkv, L, n, D int }{
@@ -66,7 +63,4 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -10,10 +10,7 @@ import (
 
 // On CUDA, rotary embeddings the head-prep kernel does not implement keep the op path.
 func TestFusedRefusesUnsupportedRope(t *testing.T) {
-	if !mlxc.CUDAKernelsAvailable() {
-		t.Skip("needs the CUDA backend and a GPU")
-	}
-	err := mlxc.Do(func() error {
+	onCUDA(t, func() error {
 		for _, r := range []*Rope{{Dims: 128, Base: 1e6, Scale: 1, MScale: 1.2}, {Dims: 64, Base: 1e6, Scale: 1, MScale: 1},
 			{Dims: 128, Base: 1e6, Scale: 1, MScale: 1, freqs: make([]float32, 64)}} {
 			if g := newFused(r, 128, 1e-6); g != nil {
@@ -23,9 +20,6 @@ func TestFusedRefusesUnsupportedRope(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // On CUDA: HeadPrep equals the op path (reshape, per-head RMSNorm, transpose, RoPE) up to
@@ -33,11 +27,8 @@ func TestFusedRefusesUnsupportedRope(t *testing.T) {
 // same row prepared alone at its position bit for bit (decode steps and verify blocks
 // agree); GatedAct equals silu(gate)·up.
 func TestFusedMatchesOps(t *testing.T) {
-	if !mlxc.CUDAKernelsAvailable() {
-		t.Skip("needs the CUDA backend and a GPU")
-	}
 	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
-	err := mlxc.Do(func() error {
+	onCUDA(t, func() error {
 		r := &Rope{Dims: D, Base: 1e6, Scale: 1, MScale: 1}
 		f := newFused(r, D, eps)
 		if f == nil {
@@ -96,9 +87,6 @@ func TestFusedMatchesOps(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // near compares two arrays of the same shape elementwise: |got − want| ≤ rel·|want| + abs.

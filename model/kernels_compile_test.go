@@ -48,6 +48,18 @@ func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
 	}
 }
 
+// onCUDA runs f on the MLX thread when custom CUDA kernels can run here, and skips the test
+// otherwise.
+func onCUDA(t *testing.T, f func() error) {
+	t.Helper()
+	if !mlxc.CUDAKernelsAvailable() {
+		t.Skip("needs the CUDA backend and a GPU")
+	}
+	if err := mlxc.Do(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type kernelCheck struct {
 	Name    string      `json:"name"`
 	Header  string      `json:"header"`
