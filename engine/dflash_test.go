@@ -134,10 +134,18 @@ func TestDFlashCachesMatchFreshRun(t *testing.T) {
 
 // compareWithFresh runs a fresh target forward over the committed tokens and compares the
 // KV contents; for the DFlash proposer, also the draft cache against context built from
-// the fresh hidden states. Runs on the MLX thread (inside the hook).
+// the fresh hidden states. Runs on the MLX thread (inside the hook). On the CPU the caches
+// must be equal bit for bit. On a GPU the fresh run is one long prefill, whose products and
+// attention use other kernels (cuBLAS, MLX's attention) than decode steps and verify
+// blocks, so values may differ by a few bf16 steps (0.004–0.016 seen on the H200); a
+// rollback error leaves wrong rows, which differ by O(1).
 func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, pr verify.Proposer) {
 	s := mlxc.NewScope()
 	defer s.Close()
+	tol := 0.0
+	if mlxc.CurrentDevice().GPU {
+		tol = 0.05
+	}
 	kv := c.(*model.KVCaches)
 	if kv.Offset() != len(committed) {
 		t.Errorf("target cache offset %d, committed %d", kv.Offset(), len(committed))
@@ -154,10 +162,10 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 	for i, l := range kv.Layers {
 		k1, v1 := l.State()
 		k2, v2 := fkv.Layers[i].State()
-		if d := maxDiff(k1, k2); d > 0 {
+		if d := maxDiff(k1, k2); d > tol {
 			t.Errorf("layer %d keys differ from a fresh run by %g", i, d)
 		}
-		if d := maxDiff(v1, v2); d > 0 {
+		if d := maxDiff(v1, v2); d > tol {
 			t.Errorf("layer %d values differ from a fresh run by %g", i, d)
 		}
 	}
@@ -174,10 +182,10 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 		for i, l := range dc.Layers {
 			k1, v1 := l.State()
 			k2, v2 := fd.Layers[i].State()
-			if dd := maxDiff(k1, k2); dd > 0 {
+			if dd := maxDiff(k1, k2); dd > tol {
 				t.Errorf("draft layer %d keys differ from a fresh run by %g", i, dd)
 			}
-			if dd := maxDiff(v1, v2); dd > 0 {
+			if dd := maxDiff(v1, v2); dd > tol {
 				t.Errorf("draft layer %d values differ from a fresh run by %g", i, dd)
 			}
 		}
