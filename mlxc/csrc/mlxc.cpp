@@ -727,6 +727,8 @@ namespace {
 // primitive is immutable and is only read when evaluated, so a call with the same launch
 // (template arguments, grid, outputs, input dtypes and ranks, stream) reuses the primitive
 // of the first such call and only builds the output arrays.
+constexpr size_t kMaxLaunches = 256;
+
 struct Kernel {
   mx::fast::CustomKernelFunction fn;
   std::unordered_map<std::string, std::shared_ptr<mx::Primitive>> launches;
@@ -818,7 +820,12 @@ int mlxc_kernel_apply(mlxc_array* outs, mlxc_kernel k, const mlxc_array* inputs,
     std::optional<float> init = has_init ? std::optional<float>(init_value) : std::nullopt;
     auto r = kern.fn(in, shapes, dtypes, {grid[0], grid[1], grid[2]}, {group[0], group[1], group[2]}, targs, init,
                      false, stream);
-    if (!r.empty() && r[0].has_primitive()) kern.launches.emplace(std::move(key), r[0].primitive_ptr());
+    if (!r.empty() && r[0].has_primitive()) {
+      // Bounded: prompt-length-shaped launches (a prefill's rows) would otherwise add an
+      // entry, holding the kernel's source, per distinct length for the life of the process.
+      if (kern.launches.size() >= kMaxLaunches) kern.launches.clear();
+      kern.launches.emplace(std::move(key), r[0].primitive_ptr());
+    }
     for (size_t i = 0; i < r.size() && static_cast<int>(i) < nout; i++) outs[i] = wrap(std::move(r[i]));
   });
 }
