@@ -2,7 +2,8 @@
 # Runs on the lent GPU machine (no network, no Go): assembles the mlx-cuda-13 runtime that
 # was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
-# Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE   (STAGE: setup | all | bench)
+# Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
+# (STAGE: setup | all | tests | engine | bench | graphs | ab | sweep | mlxlm; docs/gpu.md)
 set -uo pipefail
 STAGE="${1:-all}"
 X=/tmp/mlxcuda
@@ -127,6 +128,11 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
+fi
+if [ "$STAGE" = sweep ]; then
+  # Launch shapes of the tensor-core few-row kernel: GB/s per shape, values checked first.
+  ( cd model && DFLASH_TC_SWEEP=1 timeout 300 "$B/model.test" -test.run TCSweep -test.v -test.count=1 2>&1 ) > "$OUT/tc_sweep.txt"
+  grep -E "best|FAIL|ok" "$OUT/tc_sweep.txt"
 fi
 if [ "$STAGE" = mlxlm ]; then
   # Plain greedy decoding on the random Qwen3-4B-shape target: ours vs mlx-lm's
