@@ -90,11 +90,12 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 					fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps)},
 				Body: skinnySource})
 		}
-		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2}} {
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Unroll), Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
+		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2},
+			{Tiles: 2, Warps: 8, Unroll: 2, Pipe: true}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe), Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
 				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int TILES = %d;", c.Tiles),
 					fmt.Sprintf("constexpr int U = %d;", c.Unroll), fmt.Sprintf("constexpr int WARPS = %d;", c.Warps),
-					"constexpr bool BF16 = " + bf16 + ";"},
+					"constexpr bool BF16 = " + bf16 + ";", fmt.Sprintf("constexpr bool PIPE = %v;", c.Pipe)},
 				Body: tcSource})
 		}
 		for _, D := range []int{64, 128, 256} {

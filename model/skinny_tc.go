@@ -28,8 +28,11 @@ const tcKAlign = 32 // K must be a multiple of this (one slice = two k16 steps)
 
 // tcConfig is one launch shape of the kernel: Tiles n8 tiles per block (8·Tiles output
 // columns), Warps warps per block splitting K, Unroll slices per group (Unroll·Tiles
-// weight loads in flight per lane).
-type tcConfig struct{ Tiles, Warps, Unroll int }
+// weight loads in flight per lane; twice that with Pipe).
+type tcConfig struct {
+	Tiles, Warps, Unroll int
+	Pipe                 bool // load the next group while this one multiplies (two register sets)
+}
 
 // tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
 // the row count. Tiles: 4 (x read once per 32 columns) when that still gives two blocks
@@ -74,10 +77,9 @@ const tcSource = `
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const int S = K / 32;
   const int G = S / U;
-  for (int grp = wid; grp < G; grp += WARPS) {
+  // One group: U·TILES weight loads and 2·U loads of x, issued before any mma uses them.
+  auto load = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
     const int k0 = grp * U * 32;
-    uint4 wv[U][TILES];
-    uint4 xa[U], xb[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -88,6 +90,8 @@ const tcSource = `
       xa[u] = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0 + 32 * u) : zero;
       xb[u] = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0 + 32 * u) : zero;
     }
+  };
+  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -95,6 +99,27 @@ const tcSource = `
         MMA(acc[j], xa[u].x, xb[u].x, xa[u].y, xb[u].y, wv[u][j].x, wv[u][j].y);
         MMA(acc[j], xa[u].z, xb[u].z, xa[u].w, xb[u].w, wv[u][j].z, wv[u][j].w);
       }
+    }
+  };
+  uint4 w0[U][TILES], xa0[U], xb0[U];
+  if constexpr (PIPE) {
+    // Software pipelining: the next group's loads are in flight while this group's mmas
+    // run (two register sets, used alternately). Same groups in the same order as below,
+    // so the same sums.
+    uint4 w1[U][TILES], xa1[U], xb1[U];
+    int grp = wid;
+    if (grp < G) load(w0, xa0, xb0, grp);
+    for (; grp < G; grp += 2 * WARPS) {
+      if (grp + WARPS < G) load(w1, xa1, xb1, grp + WARPS);
+      mma(w0, xa0, xb0);
+      if (grp + WARPS >= G) break;
+      if (grp + 2 * WARPS < G) load(w0, xa0, xb0, grp + 2 * WARPS);
+      mma(w1, xa1, xb1);
+    }
+  } else {
+    for (int grp = wid; grp < G; grp += WARPS) {
+      load(w0, xa0, xb0, grp);
+      mma(w0, xa0, xb0);
     }
   }
   for (int s = G * U + wid; s < S; s += WARPS) { // the last S mod U slices, one per warp

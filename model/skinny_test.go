@@ -90,7 +90,8 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 // TestSkinnyTCSweep measures the tensor-core kernel's launch shapes on the Qwen3-4B
 // products (DFLASH_TC_SWEEP=1 on a CUDA GPU; a tuning aid): effective weight bandwidth in
 // GB/s, the median of 3 passes of 40 back-to-back products over 4 weight copies (more than
-// L2 holds), for 1 and 16 rows, next to MLX's own matmul, and the best shape per line. Each
+// L2 holds), for 1 and 16 rows, next to MLX's own matmul, and the best shape per line
+// (tiles/warps/unroll, "p" for the software-pipelined loop). Each
 // shape's values are checked against a float32 product first ("bad" if off), so a shape
 // picked from here is one whose results were seen right.
 func TestSkinnyTCSweep(t *testing.T) {
@@ -145,12 +146,18 @@ func TestSkinnyTCSweep(t *testing.T) {
 				best, bestName := 0.0, ""
 				for _, tiles := range []int{1, 2, 4} {
 					for _, warps := range []int{4, 8, 16} {
-						for _, u := range []int{2, 4} {
-							c := tcConfig{Tiles: tiles, Warps: warps, Unroll: u}
-							if (K/32)/u < warps/2 {
-								continue // warps left without work
+						for _, v := range []struct {
+							u    int
+							pipe bool
+						}{{2, false}, {4, false}, {2, true}, {4, true}} {
+							c := tcConfig{Tiles: tiles, Warps: warps, Unroll: v.u, Pipe: v.pipe}
+							if (K/32)/v.u < warps/2 || (v.pipe && tiles*v.u > 8 && warps > 8) {
+								continue // warps left without work, or more registers than a block may hold
 							}
-							name := fmt.Sprintf("%d/%d/%d", tiles, warps, u)
+							name := fmt.Sprintf("%d/%d/%d", tiles, warps, v.u)
+							if v.pipe {
+								name += "p"
+							}
 							var bad bool
 							err := mlxc.Catch(func() {
 								got := mlxc.AsType(s.applyTC(x, ws[0], c), mlxc.Float32).Float32s()
