@@ -3,6 +3,7 @@ package draft
 import (
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
@@ -33,6 +34,10 @@ type Drafter struct {
 	// drafter's scale as a 0-d array for it.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
+	// fused (DFLASH_FUSED_DRAFT=1 on CUDA): the target's fused head-prep and gated
+	// activation kernels, built for the drafter's own rotary embedding and epsilon, on the
+	// block rows. Opt-in until measured on a GPU (written in session 3 after its last run).
+	fused *model.Fused
 	// KeyBucket > 0: the block's keys are written after the cached context and attended
 	// through a view padded to a multiple of KeyBucket with a mask (see
 	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
@@ -114,9 +119,12 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
 	}
 	d.swiglu = model.NewSwiGLU()
+	if os.Getenv("DFLASH_FUSED_DRAFT") == "1" {
+		d.fused = model.NewFused(rope, cfg.HeadDim, cfg.RMSNormEps)
+	}
 	// The target's few-row product kernel (CUDA), shared, not owned: drafts are 16 rows.
 	var skinny *model.SkinnyGEMM
-	merge := model.MergeProjectionsDefault()
+	merge := model.MergeProjectionsDefault() || d.fused != nil // fused kernels read merged products
 	if t, ok := target.(interface{ Skinny() *model.SkinnyGEMM }); ok {
 		skinny = t.Skinny()
 	}
@@ -171,17 +179,29 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		T = ctx.Dim(1)
 		proj = d.project(mlxc.Reshape(ctx, T, -1))
 	}
-	var mask, visible *mlxc.Array // padded keys, fqa: shared by all layers (same positions)
+	var mask, visible, pos *mlxc.Array // padded keys, fqa, fused: shared by all layers (same positions)
+	off0 := 0
 	padded := d.KeyBucket > 0 && L <= 64
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
 		off := lc.Offset()
 		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
-		qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
-		q := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
-		q = d.rope.Apply(q, off+T)
-		kn, vn := d.headsKV(l, qkv[1], qkv[2], off+T)
+		var q, kn, vn *mlxc.Array
+		if d.fused != nil && l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim) {
+			if pos == nil || off != off0 {
+				pos, off0 = model.Visible(off+T), off
+			}
+			D := c0.HeadDim
+			y := l.qkv.Whole(h)
+			q, kn, vn = d.fused.HeadPrep(y, y, y, 0, c0.NumHeads*D, (c0.NumHeads+c0.NumKVHeads)*D, c0.NumHeads, c0.NumKVHeads, D,
+				l.qNorm, l.kNorm, pos)
+		} else {
+			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
+			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+			q = d.rope.Apply(q, off+T)
+			kn, vn = d.headsKV(l, qkv[1], qkv[2], off+T)
+		}
 		var kc, vc *mlxc.Array
 		switch {
 		case proj != nil && padded:
@@ -219,8 +239,14 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		}
 		x = mlxc.Add(x, l.o.Apply(merged))
 		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
-		gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
-		x = mlxc.Add(x, l.down.Apply(d.swiglu.Apply(gu[0], gu[1])))
+		var act *mlxc.Array
+		if d.fused != nil && l.gateUp != nil {
+			act = d.fused.GatedAct(l.gateUp.Whole(h))
+		} else {
+			gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
+			act = d.swiglu.Apply(gu[0], gu[1])
+		}
+		x = mlxc.Add(x, l.down.Apply(act))
 	}
 	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
 	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
@@ -278,6 +304,7 @@ func (d *Drafter) Free() {
 	d.rope.Free()
 	d.swiglu.Free()
 	d.scaleArr.Free()
+	d.fused.Free()
 }
 
 // AddContext appends committed context rows [1, T, n·H] to the draft cache without

@@ -68,6 +68,10 @@ func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
 	return out
 }
 
+// Whole returns the merged product for rows x [R, K]: the parts' outputs side by side
+// [R, Σ sizes], for kernels that read them in place (no slice nodes).
+func (m *MergedLinear) Whole(x *mlxc.Array) *mlxc.Array { return m.all.Apply(x) }
+
 // ApplyParts returns each part's output for rows x: the slices of one merged product when m
 // is set (the parts were merged into it), otherwise one product per part.
 func ApplyParts(m *MergedLinear, x *mlxc.Array, parts ...*Linear) []*mlxc.Array {

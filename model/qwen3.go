@@ -253,7 +253,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
 		var act *mlxc.Array
 		if m.fused != nil && l.gateUp != nil {
-			act = m.fused.GatedAct(l.gateUp.all.Apply(x))
+			act = m.fused.GatedAct(l.gateUp.Whole(x))
 		} else {
 			gu := ApplyParts(l.gateUp, x, l.gate, l.up)
 			act = m.swiglu.Apply(gu[0], gu[1])
@@ -332,7 +332,7 @@ func (m *Qwen3) headPrep(l *qwen3Layer, x, pos *mlxc.Array) (q, k, v *mlxc.Array
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
-		y := l.qkv.all.Apply(x)
+		y := l.qkv.Whole(x)
 		return m.fused.HeadPrep(y, y, y, 0, a.NumHeads*D, (a.NumHeads+a.NumKVHeads)*D, a.NumHeads, a.NumKVHeads, D,
 			l.attn.qNorm, l.attn.kNorm, pos)
 	}

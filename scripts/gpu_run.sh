@@ -125,7 +125,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     log "engine and draft tests on CUDA"
     ( cd engine && env ${TESTS_ENV:-} timeout 400 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted' 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
     grep -E "^(--- FAIL|ok|FAIL|PASS|exit)" "$R/engine_cuda_tests.txt" | head -20
-    ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
+    ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded|Fused' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
 fi
