@@ -177,9 +177,14 @@ func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, c
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
 		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},
-		Template: []mlxc.TemplateArg{{Name: "T", Value: q.Dtype()}, {Name: "D", Value: D},
-			{Name: "WARPS", Value: fqaWarps}, {Name: "CAUSAL", Value: causal}},
+		Template:     fqaTemplate(q.Dtype(), D, causal),
 	})[0]
+}
+
+// fqaTemplate is the kernel's compile-time arguments (the offline compile check uses it too).
+func fqaTemplate(dt mlxc.Dtype, D int, causal bool) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "WARPS", Value: fqaWarps},
+		{Name: "CAUSAL", Value: causal}}
 }
 
 // Visible makes Apply's visible-keys argument.

@@ -152,11 +152,21 @@ func (f *Fused) HeadPrep(q, k, v *mlxc.Array, qo, ko, vo, hq, hk, D int, qn, kn,
 		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
 		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
-		Template: []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "HQ", Value: hq},
-			{Name: "HK", Value: hk}, {Name: "QO", Value: qo}, {Name: "KO", Value: ko}, {Name: "VO", Value: vo},
-			{Name: "WARPS", Value: fusedWarps}},
+		Template:     headPrepTemplate(dt, D, hq, hk, qo, ko, vo),
 	})
 	return out[0], out[1], out[2]
+}
+
+// headPrepTemplate and gatedActTemplate are the kernels' compile-time arguments (the
+// offline compile check uses them too).
+func headPrepTemplate(dt mlxc.Dtype, D, hq, hk, qo, ko, vo int) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "HQ", Value: hq},
+		{Name: "HK", Value: hk}, {Name: "QO", Value: qo}, {Name: "KO", Value: ko}, {Name: "VO", Value: vo},
+		{Name: "WARPS", Value: fusedWarps}}
+}
+
+func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "I", Value: I}}
 }
 
 // PrepFits reports whether HeadPrep takes projected rows of this type and head size.
@@ -178,7 +188,7 @@ func (f *Fused) GatedAct(gu *mlxc.Array) *mlxc.Array {
 		OutputDtypes: []mlxc.Dtype{gu.Dtype()},
 		Grid:         [3]int{blocks * 256, 1, 1},
 		ThreadGroup:  [3]int{256, 1, 1},
-		Template:     []mlxc.TemplateArg{{Name: "T", Value: gu.Dtype()}, {Name: "I", Value: I}},
+		Template:     gatedActTemplate(gu.Dtype(), I),
 	})[0]
 }
 

@@ -60,6 +60,30 @@ func onCUDA(t *testing.T, f func() error) {
 	}
 }
 
+// cudaType is the CUDA element type MLX declares for dt.
+func cudaType(dt mlxc.Dtype) string {
+	if dt == mlxc.BFloat16 {
+		return "__nv_bfloat16"
+	}
+	return "__half"
+}
+
+// constsOf writes template arguments the way MLX's kernel wrapper declares them.
+func constsOf(args []mlxc.TemplateArg) []string {
+	var out []string
+	for _, a := range args {
+		switch v := a.Value.(type) {
+		case int:
+			out = append(out, fmt.Sprintf("constexpr int %s = %d;", a.Name, v))
+		case bool:
+			out = append(out, fmt.Sprintf("constexpr bool %s = %v;", a.Name, v))
+		case mlxc.Dtype:
+			out = append(out, fmt.Sprintf("using %s = %s;", a.Name, cudaType(v)))
+		}
+	}
+	return out
+}
+
 type kernelCheck struct {
 	Name    string      `json:"name"`
 	Header  string      `json:"header"`
@@ -80,45 +104,33 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		t.Skip("DFLASH_NVRTC_DIR not set (make check-kernels)")
 	}
 	var ks []kernelCheck
-	for _, T := range []string{"__nv_bfloat16", "__half"} {
-		bf16 := fmt.Sprint(T == "__nv_bfloat16")
+	for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+		T := cudaType(dt)
 		xw := [][2]string{{"x", T}, {"w", T}}
+		y := [][2]string{{"y", T}}
 		for _, mmax := range []int{4, 8, 16} {
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_%s_%d", T, mmax), Inputs: xw, Outputs: [][2]string{{"y", T}},
-				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int MMAX = %d;", mmax),
-					fmt.Sprintf("constexpr int CPW = %d;", skinnyColumns), fmt.Sprintf("constexpr int KC = %d;", skinnyChunk),
-					fmt.Sprintf("constexpr int WARPS = %d;", skinnyWarps)},
-				Body: skinnySource})
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_%s_%d", T, mmax), Inputs: xw, Outputs: y,
+				Consts: constsOf(skinnyTemplate(dt, mmax)), Body: skinnySource})
 		}
 		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2},
-			{Tiles: 2, Warps: 8, Unroll: 2, Pipe: true}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}} {
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe), Header: tcMMA, Inputs: xw, Outputs: [][2]string{{"y", T}},
-				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int TILES = %d;", c.Tiles),
-					fmt.Sprintf("constexpr int U = %d;", c.Unroll), fmt.Sprintf("constexpr int WARPS = %d;", c.Warps),
-					"constexpr bool BF16 = " + bf16 + ";", fmt.Sprintf("constexpr bool PIPE = %v;", c.Pipe)},
-				Body: tcSource})
+			{Tiles: 2, Warps: 8, Unroll: 2, Pipe: true}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true},
+			{Tiles: 2, Warps: 8, Stages: 3, KT: 256}, {Tiles: 4, Warps: 8, Stages: 3, KT: 128}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512}} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT),
+				Header: tcMMA, Inputs: xw, Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
 		}
 		for _, D := range []int{64, 128, 256} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
-				Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int D = %d;", D), "constexpr int HQ = 32;",
-					"constexpr int HK = 8;", "constexpr int QO = 0;", fmt.Sprintf("constexpr int KO = %d;", 32*D),
-					fmt.Sprintf("constexpr int VO = %d;", 40*D), fmt.Sprintf("constexpr int WARPS = %d;", fusedWarps)},
-				Body: headPrepSource})
-		}
-		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Inputs: [][2]string{{"gu", T}}, Outputs: [][2]string{{"y", T}},
-			Consts: []string{"using T = " + T + ";", "constexpr int I = 9728;"}, Body: gatedActSource})
-		for _, D := range []int{64, 128, 256} {
+				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepSource})
 			for _, causal := range []bool{true, false} {
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
 					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
-					Outputs: [][2]string{{"out", T}},
-					Consts: []string{"using T = " + T + ";", fmt.Sprintf("constexpr int D = %d;", D),
-						fmt.Sprintf("constexpr int WARPS = %d;", fqaWarps), fmt.Sprintf("constexpr bool CAUSAL = %v;", causal)},
-					Body: fqaSource})
+					Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, causal)), Body: fqaSource})
 			}
 		}
+		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Inputs: [][2]string{{"gu", T}}, Outputs: y,
+			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: gatedActSource})
 	}
 	js, err := json.Marshal(ks)
 	if err != nil {

@@ -157,7 +157,7 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	}
 	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && (K%tcKAlign != 0 || tcConfigFor(N, K).Tiles == 0) {
+	if s.tensorCores && !tcConfigFor(N, K).fits(N, K) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
@@ -185,9 +185,15 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},
 		Grid:         [3]int{blocks * skinnyWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{skinnyWarps * 32, 1, 1},
-		Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "MMAX", Value: mmax},
-			{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}},
+		Template:     skinnyTemplate(x.Dtype(), mmax),
 	})[0]
+}
+
+// skinnyTemplate is the CUDA-core kernel's compile-time arguments (the offline compile
+// check uses it too).
+func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "MMAX", Value: mmax},
+		{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}}
 }
 
 // applyTC launches the tensor-core kernel with an explicit configuration.
@@ -198,8 +204,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig) *mlxc.Array {
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},
 		Grid:         [3]int{N / (8 * c.Tiles) * c.Warps * 32, 1, 1},
 		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},
-		Template: []mlxc.TemplateArg{{Name: "T", Value: x.Dtype()}, {Name: "TILES", Value: c.Tiles},
-			{Name: "U", Value: c.Unroll}, {Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: x.Dtype() == mlxc.BFloat16}},
+		Template:     c.template(x.Dtype()),
 	})[0]
 }
 

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/dflash-mlx/dflash-mlx/mlxc"
+
 // The tensor-core variant of the few-row product (DFLASH_SKINNY_GEMM=tc). The CUDA-core
 // kernel needs 16 FMAs per weight element for a 16-row block, about the H200's whole fp32
 // rate at full memory bandwidth; mma.sync m16n8k16 does that work on tensor cores, and 16
@@ -32,6 +34,31 @@ const tcKAlign = 32 // K must be a multiple of this (one slice = two k16 steps)
 type tcConfig struct {
 	Tiles, Warps, Unroll int
 	Pipe                 bool // load the next group while this one multiplies (two register sets)
+	// Stages > 0: weights go through shared memory in tiles of KT columns, Stages deep
+	// (cp.async), instead of straight into registers; Unroll and Pipe are then unused.
+	Stages, KT int
+}
+
+// template is the kernel's compile-time arguments for elements of type dt (the offline
+// compile check builds its instantiations from this too, so the two cannot drift).
+func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
+		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
+		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}}
+}
+
+// fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
+// staged path whole KT tiles and its shared memory within the 48 KB of a static block.
+func (c tcConfig) fits(N, K int) bool {
+	C := 8 * c.Tiles
+	if c.Tiles == 0 || N%C != 0 || K%tcKAlign != 0 {
+		return false
+	}
+	if c.Stages == 0 {
+		return true
+	}
+	smem := c.Stages*C*(c.KT+32)*2 + c.Warps*16*C*4
+	return c.Stages >= 2 && c.KT%32 == 0 && K%c.KT == 0 && smem <= 48*1024
 }
 
 // tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
@@ -102,7 +129,56 @@ const tcSource = `
     }
   };
   uint4 w0[U][TILES], xa0[U], xb0[U];
-  if constexpr (PIPE) {
+  if constexpr (STAGES > 0) {
+    // Weight tiles [C rows, KT] staged through shared memory with cp.async, STAGES deep:
+    // one warp-wide copy reads 512 contiguous bytes of a row (the register path reads 64
+    // bytes of 8 rows). Rows are padded by 64 bytes so that the fragment reads of rows g
+    // and g+1 fall on different banks. Warp w multiplies slices w, w+WARPS, ... of every
+    // tile, tiles in order, so the sums do not depend on the row count either.
+    // (The kernel is not a template: this branch is compiled for STAGES = 0 too, so its
+    // sizes must stay valid then.)
+    constexpr int NS = STAGES > 1 ? STAGES : 2;
+    constexpr int PITCH = KT + 32;
+    constexpr int CHUNKS = C * KT / 8; // 16-byte copies per tile
+    __shared__ __align__(16) T wsm[STAGES > 0 ? STAGES : 1][C][PITCH];
+    const int tiles = K / KT;
+    auto issue = [&](int tl) {
+      const int buf = tl % NS;
+      for (int c = threadIdx.x; c < CHUNKS; c += WARPS * 32) {
+        const int r = c / (KT / 8);
+        const int q = c - r * (KT / 8);
+        const T* src = w + (size_t)(n0 + r) * K + (size_t)tl * KT + q * 8;
+        unsigned dst;
+        asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
+                     : "=r"(dst)
+                     : "l"(reinterpret_cast<unsigned long long>(&wsm[buf][r][q * 8])));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+      }
+    };
+#pragma unroll
+    for (int st = 0; st < NS - 1; ++st) {
+      if (st < tiles) issue(st);
+      asm volatile("cp.async.commit_group;" ::);
+    }
+    for (int tl = 0; tl < tiles; ++tl) {
+      asm volatile("cp.async.wait_group %0;" ::"n"(NS - 2));
+      __syncthreads(); // tile tl is in for every thread; the buffer refilled next was consumed
+      if (tl + NS - 1 < tiles) issue(tl + NS - 1);
+      asm volatile("cp.async.commit_group;" ::);
+      const int buf = tl % NS;
+      for (int sl = wid; sl < KT / 32; sl += WARPS) {
+        const int k0 = tl * KT + sl * 32;
+        const uint4 xa = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0) : zero;
+        const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;
+#pragma unroll
+        for (int j = 0; j < TILES; ++j) {
+          const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
+          MMA(acc[j], xa.x, xb.x, xa.y, xb.y, wv.x, wv.y);
+          MMA(acc[j], xa.z, xb.z, xa.w, xb.w, wv.z, wv.w);
+        }
+      }
+    }
+  } else if constexpr (PIPE) {
     // Software pipelining: the next group's loads are in flight while this group's mmas
     // run (two register sets, used alternately). Same groups in the same order as below,
     // so the same sums.
@@ -122,7 +198,7 @@ const tcSource = `
       mma(w0, xa0, xb0);
     }
   }
-  for (int s = G * U + wid; s < S; s += WARPS) { // the last S mod U slices, one per warp
+  for (int s = G * U + wid; STAGES == 0 && s < S; s += WARPS) { // the last S mod U slices, one per warp
     const int k0 = s * 32;
     const uint4 xa = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0) : zero;
     const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;

@@ -32,7 +32,7 @@ func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
 			defer s.Free()
 			for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 				for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {32, 32}, {64, 96}, {96, 1056}, {1024, 2560}, {2560, 9728}, {9728, 2560}, {4096, 2560}, {8448, 4096}} {
-					if tc && (tcConfigFor(nk[0], nk[1]).Tiles == 0 || nk[1]%tcKAlign != 0) {
+					if tc && !tcConfigFor(nk[0], nk[1]).fits(nk[0], nk[1]) {
 						continue // whole tiles only: Linear keeps cuBLAS for these
 					}
 					if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
@@ -91,7 +91,8 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 // products (DFLASH_TC_SWEEP=1 on a CUDA GPU; a tuning aid): effective weight bandwidth in
 // GB/s, the median of 3 passes of 40 back-to-back products over 4 weight copies (more than
 // L2 holds), for 1 and 16 rows, next to MLX's own matmul, and the best shape per line
-// (tiles/warps/unroll, "p" for the software-pipelined loop). Each
+// (tiles/warps/unroll, "p" for the software-pipelined loop, "sNkM" for N stages of
+// M-column tiles through shared memory). Each
 // shape's values are checked against a float32 product first ("bad" if off), so a shape
 // picked from here is one whose results were seen right.
 func TestSkinnyTCSweep(t *testing.T) {
@@ -147,15 +148,20 @@ func TestSkinnyTCSweep(t *testing.T) {
 				for _, tiles := range []int{1, 2, 4} {
 					for _, warps := range []int{4, 8, 16} {
 						for _, v := range []struct {
-							u    int
-							pipe bool
-						}{{2, false}, {4, false}, {2, true}, {4, true}} {
-							c := tcConfig{Tiles: tiles, Warps: warps, Unroll: v.u, Pipe: v.pipe}
-							if (K/32)/v.u < warps/2 || (v.pipe && tiles*v.u > 8 && warps > 8) {
-								continue // warps left without work, or more registers than a block may hold
+							u          int
+							pipe       bool
+							stages, kt int
+						}{{2, false, 0, 0}, {4, false, 0, 0}, {2, true, 0, 0}, {4, true, 0, 0},
+							{0, false, 3, 512 / tiles}, {0, false, 4, 512 / tiles}, {0, false, 3, 1024 / tiles}} {
+							c := tcConfig{Tiles: tiles, Warps: warps, Unroll: v.u, Pipe: v.pipe, Stages: v.stages, KT: v.kt}
+							if !c.fits(N, K) || (v.stages == 0 && (K/32)/v.u < warps/2) || (v.pipe && tiles*v.u > 8 && warps > 8) {
+								continue // does not fit, warps left without work, or more registers than a block may hold
 							}
 							name := fmt.Sprintf("%d/%d/%d", tiles, warps, v.u)
-							if v.pipe {
+							switch {
+							case v.stages > 0:
+								name = fmt.Sprintf("%d/%d/s%dk%d", tiles, warps, v.stages, v.kt)
+							case v.pipe:
 								name += "p"
 							}
 							var bad bool
