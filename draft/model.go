@@ -188,7 +188,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		off := lc.Offset()
 		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
 		var q, kn, vn *mlxc.Array
-		if d.fused != nil && l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim) {
+		if d.fused != nil && l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm.Dtype()) && l.kNorm.Dtype() == h.Dtype() {
 			if pos == nil || off != off0 {
 				pos, off0 = model.Visible(off+T), off
 			}

@@ -169,13 +169,17 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "I", Value: I}}
 }
 
-// PrepFits reports whether HeadPrep takes projected rows of this type and head size.
-func (f *Fused) PrepFits(q *mlxc.Array, D int) bool {
-	if f == nil || q.Ndim() != 2 {
+// PrepFits reports whether HeadPrep takes rows x [R, H] (whose projections it gets: same
+// type) with head size D and per-head norm weights of type normType: the kernel reads the
+// norm weights as the rows' type, so they must match (a checkpoint may keep norms in
+// float32).
+func (f *Fused) PrepFits(x *mlxc.Array, D int, normType mlxc.Dtype) bool {
+	if f == nil || x.Ndim() != 2 {
 		return false
 	}
-	dt := q.Dtype()
-	return D%64 == 0 && len(f.inv.Shape()) == 1 && f.inv.Dim(0) == D/2 && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
+	dt := x.Dtype()
+	return D%64 == 0 && len(f.inv.Shape()) == 1 && f.inv.Dim(0) == D/2 && normType == dt &&
+		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 
 // GatedAct returns silu(gate)·up [R, I] for one merged product gu [R, 2I] (gate first).

@@ -213,7 +213,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
-		if B == 1 && m.fused.PrepFits(x, a.HeadDim) {
+		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm.Dtype()) && l.attn.kNorm.Dtype() == x.Dtype() {
 			if pos == nil || offset != off0 {
 				pos = Visible(offset)
 			}
