@@ -135,8 +135,8 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	shapes, ndims, dts = append(shapes, 0), append(ndims, 0), append(dts, 0)
 	grid := [3]C.int{C.int(call.Grid[0]), C.int(call.Grid[1]), C.int(call.Grid[2])}
 	group := [3]C.int{C.int(call.ThreadGroup[0]), C.int(call.ThreadGroup[1]), C.int(call.ThreadGroup[2])}
-	var nameBuf [8]*C.char
-	var kindBuf, valBuf [8]C.int
+	var nameBuf [12]*C.char
+	var kindBuf, valBuf [12]C.int
 	names, kinds, vals := nameBuf[:0], kindBuf[:0], valBuf[:0]
 	for _, t := range call.Template {
 		var kind, val C.int
