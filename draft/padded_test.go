@@ -59,11 +59,7 @@ func TestDrafterPaddedKeysMatchConcatenated(t *testing.T) {
 				d.KeyBucket = bucket
 				got := d.Forward(ids, ctx, pad)
 				d.KeyBucket = 0
-				mlxc.Eval(want, got)
-				diff := mlxc.Max(mlxc.Abs(mlxc.Subtract(mlxc.AsType(want, mlxc.Float32), mlxc.AsType(got, mlxc.Float32))), nil, false).Float()
-				scale := mlxc.Max(mlxc.Abs(mlxc.AsType(want, mlxc.Float32)), nil, false).Float()
-				wa := mlxc.ToSlice[uint32](mlxc.Argmax(want, -1, false))
-				ga := mlxc.ToSlice[uint32](mlxc.Argmax(got, -1, false))
+				diff, scale, wa, ga := compareDrafts(want, got)
 				s.Close()
 				if diff > 0.02*scale {
 					return fmt.Errorf("bucket %d cycle %d: logits differ by %g (scale %g)", bucket, cycle, diff, scale)
@@ -142,11 +138,7 @@ func TestDrafterFusedMatchesOps(t *testing.T) {
 			}
 			ids := mlxc.FromSlice(block, 1, len(block))
 			want, got := plain.Forward(ids, ctx, c1), fused.Forward(ids, ctx, c2)
-			mlxc.Eval(want, got)
-			diff := mlxc.Max(mlxc.Abs(mlxc.Subtract(mlxc.AsType(want, mlxc.Float32), mlxc.AsType(got, mlxc.Float32))), nil, false).Float()
-			scale := mlxc.Max(mlxc.Abs(mlxc.AsType(want, mlxc.Float32)), nil, false).Float()
-			wa := mlxc.ToSlice[uint32](mlxc.Argmax(want, -1, false))
-			ga := mlxc.ToSlice[uint32](mlxc.Argmax(got, -1, false))
+			diff, scale, wa, ga := compareDrafts(want, got)
 			s.Close()
 			if diff > 0.05*scale {
 				return fmt.Errorf("cycle %d: logits differ by %g (scale %g)", cycle, diff, scale)
@@ -160,4 +152,14 @@ func TestDrafterFusedMatchesOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// compareDrafts returns the largest logit difference between two drafts, the largest
+// logit magnitude of the first, and both drafts' argmax tokens.
+func compareDrafts(want, got *mlxc.Array) (diff, scale float64, wa, ga []uint32) {
+	mlxc.Eval(want, got)
+	w32, g32 := mlxc.AsType(want, mlxc.Float32), mlxc.AsType(got, mlxc.Float32)
+	diff = mlxc.Max(mlxc.Abs(mlxc.Subtract(w32, g32)), nil, false).Float()
+	scale = mlxc.Max(mlxc.Abs(w32), nil, false).Float()
+	return diff, scale, mlxc.ToSlice[uint32](mlxc.Argmax(want, -1, false)), mlxc.ToSlice[uint32](mlxc.Argmax(got, -1, false))
 }
