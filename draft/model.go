@@ -180,7 +180,6 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		proj = d.project(mlxc.Reshape(ctx, T, -1))
 	}
 	var mask, visible, pos *mlxc.Array // padded keys, fqa, fused: shared by all layers (same positions)
-	off0 := 0
 	padded := d.KeyBucket > 0 && L <= 64
 	for i := range d.layers {
 		l := &d.layers[i]
@@ -188,14 +187,11 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		off := lc.Offset()
 		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
 		var q, kn, vn *mlxc.Array
-		if d.fused != nil && l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm.Dtype()) && l.kNorm.Dtype() == h.Dtype() {
-			if pos == nil || off != off0 {
-				pos, off0 = model.Visible(off+T), off
+		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
+			if pos == nil {
+				pos = model.Visible(off + T)
 			}
-			D := c0.HeadDim
-			y := l.qkv.Whole(h)
-			q, kn, vn = d.fused.HeadPrep(y, y, y, 0, c0.NumHeads*D, (c0.NumHeads+c0.NumKVHeads)*D, c0.NumHeads, c0.NumKVHeads, D,
-				l.qNorm, l.kNorm, pos)
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
 			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)

@@ -169,16 +169,21 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "I", Value: I}}
 }
 
+// HeadPrepMerged is HeadPrep for one merged q/k/v product y [L, (hq+2·hk)·D]: q heads,
+// then k, then v.
+func (f *Fused) HeadPrepMerged(y *mlxc.Array, hq, hk, D int, qn, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+	return f.HeadPrep(y, y, y, 0, hq*D, (hq+hk)*D, hq, hk, D, qn, kn, pos)
+}
+
 // PrepFits reports whether HeadPrep takes rows x [R, H] (whose projections it gets: same
-// type) with head size D and per-head norm weights of type normType: the kernel reads the
-// norm weights as the rows' type, so they must match (a checkpoint may keep norms in
-// float32).
-func (f *Fused) PrepFits(x *mlxc.Array, D int, normType mlxc.Dtype) bool {
+// type) with head size D and per-head norm weights qn, kn: the kernel reads the norm
+// weights as the rows' type, so they must match (a checkpoint may keep norms in float32).
+func (f *Fused) PrepFits(x *mlxc.Array, D int, qn, kn *mlxc.Array) bool {
 	if f == nil || x.Ndim() != 2 {
 		return false
 	}
 	dt := x.Dtype()
-	return D%64 == 0 && len(f.inv.Shape()) == 1 && f.inv.Dim(0) == D/2 && normType == dt &&
+	return D%64 == 0 && len(f.inv.Shape()) == 1 && f.inv.Dim(0) == D/2 && qn.Dtype() == dt && kn.Dtype() == dt &&
 		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 

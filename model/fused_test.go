@@ -44,7 +44,7 @@ func TestFusedMatchesOps(t *testing.T) {
 			k := mlxc.SliceAxis(y, 1, hq*D, (hq+hk)*D)
 			v := mlxc.SliceAxis(y, 1, (hq+hk)*D, (hq+2*hk)*D)
 			pos := Visible(c.off)
-			gq, gk, gv := f.HeadPrep(y, y, y, 0, hq*D, (hq+hk)*D, hq, hk, D, qn, kn, pos)
+			gq, gk, gv := f.HeadPrepMerged(y, hq, hk, D, qn, kn, pos)
 			sq, sk, sv := f.HeadPrep(mlxc.Copy(q), mlxc.Copy(k), mlxc.Copy(v), 0, 0, 0, hq, hk, D, qn, kn, pos)
 			wq := r.Apply(splitHeads(q, 1, c.L, hq, qn, eps), c.off)
 			wk := r.Apply(splitHeads(k, 1, c.L, hk, kn, eps), c.off)
@@ -67,7 +67,7 @@ func TestFusedMatchesOps(t *testing.T) {
 			// Row i of the block alone, at position off+i.
 			for i := 0; i < c.L; i += max(1, c.L/3) {
 				row := mlxc.SliceAxis(y, 0, i, i+1)
-				oq, ok, _ := f.HeadPrep(row, row, row, 0, hq*D, (hq+hk)*D, hq, hk, D, qn, kn, Visible(c.off+i))
+				oq, ok, _ := f.HeadPrepMerged(row, hq, hk, D, qn, kn, Visible(c.off+i))
 				if err := sameBits(fmt.Sprintf("L=%d row %d q", c.L, i), oq, mlxc.SliceAxis(gq, 2, i, i+1)); err != nil {
 					s.Close()
 					return err

@@ -27,7 +27,7 @@ func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
 		{"few-query attention", func() (bool, func()) { a := newFewQueryAttention(); return a != nil, a.Free },
 			func() bool { var a *FewQueryAttention; q := bf16(1, 4, 3, 32); return a.Fits(q, q) }},
 		{"fused layer kernels", func() (bool, func()) { f := newFused(rope, 128, 1e-6); return f != nil, f.Free },
-			func() bool { var f *Fused; return f.PrepFits(bf16(2, 256), 128, mlxc.BFloat16) }},
+			func() bool { var f *Fused; return f.PrepFits(bf16(2, 256), 128, bf16(128), bf16(128)) }},
 	}
 	err := mlxc.Do(func() error {
 		gpu := mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU

@@ -213,9 +213,9 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
-		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm.Dtype()) && l.attn.kNorm.Dtype() == x.Dtype() {
-			if pos == nil || offset != off0 {
-				pos = Visible(offset)
+		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
+			if pos == nil {
+				pos = Visible(off0)
 			}
 			q, k, v = m.headPrep(l, x, pos)
 		} else {
@@ -332,9 +332,7 @@ func (m *Qwen3) headPrep(l *qwen3Layer, x, pos *mlxc.Array) (q, k, v *mlxc.Array
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
-		y := l.qkv.Whole(x)
-		return m.fused.HeadPrep(y, y, y, 0, a.NumHeads*D, (a.NumHeads+a.NumKVHeads)*D, a.NumHeads, a.NumKVHeads, D,
-			l.attn.qNorm, l.attn.kNorm, pos)
+		return m.fused.HeadPrepMerged(l.qkv.Whole(x), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
 	}
 	return m.fused.HeadPrep(l.attn.q.Apply(x), l.attn.k.Apply(x), l.attn.v.Apply(x), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
 		l.attn.qNorm, l.attn.kNorm, pos)
