@@ -137,14 +137,19 @@ func TestDFlashCachesMatchFreshRun(t *testing.T) {
 // the fresh hidden states. Runs on the MLX thread (inside the hook). On the CPU the caches
 // must be equal bit for bit. On a GPU the fresh run is one long prefill, whose products and
 // attention use other kernels (cuBLAS, MLX's attention) than decode steps and verify
-// blocks, so values may differ by a few bf16 steps (0.004–0.016 seen on the H200); a
-// rollback error leaves wrong rows, which differ by O(1).
+// blocks, so values may differ by a few bf16 steps of the largest value (0.004–0.055 seen
+// on the H200: the tolerance is 1/32 of the fresh cache's largest magnitude, four steps); a
+// rollback error leaves wrong rows, which differ by the values' own magnitude.
 func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, pr verify.Proposer) {
 	s := mlxc.NewScope()
 	defer s.Close()
-	tol := 0.0
-	if mlxc.CurrentDevice().GPU {
-		tol = 0.05
+	gpu := mlxc.CurrentDevice().GPU
+	exceeds := func(a, b *mlxc.Array) (float64, bool) {
+		d := maxDiff(a, b)
+		if !gpu || b == nil {
+			return d, d > 0
+		}
+		return d, d > maxAbs(b)/32
 	}
 	kv := c.(*model.KVCaches)
 	if kv.Offset() != len(committed) {
@@ -162,10 +167,10 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 	for i, l := range kv.Layers {
 		k1, v1 := l.State()
 		k2, v2 := fkv.Layers[i].State()
-		if d := maxDiff(k1, k2); d > tol {
+		if d, bad := exceeds(k1, k2); bad {
 			t.Errorf("layer %d keys differ from a fresh run by %g", i, d)
 		}
-		if d := maxDiff(v1, v2); d > tol {
+		if d, bad := exceeds(v1, v2); bad {
 			t.Errorf("layer %d values differ from a fresh run by %g", i, d)
 		}
 	}
@@ -182,14 +187,18 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 		for i, l := range dc.Layers {
 			k1, v1 := l.State()
 			k2, v2 := fd.Layers[i].State()
-			if dd := maxDiff(k1, k2); dd > tol {
+			if dd, bad := exceeds(k1, k2); bad {
 				t.Errorf("draft layer %d keys differ from a fresh run by %g", i, dd)
 			}
-			if dd := maxDiff(v1, v2); dd > tol {
+			if dd, bad := exceeds(v1, v2); bad {
 				t.Errorf("draft layer %d values differ from a fresh run by %g", i, dd)
 			}
 		}
 	}
+}
+
+func maxAbs(a *mlxc.Array) float64 {
+	return mlxc.Max(mlxc.Abs(mlxc.AsType(a, mlxc.Float32)), nil, false).Float()
 }
 
 func maxDiff(a, b *mlxc.Array) float64 {

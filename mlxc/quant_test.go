@@ -244,3 +244,52 @@ func TestGatherMM(t *testing.T) {
 		}
 	})
 }
+
+// Quantized products at the row counts the engine uses (1: decode, 2..16: verify blocks and
+// drafts, 37: a prefill) and at small model widths (K of one or two groups), in float32 and
+// in bf16 with bf16 scales as checkpoints store them. The reference multiplies the
+// dequantized weights on the host. bf16 kernels may accumulate in bf16 (MLX's CPU one
+// does), so each output may be off by a fraction of Σ|x·w| over its terms (1/32 here;
+// the CPU shows up to about 1/110); a wrong kernel is off by the output's own
+// size, several times that. On CUDA this covers MLX's JIT-compiled quantized kernels (qmv
+// for one row, qmm for more), which the CPU run cannot.
+func TestQuantizedMatmulRows(t *testing.T) {
+	g := lcg(71)
+	abs := func(v []float32) []float32 {
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = float32(math.Abs(float64(x)))
+		}
+		return out
+	}
+	onMLX(t, func() {
+		for _, dt := range []Dtype{Float32, BFloat16} {
+			for _, c := range []struct{ n, k, gs, bits int }{{128, 64, 64, 4}, {256, 64, 64, 4}, {64, 128, 64, 4}, {96, 256, 32, 4}, {128, 64, 64, 8}} {
+				s := NewScope()
+				w := AsType(f32(g.floats(c.n*c.k, -0.3, 0.3), c.n, c.k), dt)
+				q := Quantize(w, c.gs, c.bits, "")
+				deq := AsType(Dequantize(q, -1), Float32).Float32s()
+				for _, m := range []int{1, 2, 3, 8, 16, 37} {
+					x := AsType(f32(g.floats(m*c.k, -1, 1), m, c.k), dt)
+					xs := AsType(x, Float32).Float32s()
+					want := matmulRef(xs, m, c.k, deq, c.n, true)
+					got := QuantizedMatmul(x, q, true)
+					name := fmt.Sprintf("%s n%d k%d group %d bits %d rows %d", dt, c.n, c.k, c.gs, c.bits, m)
+					eqShape(t, name, got.Shape(), []int{m, c.n})
+					if dt == Float32 {
+						nearAll(t, name, got.Float32s(), want, 1e-4, 1e-4)
+						continue
+					}
+					bound := matmulRef(abs(xs), m, c.k, abs(deq), c.n, true)
+					for i, v := range AsType(got, Float32).Float32s() {
+						if d := math.Abs(float64(v) - want[i]); d > bound[i]/32+1e-3 || math.IsNaN(float64(v)) {
+							t.Errorf("%s[%d] = %g, want %g (off by %g, allowed %g)", name, i, v, want[i], d, bound[i]/32+1e-3)
+							break
+						}
+					}
+				}
+				s.Close()
+			}
+		}
+	})
+}

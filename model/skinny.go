@@ -19,6 +19,9 @@ type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
+	// configFor picks the tensor-core launch (tcConfigFor; DFLASH_TC_RULE=session3: the
+	// previous rule, for side-by-side runs).
+	configFor func(N, K int) tcConfig
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -144,7 +147,11 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	if tensorCores {
 		spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
 	}
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2}
+	rule := tcConfigFor
+	if os.Getenv("DFLASH_TC_RULE") == "session3" {
+		rule = tcConfigSession3
+	}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2, configFor: rule}
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
@@ -157,7 +164,7 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	}
 	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && !tcConfigFor(N, K).fits(N, K) {
+	if s.tensorCores && !s.configFor(N, K).fits(N, K) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
@@ -168,7 +175,7 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
-		c := tcConfigFor(N, w.Dim(1))
+		c := s.configFor(N, w.Dim(1))
 		return s.applyTC(x, w, c)
 	}
 	mmax := 16

@@ -62,14 +62,29 @@ func (c tcConfig) fits(N, K int) bool {
 }
 
 // tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
-// the row count. Tiles: 4 (x read once per 32 columns) when that still gives two blocks
-// per SM of an H200, else 2, so that narrow products still spread over every SM. Tiles 0:
-// N does not fit. These are the launches whose values were checked and whose speed was
-// measured end to end on the H200 (session 3); 16 warps for narrow products measured the
-// same, and TestSkinnyTCSweep's per-shape bests (mostly Unroll 2, Tiles 1 for a
-// vocabulary-sized N) are recorded in bench/results/h200-2026-11-29-session3 for the next
-// tuning step.
+// the row count. Tiles 0: N does not fit. From TestSkinnyTCSweep on the H200 (session 4,
+// 16 rows, values checked, GB/s against the session-3 rule in brackets):
+//   - wide products (gate/up 19456, the vocabulary head): 4 tiles, 8 warps, 4 slices per
+//     group, software-pipelined: 3012 [2122] and 3832 [2671];
+//   - long K (down, K 9728): 4 tiles, 4 warps, 4 slices: 2145 [1339];
+//   - the rest (q/k/v 6144×2560, o 2560×4096): one tile per block for the most blocks,
+//     4 warps, 2 slices, pipelined: 1704 [1107] and ≈ 900 [805] (o is too small a
+//     product for any shape tried: ≈ 900 for all of the best ten).
 func tcConfigFor(N, K int) tcConfig {
+	switch {
+	case N >= 16384 && N%32 == 0:
+		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}
+	case K >= 8192 && N%32 == 0:
+		return tcConfig{Tiles: 4, Warps: 4, Unroll: 4}
+	case N%8 == 0:
+		return tcConfig{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}
+	}
+	return tcConfig{}
+}
+
+// tcConfigSession3 is the launch rule before the session-4 sweep, kept for side-by-side
+// runs (DFLASH_TC_RULE=session3).
+func tcConfigSession3(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
 		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}

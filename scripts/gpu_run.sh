@@ -85,7 +85,8 @@ fi
 if [ "$STAGE" = ab ]; then
   # Side-by-side variants of the τ≈6.5 benchmark (AB_VARIANTS: ';'-separated env settings,
   # "-" for none), then τ=16 (TAU16_ENV), flips (FLIPS_ENV) and the exactness tests
-  # (TESTS_ENV: settings for the engine tests). Results: $OUT/<RES folder>.tgz.
+  # (TESTS_ENV: settings for the engine tests, TESTS_RUN their -test.run pattern,
+  # TESTS_TIMEOUT seconds). Results: $OUT/<RES folder>.tgz.
   R="${RES:-/tmp/res}"; mkdir -p "$R"
   summary() { python3 -c "
 import json,sys
@@ -97,6 +98,9 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   ops=x.get(part) or {}
   print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:12])
 " "$1"; }
+  log "mlxc quantized-product tests on CUDA (MLX's JIT-compiled qmv/qmm)"
+  ( cd mlxc && timeout 120 "$B/mlxc.test" -test.count=1 -test.v -test.run "TestQuantized|TestCUDAKernel" 2>&1 ) > "$R/mlxc_cuda_tests.txt"; echo "exit $?" >> "$R/mlxc_cuda_tests.txt"
+  grep -E "^(--- |ok|FAIL|PASS|exit)|quant_test" "$R/mlxc_cuda_tests.txt" | head -20
   if [ -x "$B/model.test" ]; then
     log "model kernel tests on CUDA"
     ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery|Fused|Absent" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
@@ -123,7 +127,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   fi
   if [ -z "${SKIP_TESTS:-}" ]; then
     log "engine and draft tests on CUDA"
-    ( cd engine && env ${TESTS_ENV:-} timeout 400 "$B/engine.test" -test.count=1 -test.run 'TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted' 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
+    ( cd engine && env ${TESTS_ENV:-} timeout "${TESTS_TIMEOUT:-400}" "$B/engine.test" -test.count=1 -test.run "${TESTS_RUN:-TestDFlashGreedyEqualsPlain|TestDFlashCaches|TestVerifyDecodeFlips|TestDFlashScripted}" 2>&1 ) > "$R/engine_cuda_tests.txt"; echo "exit $?" >> "$R/engine_cuda_tests.txt"
     grep -E "^(--- FAIL|ok|FAIL|PASS|exit)" "$R/engine_cuda_tests.txt" | head -20
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded|Fused' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
