@@ -246,7 +246,8 @@ func TestGatherMM(t *testing.T) {
 }
 
 // Quantized products at the row counts the engine uses (1: decode, 2..16: verify blocks and
-// drafts, 37: a prefill) and at small model widths (K of one or two groups), in float32 and
+// drafts, 37: a prefill) at small model widths (K of one or two groups) and at a 4B
+// model's (q_proj of Qwen3-4B), in float32 and
 // in bf16 with bf16 scales as checkpoints store them. The reference multiplies the
 // dequantized weights on the host. bf16 kernels may accumulate in bf16 (MLX's CPU one
 // does), so each output may be off by a fraction of Σ|x·w| over its terms (1/32 here;
@@ -263,8 +264,8 @@ func TestQuantizedMatmulRows(t *testing.T) {
 		return out
 	}
 	onMLX(t, func() {
-		for _, dt := range []Dtype{Float32, BFloat16} {
-			for _, c := range []struct{ n, k, gs, bits int }{{128, 64, 64, 4}, {256, 64, 64, 4}, {64, 128, 64, 4}, {96, 256, 32, 4}, {128, 64, 64, 8}} {
+		for _, dt := range []Dtype{BFloat16, Float32} {
+			for _, c := range []struct{ n, k, gs, bits int }{{128, 64, 64, 4}, {4096, 2560, 64, 4}, {256, 64, 64, 4}, {64, 128, 64, 4}, {96, 256, 32, 4}, {128, 64, 64, 8}} {
 				s := NewScope()
 				w := AsType(f32(g.floats(c.n*c.k, -0.3, 0.3), c.n, c.k), dt)
 				q := Quantize(w, c.gs, c.bits, "")
