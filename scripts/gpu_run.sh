@@ -99,9 +99,9 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:12])
 " "$1"; }
   log "mlxc quantized-product tests on CUDA (MLX's JIT-compiled qmv/qmm)"
-  ( cd mlxc && timeout 120 "$B/mlxc.test" -test.count=1 -test.v -test.run "TestQuantized|TestCUDAKernel" 2>&1 ) > "$R/mlxc_cuda_tests.txt"; echo "exit $?" >> "$R/mlxc_cuda_tests.txt"
+  ( cd mlxc && timeout "${MLXC_TIMEOUT:-200}" "$B/mlxc.test" -test.count=1 -test.v -test.run "${MLXC_RUN:-TestQuantized|TestCUDAKernel}" 2>&1 ) > "$R/mlxc_cuda_tests.txt"; echo "exit $?" >> "$R/mlxc_cuda_tests.txt"
   grep -E "^(--- |ok|FAIL|PASS|exit)|quant_test" "$R/mlxc_cuda_tests.txt" | head -20
-  if [ -x "$B/model.test" ]; then
+  if [ -x "$B/model.test" ] && [ -z "${SKIP_MODEL_TESTS:-}" ]; then
     log "model kernel tests on CUDA"
     ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery|Fused|Absent" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
     grep -E "^(--- |ok|FAIL|PASS|exit)|skinny_test|error" "$R/model_cuda_tests.txt" | head -20
