@@ -112,7 +112,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_%s_%d", T, mmax), Inputs: xw, Outputs: y,
 				Consts: constsOf(skinnyTemplate(dt, mmax)), Body: skinnySource})
 		}
-		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigSession3(19456, 2560), tcConfigSession3(6144, 2560), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2},
+		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigSweep(19456, 2560), tcConfigSweep(6144, 2560), tcConfigSweep(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2},
 			{Tiles: 2, Warps: 8, Unroll: 2, Pipe: true}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true},
 			{Tiles: 2, Warps: 8, Stages: 3, KT: 256}, {Tiles: 4, Warps: 8, Stages: 3, KT: 128}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT),

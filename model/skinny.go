@@ -19,8 +19,8 @@ type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
-	// configFor picks the tensor-core launch (tcConfigFor; DFLASH_TC_RULE=session3: the
-	// previous rule, for side-by-side runs).
+	// configFor picks the tensor-core launch (tcConfigFor; DFLASH_TC_RULE=sweep: the
+	// sweep's per-product bests, for side-by-side runs).
 	configFor func(N, K int) tcConfig
 }
 
@@ -148,8 +148,8 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 		spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
 	}
 	rule := tcConfigFor
-	if os.Getenv("DFLASH_TC_RULE") == "session3" {
-		rule = tcConfigSession3
+	if os.Getenv("DFLASH_TC_RULE") == "sweep" {
+		rule = tcConfigSweep
 	}
 	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2, configFor: rule}
 }

@@ -62,15 +62,32 @@ func (c tcConfig) fits(N, K int) bool {
 }
 
 // tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
-// the row count. Tiles 0: N does not fit. From TestSkinnyTCSweep on the H200 (session 4,
-// 16 rows, values checked, GB/s against the session-3 rule in brackets):
-//   - wide products (gate/up 19456, the vocabulary head): 4 tiles, 8 warps, 4 slices per
-//     group, software-pipelined: 3012 [2122] and 3832 [2671];
-//   - long K (down, K 9728): 4 tiles, 4 warps, 4 slices: 2145 [1339];
-//   - the rest (q/k/v 6144×2560, o 2560×4096): one tile per block for the most blocks,
-//     4 warps, 2 slices, pipelined: 1704 [1107] and ≈ 900 [805] (o is too small a
-//     product for any shape tried: ≈ 900 for all of the best ten).
+// the row count. Tiles: 4 (x read once per 32 columns) when that still gives two blocks
+// per SM of an H200, else 2, so that narrow products still spread over every SM. Tiles 0:
+// N does not fit.
+//
+// Session 4 swept every launch shape alone (TestSkinnyTCSweep: 40 launches of one product
+// in a row) and found shapes 1.4–1.6x faster per product (tcConfigSweep); inside the
+// model they were slower: verify 8.7–8.8 ms against 7.9–8.1 ms for this rule in two
+// alternating pairs of runs on one H200 (bench/results/h200-2026-11-29-session4). A
+// product's speed alone is not its speed between the layer's other kernels, so launch
+// shapes are chosen end to end.
 func tcConfigFor(N, K int) tcConfig {
+	switch {
+	case N%32 == 0 && N/32 >= 264:
+		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
+	case N%16 == 0:
+		return tcConfig{Tiles: 2, Warps: 8, Unroll: 4}
+	}
+	return tcConfig{}
+}
+
+// tcConfigSweep is the per-product best of session 4's sweep (DFLASH_TC_RULE=sweep; 16
+// rows, GB/s alone, tcConfigFor's in brackets): wide products (gate/up, the vocabulary
+// head) 4 tiles, 8 warps, 4 slices, pipelined: 3012 [2122], 3832 [2671]; long K (down)
+// 4 tiles, 4 warps: 2145 [1339]; the rest one tile, 4 warps, 2 slices, pipelined: q/k/v
+// 1704 [1107], o ≈ 900 [805].
+func tcConfigSweep(N, K int) tcConfig {
 	switch {
 	case N >= 16384 && N%32 == 0:
 		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}
@@ -78,18 +95,6 @@ func tcConfigFor(N, K int) tcConfig {
 		return tcConfig{Tiles: 4, Warps: 4, Unroll: 4}
 	case N%8 == 0:
 		return tcConfig{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}
-	}
-	return tcConfig{}
-}
-
-// tcConfigSession3 is the launch rule before the session-4 sweep, kept for side-by-side
-// runs (DFLASH_TC_RULE=session3).
-func tcConfigSession3(N, K int) tcConfig {
-	switch {
-	case N%32 == 0 && N/32 >= 264:
-		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
-	case N%16 == 0:
-		return tcConfig{Tiles: 2, Warps: 8, Unroll: 4}
 	}
 	return tcConfig{}
 }
