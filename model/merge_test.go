@@ -3,6 +3,7 @@ package model_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -52,5 +53,23 @@ func TestMergedProjectionsMatchSeparate(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A launch rule that cannot be read fails the load with the variable's name, on any
+// backend, rather than running other shapes than the ones asked for.
+func TestBadTCRuleFailsLoad(t *testing.T) {
+	dir := t.TempDir()
+	writeModel(t, dir, modelgen.TinyQwen3())
+	t.Setenv("DFLASH_TC_RULE", "wide=3/8/4")
+	err := mlxc.Do(func() error {
+		m, err := model.Load(dir, model.LoadOptions{})
+		if err == nil {
+			m.Free()
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "DFLASH_TC_RULE") || !strings.Contains(err.Error(), "tiles must be") {
+		t.Fatalf("load with a bad DFLASH_TC_RULE: %v", err)
 	}
 }

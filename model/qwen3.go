@@ -116,8 +116,10 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	}
 	a.WeightBytes = w.Bytes
 	m.arch = a
+	if m.skinny, err = NewSkinnyGEMM(); err != nil {
+		return nil, err
+	}
 	m.swiglu = NewSwiGLU()
-	m.skinny = NewSkinnyGEMM()
 	m.fused = NewFused(m.rope, a.HeadDim, a.RMSNormEps)
 	if m.fqa = NewFewQueryAttention(); m.fqa != nil {
 		m.scaleArr = mlxc.Scalar(float64(m.scale), mlxc.Float32).Detach()

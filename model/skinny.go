@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -19,8 +20,8 @@ type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
-	// configFor picks the tensor-core launch (tcConfigFor; DFLASH_TC_RULE=sweep: the
-	// sweep's per-product bests, for side-by-side runs).
+	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
+	// otherwise, see tcrule.go).
 	configFor func(N, K int) tcConfig
 }
 
@@ -105,25 +106,32 @@ const skinnySource = `
 // NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here,
 // nil otherwise (Linear then uses MLX's matmul). DFLASH_SKINNY_GEMM picks the variant:
 // unset or "tc" the tensor-core one (the default on CUDA since session 3), "1" the
-// CUDA-core one, "0" none (cuBLAS). GPU-exact mode also sends one-row products through
-// it. MLX thread only.
-func NewSkinnyGEMM() *SkinnyGEMM {
-	if GPUExactDefault() {
+// CUDA-core one, "0" none (cuBLAS); DFLASH_TC_RULE the tensor-core launch shapes
+// (tcrule.go; an unreadable value is an error, so that a comparison never runs the wrong
+// shapes). GPU-exact mode also sends one-row products through it. MLX thread only.
+func NewSkinnyGEMM() (*SkinnyGEMM, error) {
+	rule, err := parseTCRule(os.Getenv("DFLASH_TC_RULE"))
+	if err != nil {
+		return nil, fmt.Errorf("DFLASH_TC_RULE: %w", err)
+	}
+	var s *SkinnyGEMM
+	switch {
+	case GPUExactDefault():
 		// One-token steps through the same kernel as verify blocks: every row of every
 		// product is then reduced the same way (see GPUExactDefault).
-		s := newSkinnyGEMM(true)
-		if s != nil {
+		if s = newSkinnyGEMM(true); s != nil {
 			s.minRows = 1
 		}
-		return s
+	case os.Getenv("DFLASH_SKINNY_GEMM") == "0":
+	case os.Getenv("DFLASH_SKINNY_GEMM") == "1":
+		s = newSkinnyGEMM(false)
+	default:
+		s = newSkinnyGEMM(true)
 	}
-	switch os.Getenv("DFLASH_SKINNY_GEMM") {
-	case "0":
-		return nil
-	case "1":
-		return newSkinnyGEMM(false)
+	if s != nil {
+		s.configFor = rule
 	}
-	return newSkinnyGEMM(true)
+	return s, nil
 }
 
 // GPUExactDefault reports DFLASH_GPU_EXACT=1: on a GPU, make a verify block compute every
@@ -147,11 +155,7 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	if tensorCores {
 		spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
 	}
-	rule := tcConfigFor
-	if os.Getenv("DFLASH_TC_RULE") == "sweep" {
-		rule = tcConfigSweep
-	}
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2, configFor: rule}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2, configFor: tcConfigFor}
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in

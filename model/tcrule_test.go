@@ -1,0 +1,68 @@
+package model
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseTCRule(t *testing.T) {
+	// Qwen3-4B's products: merged q/k/v, o, merged gate/up, down, the vocabulary head.
+	shapes := [][2]int{{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}}
+	for _, tc := range []struct {
+		rule string
+		want []tcConfig // per shape; nil: an error
+		err  string
+	}{
+		{rule: "", want: []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(2560, 4096), tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(151936, 2560)}},
+		{rule: "sweep", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 1, Warps: 4, Unroll: 2, Pipe: true},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
+		{rule: "wide=4/8/4p", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 8, Unroll: 4},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
+		{rule: "down=4/4/4, narrow=1/8/s4k512", want: []tcConfig{{Tiles: 1, Warps: 8, Stages: 4, KT: 512}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
+			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4}}},
+		// A staged shape whose tile does not divide K (2560 % 1024) keeps the default there;
+		// one over the 48 KB of shared memory (3 stages) everywhere.
+		{rule: "narrow=1/8/s2k1024", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 1, Warps: 8, Stages: 2, KT: 1024},
+			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4}}},
+		{rule: "narrow=1/8/s3k1024", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 8, Unroll: 4},
+			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4}}},
+		{rule: "wide", err: "want CLASS=SHAPE"},
+		{rule: "tall=4/8/4", err: "unknown class"},
+		{rule: "wide=4/8/4,wide=2/8/4", err: "given twice"},
+		{rule: "wide=3/8/4", err: "tiles must be"},
+		{rule: "wide=4/6/4", err: "warps must be"},
+		{rule: "wide=4/8/0", err: "unroll must be"},
+		{rule: "wide=4/8/x", err: "unroll must be"},
+		{rule: "wide=4/8", err: "want TILES/WARPS"},
+		{rule: "wide=4/8/s1k128", err: "staged shapes"},
+		{rule: "wide=4/8/s3k100", err: "staged shapes"},
+	} {
+		rule, err := parseTCRule(tc.rule)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one containing %q", tc.rule, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.rule, err)
+			continue
+		}
+		for i, nk := range shapes {
+			if got := rule(nk[0], nk[1]); got != tc.want[i] {
+				t.Errorf("%q: [%d, %d] gets %+v, want %+v", tc.rule, nk[0], nk[1], got, tc.want[i])
+			}
+		}
+	}
+}
+
+func TestTCRulesFit(t *testing.T) {
+	// Every shape a rule picks for a real product must be launchable for it.
+	for _, nk := range [][2]int{{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}, {6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}} {
+		for name, rule := range map[string]func(int, int) tcConfig{"default": tcConfigFor, "sweep": tcConfigSweep} {
+			if c := rule(nk[0], nk[1]); !c.fits(nk[0], nk[1]) {
+				t.Errorf("%s rule: %+v does not fit [%d, %d]", name, c, nk[0], nk[1])
+			}
+		}
+	}
+}
