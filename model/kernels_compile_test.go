@@ -114,8 +114,9 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		}
 		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigSweep(19456, 2560), tcConfigSweep(6144, 2560), tcConfigSweep(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2},
 			{Tiles: 2, Warps: 8, Unroll: 2, Pipe: true}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true},
-			{Tiles: 2, Warps: 8, Stages: 3, KT: 256}, {Tiles: 4, Warps: 8, Stages: 3, KT: 128}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512}} {
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT),
+			{Tiles: 2, Warps: 8, Stages: 3, KT: 256}, {Tiles: 4, Warps: 8, Stages: 3, KT: 128}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
+			{Tiles: 4, Warps: 8, Unroll: 4, Tiled: true}, {Tiles: 2, Warps: 8, Unroll: 4, Tiled: true}, {Tiles: 2, Warps: 8, Unroll: 4, Pipe: true, Tiled: true}} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT, c.Tiled),
 				Header: tcMMA, Inputs: xw, Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
 		}
 		for _, D := range []int{64, 128, 256} {

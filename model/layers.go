@@ -18,8 +18,10 @@ type Linear struct {
 	// wT is Wᵀ as an evaluated view (no copy) made once at load, so a step does not build
 	// a transpose node per layer: MLX spends host time on every graph node.
 	wT *mlxc.Array
-	// skinny, when set (CUDA), computes 2..16-row products (verify blocks, drafts).
+	// skinny, when set (CUDA), computes 2..16-row products (verify blocks, drafts);
+	// tiled is W in its tensor-core layout when it asks for one (SkinnyGEMM.ApplyOwned).
 	skinny *SkinnyGEMM
+	tiled  *mlxc.Array
 }
 
 // prepare makes the transposed view once (call on the MLX thread after loading).
@@ -50,7 +52,7 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 		return mlxc.AddMM(l.Bias, x, l.transposed(), 1, 1)
 	}
 	if l.skinny.Fits(x, l.W) {
-		return l.skinny.Apply(x, l.W)
+		return l.skinny.ApplyOwned(x, l.W, &l.tiled)
 	}
 	return mlxc.Matmul(x, l.transposed())
 }
@@ -90,6 +92,7 @@ func (l *Linear) Free() {
 		return
 	}
 	l.wT.Free()
+	l.tiled.Free()
 	l.W.Free()
 	l.Bias.Free()
 	l.Q.Free()
@@ -101,6 +104,7 @@ type Embedding struct {
 	Q      *mlxc.Quantized
 	wT     *mlxc.Array // Eᵀ view for the tied head, made once at load
 	skinny *SkinnyGEMM // few-row head products on CUDA (see Linear)
+	tiled  *mlxc.Array // E in the tensor-core layout, when skinny asks for one
 }
 
 func (e *Embedding) prepare() {
@@ -130,7 +134,7 @@ func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 		return mlxc.QuantizedMatmul(x, *e.Q, true)
 	}
 	if e.skinny.Fits(x, e.W) {
-		return e.skinny.Apply(x, e.W)
+		return e.skinny.ApplyOwned(x, e.W, &e.tiled)
 	}
 	if e.wT != nil {
 		return mlxc.Matmul(x, e.wT)
@@ -143,6 +147,7 @@ func (e *Embedding) Free() {
 		return
 	}
 	e.wT.Free()
+	e.tiled.Free()
 	e.W.Free()
 	e.Q.Free()
 }

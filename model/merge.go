@@ -48,8 +48,9 @@ func MergeLinears(parts ...*Linear) *MergedLinear {
 		view := mlxc.SliceAxis(all.W, 0, off, off+sizes[i]).Detach()
 		mlxc.Eval(view)
 		p.wT.Free()
+		p.tiled.Free()
 		p.W.Free()
-		p.W, p.wT = view, nil
+		p.W, p.wT, p.tiled = view, nil, nil
 		p.prepare()
 		off += sizes[i]
 	}

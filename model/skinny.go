@@ -20,6 +20,7 @@ type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
+	tiled       bool // DFLASH_TC_TILED=1: weights in the tensor-core layout (ApplyOwned)
 	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
 	// otherwise, see tcrule.go).
 	configFor func(N, K int) tcConfig
@@ -130,6 +131,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 	}
 	if s != nil {
 		s.configFor = rule
+		s.tiled = s.tensorCores && os.Getenv("DFLASH_TC_TILED") == "1"
 	}
 	return s, nil
 }
@@ -176,11 +178,23 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 }
 
 // Apply returns x·wᵀ [M, N] (call Fits first).
-func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array {
+func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x, w, nil) }
+
+// ApplyOwned is Apply for a weight whose owner keeps a slot for its tensor-core layout
+// (DFLASH_TC_TILED=1): the first call fills *tiled with tcTile(w) (in that call's graph,
+// detached: the owner frees it), later calls read it. nil slot: row-major w.
+func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, tiled **mlxc.Array) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
 		c := s.configFor(N, w.Dim(1))
-		return s.applyTC(x, w, c)
+		if s.tiled && tiled != nil && c.Stages == 0 {
+			if *tiled == nil {
+				*tiled = tcTile(w).Detach()
+			}
+			c.Tiled = true
+			return s.applyTC(x, *tiled, c, N)
+		}
+		return s.applyTC(x, w, c, N)
 	}
 	mmax := 16
 	switch {
@@ -207,9 +221,10 @@ func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
 		{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}}
 }
 
-// applyTC launches the tensor-core kernel with an explicit configuration.
-func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig) *mlxc.Array {
-	M, N := x.Dim(0), w.Dim(0)
+// applyTC launches the tensor-core kernel with an explicit configuration for an N-row
+// weight (row-major [N, K], or tcTile's layout when c.Tiled).
+func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int) *mlxc.Array {
+	M := x.Dim(0)
 	return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
 		OutputShapes: [][]int{{M, N}},
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},

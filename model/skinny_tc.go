@@ -37,6 +37,10 @@ type tcConfig struct {
 	// Stages > 0: weights go through shared memory in tiles of KT columns, Stages deep
 	// (cp.async), instead of straight into registers; Unroll and Pipe are then unused.
 	Stages, KT int
+	// Tiled: the weight comes in the tensor-core layout (tcTile), so that each warp-wide
+	// 16-byte load reads 512 contiguous bytes instead of 64 bytes of 8 rows. Register
+	// path only (Stages 0).
+	Tiled bool
 }
 
 // template is the kernel's compile-time arguments for elements of type dt (the offline
@@ -44,7 +48,7 @@ type tcConfig struct {
 func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
-		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}}
+		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled}}
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -56,6 +60,9 @@ func (c tcConfig) fits(N, K int) bool {
 	}
 	if c.Stages == 0 {
 		return true
+	}
+	if c.Tiled {
+		return false
 	}
 	smem := c.Stages*C*(c.KT+32)*2 + c.Warps*16*C*4
 	return c.Stages >= 2 && c.KT%32 == 0 && K%c.KT == 0 && smem <= 48*1024
@@ -103,7 +110,8 @@ const tcSource = `
   constexpr int C = 8 * TILES;
   __shared__ float part[WARPS][16][C];
   const int M = x_shape[0];
-  const int K = w_shape[1];
+  const int K = x_shape[1];
+  const int S = K / 32;
   const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
   const int g = lane >> 2; // row of the fragment (and weight row within an n8 tile)
@@ -113,8 +121,12 @@ const tcSource = `
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * K + 8 * t;
   const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * K + 8 * t;
-  const T* w_p = w + (size_t)(n0 + g) * K + 8 * t;
-  const size_t tile = (size_t)8 * K; // from one n8 tile's rows to the next
+  // This lane's 8 weights of slice 0 of the block's first n8 tile; the next tile is
+  // "tile" elements on, the next slice SLICE. Row-major: rows n0+g, k from 8t. Tiled
+  // [N/8, S, 32 lanes, 8]: the lane's 16 bytes next to its neighbours'.
+  constexpr int SLICE = TILED ? 256 : 32;
+  const T* w_p = TILED ? w + ((size_t)blockIdx.x * TILES * S * 32 + lane) * 8 : w + (size_t)(n0 + g) * K + 8 * t;
+  const size_t tile = TILED ? (size_t)S * 256 : (size_t)8 * K;
   float acc[TILES][4];
 #pragma unroll
   for (int j = 0; j < TILES; ++j) {
@@ -122,7 +134,6 @@ const tcSource = `
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
   }
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  const int S = K / 32;
   const int G = S / U;
   // One group: U·TILES weight loads and 2·U loads of x, issued before any mma uses them.
   auto load = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
@@ -130,7 +141,7 @@ const tcSource = `
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int j = 0; j < TILES; ++j) wv[u][j] = LDW(w_p + j * tile + k0 + 32 * u);
+      for (int j = 0; j < TILES; ++j) wv[u][j] = LDW(w_p + j * tile + (size_t)(grp * U + u) * SLICE);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -224,7 +235,7 @@ const tcSource = `
     const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
-      const uint4 wv = LDW(w_p + j * tile + k0);
+      const uint4 wv = LDW(w_p + j * tile + (size_t)s * SLICE);
       MMA(acc[j], xa.x, xb.x, xa.y, xb.y, wv.x, wv.y);
       MMA(acc[j], xa.z, xb.z, xa.w, xb.w, wv.z, wv.w);
     }
@@ -237,7 +248,7 @@ const tcSource = `
     part[wid][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
   __syncthreads();
-  const int N = w_shape[0];
+  const int N = TILED ? w_shape[0] * 8 : w_shape[0];
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     const int c = i - m * C;
@@ -278,3 +289,16 @@ __device__ __forceinline__ uint4 dflash_ldw(const void* p) {
 }
 #define LDW(p) dflash_ldw(p)
 `
+
+// tcTile lays a row-major weight [N, K] out as the tensor-core kernel's lanes read it:
+// [N/8, K/32, 32, 8], where lane 4g+t of slice s of n8 tile nt holds W[8nt+g][32s+8t ..
+// 32s+8t+7]. A warp's load of one slice is then 512 contiguous bytes (row-major: 64 bytes
+// from each of 8 rows), and the products are the same bit for bit (same terms, same
+// order). An experiment (DFLASH_TC_TILED=1): the layout is a second copy of each weight
+// that goes through the kernel.
+func tcTile(w *mlxc.Array) *mlxc.Array {
+	N, K := w.Dim(0), w.Dim(1)
+	t := mlxc.Reshape(w, N/8, 8, K/32, 4, 8)
+	t = mlxc.Transpose(t, 0, 2, 1, 3, 4)
+	return mlxc.Reshape(t, N/8, K/32, 32, 8)
+}

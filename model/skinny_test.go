@@ -73,6 +73,26 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 				return fmt.Errorf("%v M=%d N=%d K=%d: y[%d] = %g, want %g", dt, M, N, K, i, got[i], want[i])
 			}
 		}
+		if s.tensorCores {
+			// The tensor-core layout (DFLASH_TC_TILED=1) reads the same terms in the same
+			// order: bit for bit the row-major result, for the pipelined loop too.
+			var tiled *mlxc.Array
+			s.tiled = true
+			yt := s.ApplyOwned(x, w, &tiled)
+			c := s.configFor(N, K)
+			c.Pipe, c.Tiled = !c.Pipe, true
+			yp := s.applyTC(x, tiled, c, N)
+			s.tiled = false
+			err := sameBits(fmt.Sprintf("%v M=%d N=%d K=%d tiled", dt, M, N, K), yt, y)
+			if err == nil {
+				err = sameBits(fmt.Sprintf("%v M=%d N=%d K=%d tiled, pipelined %v", dt, M, N, K, c.Pipe), yp, y)
+			}
+			tiled.Free()
+			if err != nil {
+				sc.Close()
+				return err
+			}
+		}
 		r := min(M, 2)
 		first := mlxc.AsType(mlxc.SliceAxis(y, 0, 0, r), mlxc.Float32).Float32s()
 		two := mlxc.AsType(mlxc.SliceAxis(y2, 0, 0, r), mlxc.Float32).Float32s()
@@ -166,7 +186,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 							}
 							var bad bool
 							err := mlxc.Catch(func() {
-								got := mlxc.AsType(s.applyTC(x, ws[0], c), mlxc.Float32).Float32s()
+								got := mlxc.AsType(s.applyTC(x, ws[0], c, N), mlxc.Float32).Float32s()
 								w := want.Float32s()
 								for i := range w {
 									if d := math.Abs(float64(got[i] - w[i])); d > math.Abs(float64(w[i]))/128+1e-3 || math.IsNaN(float64(got[i])) {
@@ -179,7 +199,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 								line += " " + name + " bad"
 								continue
 							}
-							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, c) })
+							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, c, N) })
 							if err != nil {
 								line += " " + name + " err"
 								continue

@@ -1,8 +1,11 @@
 package model
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
 func TestParseTCRule(t *testing.T) {
@@ -64,5 +67,43 @@ func TestTCRulesFit(t *testing.T) {
 				t.Errorf("%s rule: %+v does not fit [%d, %d]", name, c, nk[0], nk[1])
 			}
 		}
+	}
+}
+
+// tcTile puts W[8nt+g][32s+8t+e] at [nt][s][4g+t][e]: checked element by element against
+// the definition on a weight of two n8 tiles and three slices.
+func TestTCTileLayout(t *testing.T) {
+	const N, K = 16, 96
+	vals := make([]float32, N*K)
+	for i := range vals {
+		vals[i] = float32(i) // every element distinct, exact in float32
+	}
+	err := mlxc.Do(func() error {
+		s := mlxc.NewScope()
+		defer s.Close()
+		tl := tcTile(mlxc.FromSlice(vals, N, K))
+		if got := tl.Shape(); len(got) != 4 || got[0] != N/8 || got[1] != K/32 || got[2] != 32 || got[3] != 8 {
+			return fmt.Errorf("shape %v, want [%d %d 32 8]", got, N/8, K/32)
+		}
+		got := tl.Float32s()
+		for nt := 0; nt < N/8; nt++ {
+			for sl := 0; sl < K/32; sl++ {
+				for g := 0; g < 8; g++ {
+					for tt := 0; tt < 4; tt++ {
+						for e := 0; e < 8; e++ {
+							at := ((nt*(K/32)+sl)*32+4*g+tt)*8 + e
+							want := vals[(8*nt+g)*K+32*sl+8*tt+e]
+							if got[at] != want {
+								return fmt.Errorf("tile %d slice %d lane %d element %d = %g, want %g", nt, sl, 4*g+tt, e, got[at], want)
+							}
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
