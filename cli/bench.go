@@ -94,6 +94,9 @@ type benchRow struct {
 	DraftOps      map[string]float64 `json:"draft_ops_per_cycle,omitempty"`
 	VerifyOps     map[string]float64 `json:"verify_ops_per_cycle,omitempty"`
 	PeakMemoryGiB float64            `json:"peak_memory_gib"`
+	// The same full-block cycle enqueued back to back, the host never waiting for the
+	// device (engine.PipelineProbe): the floor of a cycle whose state stays on the device.
+	Pipelined *engine.PipelineProbe `json:"pipelined,omitempty"`
 }
 
 type benchReport struct {
@@ -257,6 +260,15 @@ func benchAction(c *cli.Context) error {
 			DraftEncodeMS: ms(st.DraftEncodeTime) / float64(ps), VerifyEncodeMS: ms(st.VerifyEncodeTime) / float64(ps),
 			PlainStepOps: perStep(plainProf.Stats.StepOps, max(1, plainProf.Stats.GeneratedTokens-2)),
 			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps)}
+		var probe engine.PipelineProbe
+		if err := mlxc.Do(func() error {
+			var err error
+			probe, err = s.Engine.ProbePipeline(ctx, prompt, 16)
+			return err
+		}); err != nil {
+			return fmt.Errorf("pipeline probe: %w", err)
+		}
+		row.Pipelined = &probe
 		if row.PlainTPS > 0 {
 			row.Speedup = row.DFlashTPS / row.PlainTPS
 			row.PlainStepMS = 1000 / row.PlainTPS
@@ -317,6 +329,10 @@ func printBench(r benchReport) {
 		x := r.Rows[0]
 		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
 		fmt.Printf("host encoding (profiled): plain step %.2f ms, draft %.2f ms, verify %.2f ms per cycle\n", x.PlainEncodeMS, x.DraftEncodeMS, x.VerifyEncodeMS)
+		if pp := x.Pipelined; pp != nil {
+			fmt.Printf("pipelined (host never waits): cycle %.2f ms (host %.2f), verify alone %.2f ms (host %.2f); the loop's cycle: %.2f ms\n",
+				pp.CycleMS, pp.HostMS, pp.VerifyMS, pp.VerifyHostMS, x.CycleMS)
+		}
 		for _, part := range []struct {
 			name string
 			ops  map[string]float64

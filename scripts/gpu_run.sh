@@ -94,6 +94,7 @@ r=json.load(open(sys.argv[1])); x=r['rows'][0]
 print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','median_speedup','median_tau']})
 print('runs plain', [round(v) for v in x['plain_runs_tok_s']], 'dflash', [round(v) for v in x['dflash_runs_tok_s']])
 print({k:round(v,2) for k,v in x.items() if isinstance(v,float) and (k.endswith('ms') or 'nodes' in k or k.endswith('cycle'))})
+print('pipelined', x.get('pipelined'))
 for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   ops=x.get(part) or {}
   print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:12])
