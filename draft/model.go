@@ -182,11 +182,15 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 	}
 	var mask, visible, pos *mlxc.Array // padded keys, fqa, fused: shared by all layers (same positions)
 	padded := d.KeyBucket > 0 && L <= 64
+	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
 		off := lc.Offset()
-		h := mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
+		h := next
+		if h == nil {
+			h = mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
+		}
 		var q, kn, vn *mlxc.Array
 		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
 			if pos == nil {
@@ -234,8 +238,12 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		if merged == nil {
 			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
 		}
-		x = mlxc.Add(x, l.o.Apply(merged))
-		h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
+		if oo := l.o.Apply(merged); d.fused.AddNormFits(x, l.postNorm) {
+			x, h = d.fused.AddNorm(x, oo, l.postNorm)
+		} else {
+			x = mlxc.Add(x, oo)
+			h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
+		}
 		var act *mlxc.Array
 		if d.fused != nil && l.gateUp != nil {
 			act = d.fused.GatedAct(l.gateUp.Whole(h))
@@ -243,7 +251,12 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
 			act = d.swiglu.Apply(gu[0], gu[1])
 		}
-		x = mlxc.Add(x, l.down.Apply(act))
+		next = nil
+		if dn := l.down.Apply(act); i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm) {
+			x, next = d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
+		} else {
+			x = mlxc.Add(x, dn)
+		}
 	}
 	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
 	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)

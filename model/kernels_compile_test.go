@@ -132,6 +132,11 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		}
 		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Inputs: [][2]string{{"gu", T}}, Outputs: y,
 			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: gatedActSource})
+		for _, H := range []int{2560, 4096, 1000} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("add_norm_%s_%d", T, H),
+				Inputs:  [][2]string{{"h", T}, {"r", T}, {"w", T}, {"eps", "float"}},
+				Outputs: [][2]string{{"s", T}, {"y", T}}, Consts: constsOf(addNormTemplate(dt, H)), Body: addNormSource})
+		}
 	}
 	js, err := json.Marshal(ks)
 	if err != nil {

@@ -209,10 +209,14 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa
 	var padMask, pos *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
+	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
 	for i := range m.layers {
 		l := &m.layers[i]
 		lc := kv.Layers[i]
-		x := mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
+		x := next
+		if x == nil {
+			x = mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
+		}
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
 		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
@@ -251,8 +255,12 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		if merged == nil {
 			merged = mergeHeads(o, rows)
 		}
-		h = mlxc.Add(h, l.attn.o.Apply(merged))
-		x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
+		if oo := l.attn.o.Apply(merged); m.fused.AddNormFits(h, l.postNorm) {
+			h, x = m.fused.AddNorm(h, oo, l.postNorm)
+		} else {
+			h = mlxc.Add(h, oo)
+			x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
+		}
 		var act *mlxc.Array
 		if m.fused != nil && l.gateUp != nil {
 			act = m.fused.GatedAct(l.gateUp.Whole(x))
@@ -260,7 +268,12 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			gu := ApplyParts(l.gateUp, x, l.gate, l.up)
 			act = m.swiglu.Apply(gu[0], gu[1])
 		}
-		h = mlxc.Add(h, l.down.Apply(act))
+		next = nil
+		if dn := l.down.Apply(act); i+1 < len(m.layers) && m.fused.AddNormFits(h, m.layers[i+1].inputNorm) {
+			h, next = m.fused.AddNorm(h, dn, m.layers[i+1].inputNorm)
+		} else {
+			h = mlxc.Add(h, dn)
+		}
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
