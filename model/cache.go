@@ -116,6 +116,33 @@ func (c *KVCache) write(k, v *mlxc.Array) {
 	c.replace(mlxc.SliceUpdate(c.keys, k, start, stopK), mlxc.SliceUpdate(c.values, v, start, stopV))
 }
 
+// WriteAt stores k, v ([B, nKV, L, hd]) at rows [pos, pos+L), pos an int32 [1] array
+// computed on the device, and returns the whole buffers. window is the caller's bound on
+// pos+L: the buffers grow to hold it first, keeping every row they hold (rows past Offset
+// may belong to a block whose acceptance is not read yet). Offset is unchanged: the caller
+// sets it (KVCaches.SetOffset) once it knows how many rows to keep.
+func (c *KVCache) WriteAt(k, v, pos *mlxc.Array, window int) (*mlxc.Array, *mlxc.Array) {
+	ks, vs := k.Shape(), v.Shape()
+	if c.keys == nil || window > c.keys.Dim(2) {
+		rows := max(window, c.reserve)
+		steps := (rows + kvStep - 1) / kvStep
+		have := 0
+		if c.keys != nil {
+			have = c.keys.Dim(2)
+		}
+		newK := mlxc.Zeros([]int{ks[0], ks[1], steps*kvStep - have, ks[3]}, k.Dtype())
+		newV := mlxc.Zeros([]int{vs[0], vs[1], steps*kvStep - have, vs[3]}, v.Dtype())
+		if c.keys != nil {
+			newK = mlxc.Concatenate([]*mlxc.Array{c.keys, newK}, 2)
+			newV = mlxc.Concatenate([]*mlxc.Array{c.values, newV}, 2)
+		}
+		c.replace(newK, newV)
+	}
+	axes := []int{2}
+	c.replace(mlxc.SliceUpdateDynamic(c.keys, k, pos, axes), mlxc.SliceUpdateDynamic(c.values, v, pos, axes))
+	return c.keys, c.values
+}
+
 // replace swaps the buffers, freeing the old handles so MLX can update in place (donation
 // needs the old buffer to have no other reference).
 func (c *KVCache) replace(k, v *mlxc.Array) {
@@ -195,6 +222,20 @@ func (c *KVCaches) Rewind(n int) error {
 	}
 	for _, l := range c.Layers {
 		l.Trim(n)
+	}
+	return nil
+}
+
+// SetOffset declares the first n rows of every layer valid (n within the buffers): after
+// blocks written with WriteAt at positions the host learns later.
+func (c *KVCaches) SetOffset(n int) error {
+	for _, l := range c.Layers {
+		if n < 0 || (n > 0 && (l.keys == nil || n > l.keys.Dim(2))) {
+			return fmt.Errorf("kv cache: cannot set offset %d past the buffers", n)
+		}
+	}
+	for _, l := range c.Layers {
+		l.offset = n
 	}
 	return nil
 }

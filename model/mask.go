@@ -52,3 +52,16 @@ func prefixMask[T uint16 | float32](L, K int, visible func(i int) int, neg T) []
 	}
 	return m
 }
+
+// WindowMask is a boolean attention mask [1, 1, L, W] for L query rows over the first W
+// rows of a cache, where only the device knows how many are visible: with causal, row i
+// sees keys j ≤ pos+i (pos: int32 [1], the position of row 0); without, every row sees keys
+// j < pos (pos then counts the visible keys).
+func WindowMask(pos *mlxc.Array, L, W int, causal bool) *mlxc.Array {
+	j := mlxc.Reshape(mlxc.Arange(0, float64(W), 1, mlxc.Int32), 1, W)
+	if !causal {
+		return mlxc.Reshape(mlxc.Less(j, pos), 1, 1, 1, W)
+	}
+	lim := mlxc.Add(mlxc.Reshape(mlxc.Arange(0, float64(L), 1, mlxc.Int32), L, 1), pos)
+	return mlxc.Reshape(mlxc.LessEqual(j, lim), 1, 1, L, W)
+}

@@ -53,6 +53,13 @@ type ForwardOptions struct {
 	// one-token decode step: on a GPU the block then rounds like decoding (see
 	// GPUExactDefault). Costs nodes; off by default.
 	RowwiseAttention bool
+	// Pos, when set (int32 [1], computed on the device), is the position of the first row,
+	// for a block built before the host knows how many rows of the previous one are kept
+	// (the engine's run-ahead loop): the rows are written to the cache there
+	// (KVCache.WriteAt), row i attends to keys ≤ Pos+i, and the cache's offset is left for
+	// the caller to set (KVCaches.SetOffset). Window bounds Pos+L; B must be 1.
+	Pos    *mlxc.Array
+	Window int
 }
 
 // Output of a forward pass; arrays are lazy and belong to the caller's scope.

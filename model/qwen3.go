@@ -204,10 +204,17 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
 	rows := B * L
 	h := m.embed.Lookup(mlxc.Reshape(ids, rows))
-	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent()
+	at := opt.Pos != nil
+	if at && (B != 1 || opt.Window < L) {
+		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("a block at a device position needs B = 1 and a window ≥ %d rows, got B = %d, window %d", L, B, opt.Window)})
+	}
+	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !at
 	fqa := B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
-	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa
+	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa && !at
 	var padMask, pos *mlxc.Array // shared by all layers: they hold the same positions
+	if at {
+		pos = opt.Pos
+	}
 	off0 := kv.Offset()
 	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
 	for i := range m.layers {
@@ -229,11 +236,25 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
 			k = splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
 			v = splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
-			q = m.rope.Apply(q, offset)
-			k = m.rope.Apply(k, offset)
+			if at {
+				q, k = m.rope.ApplyAt(q, pos), m.rope.ApplyAt(k, pos)
+			} else {
+				q, k = m.rope.Apply(q, offset), m.rope.Apply(k, offset)
+			}
 		}
 		var o, merged *mlxc.Array
-		if fqa && m.fqa.Fits(q, k) {
+		if at {
+			keys, values := lc.WriteAt(k, v, pos, opt.Window)
+			if fqa && m.fqa.Fits(q, k) {
+				merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, pos, true), rows, -1)
+			} else {
+				if padMask == nil {
+					padMask = WindowMask(pos, L, opt.Window, true)
+				}
+				keys, values = mlxc.SliceAxis(keys, 2, 0, opt.Window), mlxc.SliceAxis(values, 2, 0, opt.Window)
+				o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, padMask, nil)
+			}
+		} else if fqa && m.fqa.Fits(q, k) {
 			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
 			if pos == nil {
 				pos = Visible(off0)

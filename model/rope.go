@@ -97,4 +97,18 @@ func (r *Rope) Apply(x *mlxc.Array, offset int) *mlxc.Array {
 	return mlxc.RoPE(x, r.Dims, false, r.Base, r.Scale, offset, nil)
 }
 
+// ApplyAt is Apply with the first position pos (int32 [1]) computed on the device.
+func (r *Rope) ApplyAt(x, pos *mlxc.Array) *mlxc.Array {
+	if r.MScale != 1 {
+		x = mlxc.Multiply(x, mlxc.Scalar(float64(r.MScale), x.Dtype()))
+	}
+	if r.freqs != nil {
+		if r.freqsA == nil || !r.freqsA.Valid() {
+			r.freqsA = mlxc.FromSlice(r.freqs, len(r.freqs)).Detach()
+		}
+		return mlxc.RoPEDynamic(x, r.Dims, false, 0, r.Scale, pos, r.freqsA)
+	}
+	return mlxc.RoPEDynamic(x, r.Dims, false, r.Base, r.Scale, pos, nil)
+}
+
 func (r *Rope) Free() { r.freqsA.Free() }

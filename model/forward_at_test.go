@@ -1,0 +1,98 @@
+package model_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+)
+
+// A block placed by a device position (ForwardOptions.Pos, the run-ahead loop's verify)
+// computes what the same block at the cache's offset does: same logits and hidden taps,
+// for a window that ends at the block and for one with stale rows after it (a rejected
+// block written there before), and the cache rows it leaves equal the ordinary path's once
+// the offset is set. Checked on the CPU within a few float32 steps (the two paths mask
+// attention differently); YaRN rotary embeddings too.
+func TestForwardAtDevicePosition(t *testing.T) {
+	for _, yarn := range []bool{false, true} {
+		spec := modelgen.TinyQwen3()
+		spec.Dtype = mlxc.Float32
+		if yarn {
+			spec.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+		}
+		dir := t.TempDir()
+		writeModel(t, dir, spec)
+		m := loadModel(t, dir)
+		err := mlxc.Do(func() error {
+			s := mlxc.NewScope()
+			defer s.Close()
+			prompt := []int32{3, 14, 15, 92, 65, 35, 89, 79, 32}
+			block := []int32{38, 46, 26, 43, 38}
+			stale := []int32{7, 7, 7, 7, 7}
+			L := len(block)
+			opt := model.ForwardOptions{Taps: []int{1, 3}, Logits: model.LogitsAll}
+			ref := m.NewCache()
+			defer ref.Free()
+			m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), ref, model.ForwardOptions{Logits: model.LogitsNone})
+			want := m.Forward(mlxc.FromSlice(block, 1, L), ref, opt)
+			for _, extra := range []int{0, 7} {
+				c := m.NewCache()
+				m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, model.ForwardOptions{Logits: model.LogitsNone})
+				off := c.Offset()
+				pos := mlxc.FromSlice([]int32{int32(off)}, 1)
+				at := opt
+				at.Pos, at.Window = pos, off+L+extra
+				if extra > 0 { // a rejected block at the same rows first
+					m.Forward(mlxc.FromSlice(stale, 1, L), c, at)
+				}
+				got := m.Forward(mlxc.FromSlice(block, 1, L), c, at)
+				if c.Offset() != off {
+					c.Free()
+					return fmt.Errorf("offset moved to %d by a device-placed block", c.Offset())
+				}
+				name := fmt.Sprintf("yarn %v, window +%d", yarn, extra)
+				err := closeArrays(name+" logits", got.Logits, want.Logits)
+				if err == nil {
+					err = closeArrays(name+" hidden", got.Hidden, want.Hidden)
+				}
+				if err == nil {
+					err = c.(*model.KVCaches).SetOffset(off + L)
+				}
+				for i, l := range c.(*model.KVCaches).Layers {
+					if err != nil {
+						break
+					}
+					k1, v1 := l.State()
+					k2, v2 := ref.(*model.KVCaches).Layers[i].State()
+					if err = closeArrays(fmt.Sprintf("%s layer %d keys", name, i), k1, k2); err == nil {
+						err = closeArrays(fmt.Sprintf("%s layer %d values", name, i), v1, v2)
+					}
+				}
+				c.Free()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func closeArrays(what string, got, want *mlxc.Array) error {
+	if fmt.Sprint(got.Shape()) != fmt.Sprint(want.Shape()) {
+		return fmt.Errorf("%s: shape %v, want %v", what, got.Shape(), want.Shape())
+	}
+	g, w := mlxc.AsType(got, mlxc.Float32).Float32s(), mlxc.AsType(want, mlxc.Float32).Float32s()
+	for i := range w {
+		if d := math.Abs(float64(g[i] - w[i])); d > 1e-4+1e-4*math.Abs(float64(w[i])) || math.IsNaN(float64(g[i])) {
+			return fmt.Errorf("%s[%d] = %g, want %g", what, i, g[i], w[i])
+		}
+	}
+	return nil
+}
