@@ -262,6 +262,77 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
 }
 
+// ForwardAt drafts a block when only the device knows how much of the new context is
+// committed (the engine's run-ahead loop): ctx holds the target's tapped rows [1, T, n·H]
+// of the previous verify block, of which the first valid (int32 [1]) are committed. All T
+// rows go into the cache at its offset (the host knows that much) and the block block
+// (int32 [1, L], device) follows the valid ones: it attends to the committed context and
+// to itself, exactly as Forward with the valid rows alone would. The cache's offset is left
+// at offset+T; the caller sets it (KVCaches.SetOffset) to offset+valid once read. Returns
+// logits [1, L−1, V] for slots 1..L−1.
+func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *mlxc.Array {
+	c0 := d.Cfg
+	L, T := block.Dim(1), ctx.Dim(1)
+	x := d.target.Embed(mlxc.Reshape(block, L))
+	proj := d.project(mlxc.Reshape(ctx, T, -1))
+	off := c.Offset()
+	window := off + T + L
+	pos := mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid) // the block's first position
+	seen := mlxc.Add(pos, mlxc.FromSlice([]int32{int32(L)}, 1))    // keys the block sees
+	var mask, next *mlxc.Array
+	for i := range d.layers {
+		l := &d.layers[i]
+		lc := c.Layers[i]
+		h := next
+		if h == nil {
+			h = mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
+		}
+		var q, kn, vn *mlxc.Array
+		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
+		} else {
+			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
+			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+			q = d.rope.ApplyAt(q, pos)
+			kn, vn = d.heads(l, qkv[1], qkv[2], func(k *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(k, pos) })
+		}
+		lc.Append(d.keysValues(l, proj, lc.Offset()))
+		keys, values := lc.WriteAt(kn, vn, pos, window)
+		var o, merged *mlxc.Array
+		if d.fqa.Fits(q, kn) {
+			merged = mlxc.Reshape(d.fqa.Apply(q, keys, values, d.scaleArr, seen, false), L, -1)
+		} else {
+			if mask == nil {
+				mask = model.WindowMask(seen, L, window, false)
+			}
+			keys, values = mlxc.SliceAxis(keys, 2, 0, window), mlxc.SliceAxis(values, 2, 0, window)
+			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
+			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
+		}
+		if oo := l.o.Apply(merged); d.fused.AddNormFits(x, l.postNorm) {
+			x, h = d.fused.AddNorm(x, oo, l.postNorm)
+		} else {
+			x = mlxc.Add(x, oo)
+			h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
+		}
+		var act *mlxc.Array
+		if d.fused != nil && l.gateUp != nil {
+			act = d.fused.GatedAct(l.gateUp.Whole(h))
+		} else {
+			gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
+			act = d.swiglu.Apply(gu[0], gu[1])
+		}
+		next = nil
+		if dn := l.down.Apply(act); i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm) {
+			x, next = d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
+		} else {
+			x = mlxc.Add(x, dn)
+		}
+	}
+	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
+	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
+}
+
 // project maps tapped target hidden rows [T, n·H] to the drafter's context [T, H].
 func (d *Drafter) project(ctx *mlxc.Array) *mlxc.Array {
 	return mlxc.RMSNorm(d.fc.Apply(ctx), d.hiddenNorm, d.Cfg.RMSNormEps)
@@ -273,13 +344,19 @@ func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *ml
 	return d.headsKV(l, l.k.Apply(x), l.v.Apply(x), off)
 }
 
-// headsKV turns projected key and value rows [T, nKV·hd] into heads (k_norm, RoPE).
+// headsKV turns projected key and value rows [T, nKV·hd] into heads (k_norm, RoPE from
+// position off).
 func (d *Drafter) headsKV(l *layer, kp, vp *mlxc.Array, off int) (*mlxc.Array, *mlxc.Array) {
+	return d.heads(l, kp, vp, func(k *mlxc.Array) *mlxc.Array { return d.rope.Apply(k, off) })
+}
+
+// heads is headsKV with the rotation given.
+func (d *Drafter) heads(l *layer, kp, vp *mlxc.Array, rotate func(*mlxc.Array) *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
 	c0 := d.Cfg
 	T := kp.Dim(0)
 	k := mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(kp, 1, T, c0.NumKVHeads, -1), l.kNorm, c0.RMSNormEps), 0, 2, 1, 3)
 	v := mlxc.Transpose(mlxc.Reshape(vp, 1, T, c0.NumKVHeads, -1), 0, 2, 1, 3)
-	return d.rope.Apply(k, off), v
+	return rotate(k), v
 }
 
 func (d *Drafter) weights() []*mlxc.Array {

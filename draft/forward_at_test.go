@@ -1,0 +1,96 @@
+package draft_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+)
+
+// ForwardAt (all of the previous block's rows in the cache, only the device knowing how
+// many are committed) drafts what Forward with the committed rows alone does, cycle after
+// cycle, and leaves the same context in the cache once the offset is set.
+func TestDrafterForwardAtMatchesForward(t *testing.T) {
+	dir := t.TempDir()
+	spec := modelgen.TinyQwen3()
+	err := mlxc.Do(func() error {
+		if err := modelgen.WriteQwen3(filepath.Join(dir, "t"), spec); err != nil {
+			return err
+		}
+		target, err := model.Load(filepath.Join(dir, "t"), model.LoadOptions{})
+		if err != nil {
+			return err
+		}
+		defer target.Free()
+		ds := modelgen.DrafterFor(spec, 2)
+		ds.BlockSize = 8
+		if err := modelgen.WriteDrafter(filepath.Join(dir, "d"), ds); err != nil {
+			return err
+		}
+		d, err := draft.Load(filepath.Join(dir, "d"), target)
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		ref, at := d.NewCache(), d.NewCache()
+		defer ref.Free()
+		defer at.Free()
+		rng := rand.New(rand.NewPCG(5, 8))
+		taps := len(d.TapLayers()) * spec.Hidden
+		B := ds.BlockSize
+		block := make([]int32, B)
+		for i := 1; i < B; i++ {
+			block[i] = int32(ds.MaskTokenID)
+		}
+		// A prompt's context, the same in both caches.
+		s := mlxc.NewScope()
+		prompt := mlxc.Normal([]int{1, 23, taps}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(1))
+		d.AddContext(prompt, ref)
+		d.AddContext(prompt, at)
+		mlxc.Eval(append(ref.Arrays(), at.Arrays()...)...)
+		s.Close()
+		for cycle := 0; cycle < 30; cycle++ {
+			s := mlxc.NewScope()
+			T := B                   // the previous verify block's rows
+			valid := 1 + rng.IntN(T) // of which committed
+			ctx := mlxc.Normal([]int{1, T, taps}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(uint64(100+cycle)))
+			block[0] = int32(rng.IntN(spec.Vocab))
+			ids := mlxc.FromSlice(block, 1, B)
+			base := at.Offset()
+			want := d.Forward(ids, mlxc.SliceAxis(ctx, 1, 0, valid), ref)
+			got := d.ForwardAt(ids, ctx, mlxc.FromSlice([]int32{int32(valid)}, 1), at)
+			diff, scale, wa, ga := compareDrafts(want, got)
+			err := at.SetOffset(base + valid)
+			s.Close()
+			if err != nil {
+				return err
+			}
+			if diff > 0.02*scale {
+				return fmt.Errorf("cycle %d (%d of %d rows committed): logits differ by %g (scale %g)", cycle, valid, T, diff, scale)
+			}
+			if fmt.Sprint(wa) != fmt.Sprint(ga) {
+				return fmt.Errorf("cycle %d: drafts %v, want %v", cycle, ga, wa)
+			}
+			if ref.Offset() != at.Offset() {
+				return fmt.Errorf("cycle %d: offsets %d vs %d", cycle, at.Offset(), ref.Offset())
+			}
+		}
+		for i := range ref.Layers {
+			k1, _ := ref.Layers[i].State()
+			k2, _ := at.Layers[i].State()
+			diff, scale, _, _ := compareDrafts(mlxc.Reshape(k1, 1, 1, -1), mlxc.Reshape(k2, 1, 1, -1))
+			if diff > 0.02*scale {
+				return fmt.Errorf("layer %d context keys differ by %g", i, diff)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
