@@ -22,6 +22,20 @@ func (v Verdict) Arrays() []*mlxc.Array {
 	return []*mlxc.Array{v.Next, v.Accept}
 }
 
+// Leading is Resolve on the device: how many drafts are accepted in a row, and the token
+// that follows them, as int32 [1] arrays, so the next cycle can be built from them before
+// the host reads this one (the engine's run-ahead loop).
+func (v Verdict) Leading() (accepted, next *mlxc.Array) {
+	if v.Accept == nil {
+		accepted = mlxc.FromSlice([]int32{0}, 1)
+	} else {
+		// Positions with no rejection at or before them: the accepted prefix.
+		rejected := mlxc.Cumsum(mlxc.AsType(mlxc.LogicalNot(v.Accept), mlxc.Int32), 0, false, true)
+		accepted = mlxc.Reshape(mlxc.Sum(mlxc.AsType(mlxc.Equal(rejected, mlxc.Scalar(0, mlxc.Int32)), mlxc.Int32), nil, false), 1)
+	}
+	return accepted, mlxc.Take(v.Next, accepted, 0)
+}
+
 // Greedy builds the greedy verdict: row i's target token is argmax of its logprobs
 // (mlx-lm's rounding), draft i+1 is accepted iff it equals row i's token.
 // logprobs: [n+1, V]; drafts: int32 [n] (nil when n = 0).

@@ -58,6 +58,32 @@ func (p *DFlash) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sampl
 	return Proposal{Tokens: mlxc.AsType(toks, mlxc.Int32), Probs: q}
 }
 
+// ProposeAt drafts n greedy tokens after staged (int32 [1], on the device) when the
+// previous verify block's tapped rows ctx [1, T, ·] are cached whole and only valid
+// (int32 [1], on the device) of them are committed: the engine's run-ahead loop builds a
+// cycle this way before it has read the previous one. The draft cache's offset is left
+// past all T rows; SetContext sets it once the count is known. n = 0 caches the rows only.
+func (p *DFlash) ProposeAt(staged, ctx, valid *mlxc.Array, n int) Proposal {
+	if n <= 0 {
+		p.D.AddContext(ctx, p.cache)
+		return Proposal{}
+	}
+	if cap(p.mask) < n {
+		p.mask = make([]int32, n)
+	}
+	masks := p.mask[:n]
+	for i := range masks {
+		masks[i] = int32(p.D.Cfg.MaskTokenID)
+	}
+	block := mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(staged, 1, 1), mlxc.FromSlice(masks, 1, n)}, 1)
+	logits := mlxc.Reshape(p.D.ForwardAt(block, ctx, valid, p.cache), n, -1)
+	return Proposal{Tokens: mlxc.AsType(mlxc.Argmax(logits, -1, false), mlxc.Int32)}
+}
+
+// SetContext declares the first n context rows of the draft cache committed (after
+// ProposeAt, once the engine has read how many of the rows it cached are).
+func (p *DFlash) SetContext(n int) error { return p.cache.SetOffset(n) }
+
 func (p *DFlash) End() {
 	if p.cache != nil {
 		p.cache.Free()

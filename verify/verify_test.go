@@ -27,6 +27,35 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// Leading computes on the device what Resolve computes on the host, for every pattern.
+func TestLeadingMatchesResolve(t *testing.T) {
+	cases := []struct {
+		next   []int32
+		accept []bool
+	}{
+		{[]int32{7}, nil},
+		{[]int32{1, 2, 3}, []bool{false, true}},
+		{[]int32{1, 2, 3}, []bool{true, false}},
+		{[]int32{1, 2, 3}, []bool{true, true}},
+		{[]int32{4, 5, 6, 7, 8}, []bool{true, true, false, true}},
+		{[]int32{4, 5, 6, 7, 8}, []bool{false, false, false, false}},
+	}
+	on(t, func() {
+		for _, c := range cases {
+			v := Verdict{Next: mlxc.FromSlice(c.next, len(c.next))}
+			if c.accept != nil {
+				v.Accept = mlxc.FromSlice(c.accept, len(c.accept))
+			}
+			a, tok := v.Leading()
+			wantA, wantTok := Resolve(c.next, c.accept)
+			ga, gt := mlxc.ToSlice[int32](a), mlxc.ToSlice[int32](tok)
+			if len(ga) != 1 || len(gt) != 1 || int(ga[0]) != wantA || gt[0] != wantTok {
+				t.Errorf("Leading(%v, %v) = %v, %v; want [%d], [%d]", c.next, c.accept, ga, gt, wantA, wantTok)
+			}
+		}
+	})
+}
+
 func on(t *testing.T, fn func()) {
 	t.Helper()
 	if err := mlxc.Do(func() error { s := mlxc.NewScope(); defer s.Close(); fn(); return nil }); err != nil {
