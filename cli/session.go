@@ -134,7 +134,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			return err
 		}
 		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault(),
-			RowwiseVerify: model.GPUExactDefault()}
+			RowwiseVerify: model.GPUExactDefault(), RunAhead: engine.RunAheadDefault()}
 		if dm != nil {
 			d, err := draft.Load(dm.Dir, m)
 			if d != nil {

@@ -33,6 +33,11 @@ type Engine struct {
 	// random-weight model at a known τ; results must be labelled as replayed.
 	ReplayAccept func(n int) int
 
+	// RunAhead builds each DFlash cycle from the previous one's results while they are still
+	// on the device, reading a cycle only after the next is enqueued (ahead.go); greedy
+	// requests without repetition penalty. Same tokens, more overlap of host and device.
+	RunAhead bool
+
 	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's
 	// rollback together with the tokens committed so far (prompt + output − staged).
 	afterCycle func(c model.Cache, committed []int32)
@@ -59,7 +64,9 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 	}
 	var genErr error
 	if err := mlxc.Catch(func() {
-		if e.Proposer != nil && !req.NoDraft {
+		if e.Proposer != nil && !req.NoDraft && e.canRunAhead(req) {
+			res, genErr = e.dflashAhead(ctx, req, emit)
+		} else if e.Proposer != nil && !req.NoDraft {
 			res, genErr = e.dflash(ctx, req, emit)
 		} else {
 			res, genErr = e.plain(ctx, req, emit)

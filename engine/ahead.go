@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// The run-ahead loop (Engine.RunAhead): the plain DFlash loop reads each cycle's
+// acceptance before it builds the next cycle, so the device idles while the host reads,
+// streams and builds. Here cycle k+1 is built and enqueued from cycle k's outputs while
+// they are still on the device — the accepted count and the next token as device arrays
+// (verify.Verdict.Leading), the target block placed at a device-computed position
+// (model.ForwardOptions.Pos), the drafter given all of the previous block's hidden rows and
+// the device count of committed ones (draft.Drafter.ForwardAt) — and only then is cycle k
+// read. The emitted tokens are the same; what changes is that the host's work overlaps
+// the device's. Greedy decoding without repetition penalty, pure-attention targets.
+
+// RunAheadDefault reports DFLASH_RUN_AHEAD=1: the run-ahead loop for greedy requests.
+// Off by default until measured on a GPU (on the CPU backend host and device share the
+// cores, so there is little to overlap).
+func RunAheadDefault() bool { return os.Getenv("DFLASH_RUN_AHEAD") == "1" }
+
+// aheadProposer is a proposer that can draft from device-side acceptance.
+type aheadProposer interface {
+	verify.Proposer
+	ProposeAt(staged, ctx, valid *mlxc.Array, n int) verify.Proposal
+	SetContext(n int) error
+	CacheOffset() int
+}
+
+// canRunAhead reports whether req can use the run-ahead loop.
+func (e *Engine) canRunAhead(req Request) bool {
+	if !e.RunAhead || e.speculative != nil {
+		return false
+	}
+	if _, ok := e.Proposer.(aheadProposer); !ok {
+		return false
+	}
+	c := e.Target.NewCache()
+	defer c.Free()
+	if _, ok := c.(*model.KVCaches); !ok {
+		return false
+	}
+	sp := req.Sampling
+	return sp.Greedy() && !(sp.RepetitionPenalty > 0 && sp.RepetitionPenalty != 1)
+}
+
+// aheadCycle is one enqueued cycle; its arrays are detached (owned here).
+type aheadCycle struct {
+	n       int         // drafts verified
+	pos     int         // target position of the block's first row (host; known when built)
+	drafts  *mlxc.Array // int32 [n] (nil when n = 0)
+	v       verify.Verdict
+	acc     *mlxc.Array // int32 [1]: accepted drafts (device)
+	tok     *mlxc.Array // int32 [1]: the token after them (device)
+	hidden  *mlxc.Array // the block's tapped rows [1, n+1, ·]
+	replayA int         // ReplayAccept's count, or -1
+}
+
+func (c *aheadCycle) free() {
+	if c == nil {
+		return
+	}
+	for _, a := range []*mlxc.Array{c.drafts, c.v.Next, c.v.Accept, c.acc, c.tok, c.hidden} {
+		a.Free()
+	}
+}
+
+func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
+	mlxc.ResetPeakMemory()
+	start := time.Now()
+	e.budget(&req)
+	p := e.Proposer.(aheadProposer)
+	B := p.BlockSize()
+	if req.BlockSize > 0 && req.BlockSize < B {
+		B = req.BlockSize
+	}
+	B = max(B, 1)
+	o := newOutput(req, e.Target.Arch().EOSTokenIDs)
+	st := Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
+	if req.MaxTokens == 0 {
+		o.end(FinishLength)
+		return Result{FinishReason: o.finish, Stats: st}, nil
+	}
+	c := e.Target.NewCache().(*model.KVCaches)
+	defer c.Free()
+	c.Reserve(len(req.Prompt) + req.MaxTokens + 2*B)
+	p.Begin()
+	defer p.End()
+	if err := e.prefill(ctx, req.Prompt, c, p); err != nil {
+		return Result{FinishReason: FinishCancelled, Stats: st}, nil
+	}
+	taps := p.TapLayers()
+	dctx := p.CacheOffset() // where the next context rows go in the draft cache: all before are committed
+
+	// build enqueues the cycle after prev: its drafter appends prev's hidden rows at dctx, of
+	// which acc+1 are committed, and drafts after them; its verify block starts at
+	// prev.pos+acc+1. acc is prev's device count, or known ≥ 0 when the host has read it.
+	build := func(prev *aheadCycle, known, n int) *aheadCycle {
+		s := mlxc.NewScope()
+		defer s.Close()
+		acc, tok := prev.acc, prev.tok
+		if known >= 0 {
+			acc = mlxc.FromSlice([]int32{int32(known)}, 1)
+			tok = mlxc.Take(prev.v.Next, acc, 0)
+		}
+		valid := mlxc.Add(acc, mlxc.FromSlice([]int32{1}, 1))
+		if err := p.SetContext(dctx); err != nil {
+			panic(&mlxc.Error{Op: "dflash run-ahead", Msg: err.Error()})
+		}
+		prop := p.ProposeAt(tok, prev.hidden, valid, n)
+		ids := mlxc.Reshape(tok, 1, 1)
+		if n > 0 {
+			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(prop.Tokens, 1, n)}, 1)
+		}
+		pos := mlxc.Add(mlxc.FromSlice([]int32{int32(prev.pos)}, 1), valid)
+		window := prev.pos + prev.n + 1 + n + 1 // pos ≤ prev.pos+prev.n+1
+		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, Pos: pos, Window: window})
+		v := verify.Greedy(sample.LogProbs(mlxc.Reshape(out.Logits, n+1, -1)), prop.Tokens)
+		cy := &aheadCycle{n: n, pos: -1, replayA: -1}
+		cy.acc, cy.tok = v.Leading()
+		if e.ReplayAccept != nil && n > 0 {
+			cy.replayA = min(max(e.ReplayAccept(n), 0), n)
+			cy.acc = mlxc.FromSlice([]int32{int32(cy.replayA)}, 1)
+			cy.tok = mlxc.Take(v.Next, cy.acc, 0)
+		}
+		cy.v = verify.Verdict{Next: v.Next.Detach(), Accept: v.Accept}
+		cy.v.Accept.Detach()
+		cy.drafts = prop.Tokens.Detach()
+		cy.acc.Detach()
+		cy.tok.Detach()
+		cy.hidden = out.Hidden.Detach()
+		evalList := append(cy.v.Arrays(), cy.acc, cy.tok, cy.hidden)
+		if cy.drafts != nil {
+			evalList = append(evalList, cy.drafts)
+		}
+		mlxc.AsyncEval(evalList...)
+		return cy
+	}
+	// draftsAfter is the draft count of a cycle that follows `emitted` emitted tokens.
+	draftsAfter := func(emitted int) int { return min(B-1, req.MaxTokens-emitted-1) }
+
+	// First token: the last prompt token alone, like plain decoding; a cycle of its own with
+	// no drafts, whose hidden row is the first cycle's new context.
+	first := &aheadCycle{replayA: -1}
+	{
+		s := mlxc.NewScope()
+		out := e.Target.Forward(mlxc.FromSlice([]int32{req.Prompt[len(req.Prompt)-1]}, 1, 1), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
+		v := verify.Greedy(sample.LogProbs(mlxc.Reshape(out.Logits, 1, -1)), nil)
+		first.v.Next = v.Next.Detach()
+		first.acc, first.tok = mlxc.FromSlice([]int32{0}, 1).Detach(), mlxc.Reshape(v.Next, 1).Detach()
+		first.hidden = out.Hidden.Detach()
+		first.pos = c.Offset() - 1
+		mlxc.Eval(first.tok, first.hidden)
+		s.Close()
+	}
+	firstTok := time.Now()
+	st.FirstTokenTime = firstTok.Sub(start)
+	st.PrefillTime = st.FirstTokenTime
+	cont := o.push(mlxc.ToSlice[int32](first.tok)[0]) && !checkCancel(ctx, o)
+	if err := emitPending(o, emit); err != nil {
+		first.free()
+		return Result{}, err
+	}
+	var pending, next *aheadCycle
+	defer func() { pending.free(); next.free() }()
+	if cont {
+		tb := time.Now()
+		pending = build(first, 0, draftsAfter(len(o.tokens)))
+		pending.pos = first.pos + 1
+		dctx++
+		st.BuildTime += time.Since(tb)
+	}
+	first.free()
+
+	for cont && pending != nil {
+		if checkCancel(ctx, o) {
+			break
+		}
+		// Build the next cycle before reading this one when a full block fits the token
+		// budget even if this one accepts everything; near the end, after reading it, with
+		// the exact budget (the plain loop's blocks, so replayed runs match it too).
+		tb := time.Now()
+		if n := draftsAfter(len(o.tokens) + pending.n + 1); n >= B-1 && n >= 1 {
+			next = build(pending, -1, n)
+		}
+		st.BuildTime += time.Since(tb)
+
+		tw := time.Now()
+		a := pending.replayA
+		if a < 0 {
+			a = int(mlxc.ToSlice[int32](pending.acc)[0])
+		}
+		tok := mlxc.ToSlice[int32](pending.tok)[0]
+		var dtoks []int32
+		if pending.n > 0 {
+			dtoks = mlxc.ToSlice[int32](pending.drafts)
+		}
+		st.WaitTime += time.Since(tw)
+
+		th := time.Now()
+		st.Cycles++
+		st.Drafted += pending.n
+		st.Accepted += a
+		st.AcceptHist[a]++
+		if err := c.SetOffset(pending.pos + a + 1); err != nil {
+			return Result{}, err
+		}
+		for _, t := range append(dtoks[:a:a], tok) {
+			if !cont {
+				break
+			}
+			cont = o.push(t)
+		}
+		if cont && next == nil {
+			// Too close to the token budget to run ahead: build from the count just read.
+			tb := time.Now()
+			if n := draftsAfter(len(o.tokens)); n >= 0 {
+				next = build(pending, a, n)
+			}
+			st.BuildTime += time.Since(tb)
+		}
+		if next != nil {
+			next.pos = pending.pos + a + 1
+			dctx += a + 1 // building next appended pending's rows; a+1 of them are committed
+		}
+		if e.afterCycle != nil && cont {
+			if err := p.SetContext(dctx); err != nil {
+				return Result{}, err
+			}
+			all := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
+			e.afterCycle(c, all)
+		}
+		if err := emitPending(o, emit); err != nil {
+			return Result{}, err
+		}
+		pending.free()
+		pending, next = next, nil
+		if st.Cycles%64 == 0 {
+			mlxc.ClearCache()
+		}
+		st.HostTime += time.Since(th)
+	}
+	st.GeneratedTokens = len(o.tokens)
+	finishStats(&st, firstTok, time.Now())
+	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil
+}

@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// The run-ahead loop emits plain greedy decoding token for token, for bf16 and 4-bit
+// targets, many prompts, lengths and block sizes; streamed tokens equal the result and the
+// statistics add up.
+func TestRunAheadEqualsPlain(t *testing.T) {
+	for _, sc := range []struct {
+		name string
+		spec modelgen.Qwen3Spec
+	}{
+		{"bf16", decisiveSpec(11)},
+		{"4bit", func() modelgen.Qwen3Spec { s := decisiveSpec(12); s.QuantBits, s.QuantGroup = 4, 64; return s }()},
+	} {
+		p := loadPair(t, "decisive-"+sc.name, sc.spec, 2)
+		for pi, prompt := range prompts(sc.spec.Vocab) {
+			for _, maxTok := range []int{1, 2, 5, 37} {
+				want := plainGreedy(t, p, prompt, maxTok)
+				for _, B := range []int{2, 4, 8, 16} {
+					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d", sc.name, pi, maxTok, B), func(t *testing.T) {
+						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
+						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
+						if i, ok := eqTokens(res.Tokens, want); !ok || len(res.Tokens) != len(want) {
+							t.Fatalf("run-ahead diverges from plain at %d:\n got   %v\n plain %v", i, res.Tokens, want)
+						}
+						var streamed []int32
+						for _, ev := range evs {
+							streamed = append(streamed, ev.Tokens...)
+						}
+						if _, ok := eqTokens(streamed, res.Tokens); !ok || len(streamed) != len(res.Tokens) {
+							t.Errorf("streamed %v, result %v", streamed, res.Tokens)
+						}
+						st := res.Stats
+						if got := 1 + st.Cycles + st.Accepted; got < st.GeneratedTokens || got > st.GeneratedTokens+B {
+							t.Errorf("1 + cycles %d + accepted %d = %d, generated %d", st.Cycles, st.Accepted, got, st.GeneratedTokens)
+						}
+						if res.FinishReason != FinishLength {
+							t.Errorf("finish %q", res.FinishReason)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// After every cycle of the run-ahead loop — with the next cycle already in flight — the
+// target and draft caches hold what a fresh run over the committed tokens would.
+func TestRunAheadCachesMatchFreshRun(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+	const N = 60
+	want := plainGreedy(t, p, prompt, N)
+	dfl := verify.NewDFlash(p.drft)
+	checked := 0
+	e := &Engine{Target: p.target, Proposer: dfl, RunAhead: true}
+	e.afterCycle = func(c model.Cache, committed []int32) {
+		checked++
+		compareWithFresh(t, p, c, committed, dfl)
+	}
+	res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: 8, IgnoreEOS: true})
+	if _, ok := eqTokens(res.Tokens, want); !ok {
+		t.Fatalf("output differs from plain")
+	}
+	if checked < 5 {
+		t.Fatalf("only %d cycles checked", checked)
+	}
+}
+
+// With replayed acceptance (bench --replay-drafts), the run-ahead loop commits exactly what
+// the plain DFlash loop commits: the same tokens and the same cycle statistics.
+func TestRunAheadReplayMatchesLoop(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{2, 7, 1, 8, 2, 8}
+	replay := func() func(n int) int {
+		i := 0
+		return func(n int) int { i++; return (i * 5) % (n + 1) }
+	}
+	var results [2]Result
+	for k, ahead := range []bool{false, true} {
+		e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead, ReplayAccept: replay()}
+		results[k], _ = run(t, e, Request{Prompt: prompt, MaxTokens: 50, BlockSize: 8, IgnoreEOS: true})
+	}
+	loop, ahead := results[0], results[1]
+	if i, ok := eqTokens(ahead.Tokens, loop.Tokens); !ok || len(ahead.Tokens) != len(loop.Tokens) {
+		t.Fatalf("tokens differ at %d:\n ahead %v\n loop  %v", i, ahead.Tokens, loop.Tokens)
+	}
+	a, l := ahead.Stats, loop.Stats
+	if a.Cycles != l.Cycles || a.Accepted != l.Accepted || fmt.Sprint(a.AcceptHist) != fmt.Sprint(l.AcceptHist) {
+		t.Errorf("stats: ahead %d cycles, %d accepted, %v; loop %d, %d, %v", a.Cycles, a.Accepted, a.AcceptHist, l.Cycles, l.Accepted, l.AcceptHist)
+	}
+}
+
+// Stop tokens, the token budget and stop strings end a run-ahead generation where they
+// end the plain DFlash loop's, with the same finish reason (the cycle already in flight is
+// dropped).
+func TestRunAheadStops(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{9, 8, 7, 6}
+	want := plainGreedy(t, p, prompt, 40)
+	stop := textOf(want)[11:15]
+	for _, req := range []Request{
+		{MaxTokens: 40, StopTokens: []int32{want[9]}},
+		{MaxTokens: 7, IgnoreEOS: true},
+		{MaxTokens: 23, IgnoreEOS: true, BlockSize: 4},
+		{MaxTokens: 40, IgnoreEOS: true, Stop: []string{stop}, Detok: letters{}},
+	} {
+		req.Prompt = prompt
+		var results [2]Result
+		for k, ahead := range []bool{false, true} {
+			e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
+			results[k], _ = run(t, e, req)
+		}
+		loop, ahead := results[0], results[1]
+		if _, ok := eqTokens(ahead.Tokens, loop.Tokens); !ok || len(ahead.Tokens) != len(loop.Tokens) ||
+			ahead.Text != loop.Text || ahead.FinishReason != loop.FinishReason {
+			t.Errorf("max %d, stop tokens %v, stop %q: run-ahead %v %q %s; loop %v %q %s", req.MaxTokens, req.StopTokens, req.Stop,
+				ahead.Tokens, ahead.Text, ahead.FinishReason, loop.Tokens, loop.Text, loop.FinishReason)
+		}
+	}
+}
+
+// Requests the run-ahead loop does not serve go to the plain DFlash loop.
+func TestRunAheadOnlyGreedy(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
+	for _, tc := range []struct {
+		sp   sample.Params
+		want bool
+	}{
+		{sample.Params{}, true},
+		{sample.Params{Temperature: 0.7}, false},
+		{sample.Params{RepetitionPenalty: 1.1}, false},
+	} {
+		if got := e.canRunAhead(Request{Sampling: tc.sp}); got != tc.want {
+			t.Errorf("%+v: run ahead %v, want %v", tc.sp, got, tc.want)
+		}
+	}
+	e.RunAhead = false
+	if e.canRunAhead(Request{}) {
+		t.Error("runs ahead with RunAhead off")
+	}
+	e.Proposer = &verify.Scripted{Vocab: 8, Block: 4}
+	e.RunAhead = true
+	if e.canRunAhead(Request{}) {
+		t.Error("runs ahead with a proposer that cannot draft from device-side acceptance")
+	}
+}
