@@ -219,7 +219,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			if visible == nil {
 				visible = model.Visible(n)
 			}
-			merged = mlxc.Reshape(d.fqa.Apply(q, keys, values, d.scaleArr, visible, false), L, -1)
+			merged = d.fqa.Apply(q, keys, values, d.scaleArr, visible, false)
 		} else if padded {
 			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
 			if mask == nil {
@@ -300,7 +300,7 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		keys, values := lc.WriteAt(kn, vn, pos, window)
 		var o, merged *mlxc.Array
 		if d.fqa.Fits(q, kn) {
-			merged = mlxc.Reshape(d.fqa.Apply(q, keys, values, d.scaleArr, seen, false), L, -1)
+			merged = d.fqa.Apply(q, keys, values, d.scaleArr, seen, false)
 		} else {
 			if mask == nil {
 				mask = model.WindowMask(seen, L, window, false)

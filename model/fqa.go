@@ -166,14 +166,15 @@ func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
 		k.Dtype() == dt && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 
-// Apply returns attention [1, L, H, D]. causal: query i sees keys [0, visible+i+1) —
+// Apply returns attention as rows [L, H·D] (the layout of [1, L, H, D]: the o projection
+// reads it as is, no reshape node). causal: query i sees keys [0, visible+i+1) —
 // visible is then the position of the block's first row; otherwise every query sees keys
 // [0, visible). visible is a 0-d int32 array (Visible; all layers of a forward share one)
 // and scale a 0-d float32 array (the model's 1/√D).
 func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, causal bool) *mlxc.Array {
 	H, L, D := q.Dim(1), q.Dim(2), q.Dim(3)
 	return a.k.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
-		OutputShapes: [][]int{{1, L, H, D}},
+		OutputShapes: [][]int{{L, H * D}},
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
 		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},

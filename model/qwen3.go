@@ -246,7 +246,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		if at {
 			keys, values := lc.WriteAt(k, v, pos, opt.Window)
 			if fqa && m.fqa.Fits(q, k) {
-				merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, pos, true), rows, -1)
+				merged = m.fqa.Apply(q, keys, values, m.scaleArr, pos, true)
 			} else {
 				if padMask == nil {
 					padMask = WindowMask(pos, L, opt.Window, true)
@@ -259,7 +259,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			if pos == nil {
 				pos = Visible(off0)
 			}
-			merged = mlxc.Reshape(m.fqa.Apply(q, keys, values, m.scaleArr, pos, true), rows, -1)
+			merged = m.fqa.Apply(q, keys, values, m.scaleArr, pos, true)
 		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)
