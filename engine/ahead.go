@@ -19,9 +19,12 @@ import (
 // (model.ForwardOptions.Pos), the drafter given all of the previous block's hidden rows and
 // the device count of committed ones (draft.Drafter.ForwardAt) — and only then is cycle k
 // read. The emitted tokens are the same; what changes is that the host's work overlaps
-// the device's. Greedy decoding without repetition penalty, pure-attention targets.
+// the device's. Requests without repetition penalty, pure-attention targets; with
+// temperature > 0 the random keys are drawn in the plain loop's order (each cycle's draft,
+// then its verification), so a seeded request samples the same tokens in both loops.
 
-// RunAheadDefault reports DFLASH_RUN_AHEAD=1: the run-ahead loop for greedy requests.
+// RunAheadDefault reports DFLASH_RUN_AHEAD=1: the run-ahead loop for requests without a
+// repetition penalty.
 // Off by default until measured on a GPU (on the CPU backend host and device share the
 // cores, so there is little to overlap).
 func RunAheadDefault() bool { return os.Getenv("DFLASH_RUN_AHEAD") == "1" }
@@ -29,14 +32,14 @@ func RunAheadDefault() bool { return os.Getenv("DFLASH_RUN_AHEAD") == "1" }
 // aheadProposer is a proposer that can draft from device-side acceptance.
 type aheadProposer interface {
 	verify.Proposer
-	ProposeAt(staged, ctx, valid *mlxc.Array, n int) verify.Proposal
+	ProposeAt(staged, ctx, valid *mlxc.Array, n int, sp sample.Params, keys *sample.Keys) verify.Proposal
 	SetContext(n int) error
 	CacheOffset() int
 }
 
 // canRunAhead reports whether req can use the run-ahead loop.
 func (e *Engine) canRunAhead(req Request) bool {
-	if !e.RunAhead || e.speculative != nil {
+	if !e.RunAhead {
 		return false
 	}
 	if _, ok := e.Proposer.(aheadProposer); !ok {
@@ -47,8 +50,10 @@ func (e *Engine) canRunAhead(req Request) bool {
 	if _, ok := c.(*model.KVCaches); !ok {
 		return false
 	}
+	// A repetition penalty reads the tokens committed so far, which the host does not know
+	// yet when it builds the next cycle.
 	sp := req.Sampling
-	return sp.Greedy() && !(sp.RepetitionPenalty > 0 && sp.RepetitionPenalty != 1)
+	return !(sp.RepetitionPenalty > 0 && sp.RepetitionPenalty != 1)
 }
 
 // aheadCycle is one enqueued cycle; its arrays are detached (owned here).
@@ -98,6 +103,18 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	}
 	taps := p.TapLayers()
 	dctx := p.CacheOffset() // where the next context rows go in the draft cache: all before are committed
+	sp := req.Sampling
+	keys := newKeys(sp)
+	// verdict is the cycle's verification, as in the plain loop.
+	verdict := func(lp, drafts, probs *mlxc.Array) verify.Verdict {
+		switch {
+		case sp.Greedy():
+			return verify.Greedy(lp, drafts)
+		case e.speculative != nil:
+			return e.speculative(lp, drafts, probs, sp, keys)
+		}
+		return verify.Speculative(lp, drafts, probs, sp, keys)
+	}
 
 	// build enqueues the cycle after prev: its drafter appends prev's hidden rows at dctx, of
 	// which acc+1 are committed, and drafts after them; its verify block starts at
@@ -114,7 +131,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		if err := p.SetContext(dctx); err != nil {
 			panic(&mlxc.Error{Op: "dflash run-ahead", Msg: err.Error()})
 		}
-		prop := p.ProposeAt(tok, prev.hidden, valid, n)
+		prop := p.ProposeAt(tok, prev.hidden, valid, n, sp, keys)
 		ids := mlxc.Reshape(tok, 1, 1)
 		if n > 0 {
 			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(prop.Tokens, 1, n)}, 1)
@@ -122,7 +139,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		pos := mlxc.Add(mlxc.FromSlice([]int32{int32(prev.pos)}, 1), valid)
 		window := prev.pos + prev.n + 1 + n + 1 // pos ≤ prev.pos+prev.n+1
 		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, Pos: pos, Window: window})
-		v := verify.Greedy(sample.LogProbs(mlxc.Reshape(out.Logits, n+1, -1)), prop.Tokens)
+		v := verdict(sample.LogProbs(mlxc.Reshape(out.Logits, n+1, -1)), prop.Tokens, prop.Probs)
 		cy := &aheadCycle{n: n, pos: -1, replayA: -1}
 		cy.acc, cy.tok = v.Leading()
 		if e.ReplayAccept != nil && n > 0 {
@@ -152,7 +169,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	{
 		s := mlxc.NewScope()
 		out := e.Target.Forward(mlxc.FromSlice([]int32{req.Prompt[len(req.Prompt)-1]}, 1, 1), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
-		v := verify.Greedy(sample.LogProbs(mlxc.Reshape(out.Logits, 1, -1)), nil)
+		v := verdict(sample.LogProbs(mlxc.Reshape(out.Logits, 1, -1)), nil, nil)
 		first.v.Next = v.Next.Detach()
 		first.acc, first.tok = mlxc.FromSlice([]int32{0}, 1).Detach(), mlxc.Reshape(v.Next, 1).Detach()
 		first.hidden = out.Hidden.Detach()

@@ -129,8 +129,35 @@ func TestRunAheadStops(t *testing.T) {
 	}
 }
 
-// Requests the run-ahead loop does not serve go to the plain DFlash loop.
-func TestRunAheadOnlyGreedy(t *testing.T) {
+// With temperature > 0 the run-ahead loop draws the random keys in the plain loop's order:
+// a seeded request samples the same tokens in both, for several block sizes and filters.
+func TestRunAheadSamplingMatchesLoop(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	for i, sp := range []sample.Params{
+		{Temperature: 1, Seed: 3},
+		{Temperature: 0.7, TopP: 0.9, Seed: 11},
+		{Temperature: 1.3, TopK: 20, MinP: 0.05, Seed: 5},
+	} {
+		for _, B := range []int{4, 16} {
+			req := Request{Prompt: prompts(p.spec.Vocab)[i%3], MaxTokens: 33, BlockSize: B, IgnoreEOS: true, Sampling: sp}
+			var results [2]Result
+			for k, ahead := range []bool{false, true} {
+				e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
+				results[k], _ = run(t, e, req)
+			}
+			loop, ahead := results[0], results[1]
+			if j, ok := eqTokens(ahead.Tokens, loop.Tokens); !ok || len(ahead.Tokens) != len(loop.Tokens) {
+				t.Errorf("%+v B=%d: differs at %d:\n ahead %v\n loop  %v", sp, B, j, ahead.Tokens, loop.Tokens)
+			}
+			if ahead.Stats.Cycles != loop.Stats.Cycles || ahead.Stats.Accepted != loop.Stats.Accepted {
+				t.Errorf("%+v B=%d: %d cycles, %d accepted; loop %d, %d", sp, B, ahead.Stats.Cycles, ahead.Stats.Accepted, loop.Stats.Cycles, loop.Stats.Accepted)
+			}
+		}
+	}
+}
+
+// Which requests the run-ahead loop serves (the others go to the plain DFlash loop).
+func TestRunAheadRequests(t *testing.T) {
 	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
 	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
 	for _, tc := range []struct {
@@ -138,8 +165,9 @@ func TestRunAheadOnlyGreedy(t *testing.T) {
 		want bool
 	}{
 		{sample.Params{}, true},
-		{sample.Params{Temperature: 0.7}, false},
+		{sample.Params{Temperature: 0.7}, true},
 		{sample.Params{RepetitionPenalty: 1.1}, false},
+		{sample.Params{Temperature: 0.7, RepetitionPenalty: 1.1}, false},
 	} {
 		if got := e.canRunAhead(Request{Sampling: tc.sp}); got != tc.want {
 			t.Errorf("%+v: run ahead %v, want %v", tc.sp, got, tc.want)

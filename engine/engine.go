@@ -34,8 +34,8 @@ type Engine struct {
 	ReplayAccept func(n int) int
 
 	// RunAhead builds each DFlash cycle from the previous one's results while they are still
-	// on the device, reading a cycle only after the next is enqueued (ahead.go); greedy
-	// requests without repetition penalty. Same tokens, more overlap of host and device.
+	// on the device, reading a cycle only after the next is enqueued (ahead.go); requests
+	// without repetition penalty. Same tokens, more overlap of host and device.
 	RunAhead bool
 
 	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's

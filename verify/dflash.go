@@ -49,21 +49,15 @@ func (p *DFlash) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sampl
 	for i := 1; i <= n; i++ {
 		block[i] = int32(p.D.Cfg.MaskTokenID)
 	}
-	logits := mlxc.Reshape(p.D.Forward(mlxc.FromSlice(block, 1, n+1), ctx, p.cache), n, -1)
-	if sp.Greedy() {
-		return Proposal{Tokens: mlxc.AsType(mlxc.Argmax(logits, -1, false), mlxc.Int32)}
-	}
-	q := sp.Probs(sp.Filter(sample.LogProbs(logits)))
-	toks := mlxc.Categorical(mlxc.Log(q), -1, keys.Next())
-	return Proposal{Tokens: mlxc.AsType(toks, mlxc.Int32), Probs: q}
+	return draw(mlxc.Reshape(p.D.Forward(mlxc.FromSlice(block, 1, n+1), ctx, p.cache), n, -1), sp, keys)
 }
 
-// ProposeAt drafts n greedy tokens after staged (int32 [1], on the device) when the
+// ProposeAt drafts n tokens after staged (int32 [1], on the device) when the
 // previous verify block's tapped rows ctx [1, T, ·] are cached whole and only valid
 // (int32 [1], on the device) of them are committed: the engine's run-ahead loop builds a
 // cycle this way before it has read the previous one. The draft cache's offset is left
 // past all T rows; SetContext sets it once the count is known. n = 0 caches the rows only.
-func (p *DFlash) ProposeAt(staged, ctx, valid *mlxc.Array, n int) Proposal {
+func (p *DFlash) ProposeAt(staged, ctx, valid *mlxc.Array, n int, sp sample.Params, keys *sample.Keys) Proposal {
 	if n <= 0 {
 		p.D.AddContext(ctx, p.cache)
 		return Proposal{}
@@ -76,8 +70,18 @@ func (p *DFlash) ProposeAt(staged, ctx, valid *mlxc.Array, n int) Proposal {
 		masks[i] = int32(p.D.Cfg.MaskTokenID)
 	}
 	block := mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(staged, 1, 1), mlxc.FromSlice(masks, 1, n)}, 1)
-	logits := mlxc.Reshape(p.D.ForwardAt(block, ctx, valid, p.cache), n, -1)
-	return Proposal{Tokens: mlxc.AsType(mlxc.Argmax(logits, -1, false), mlxc.Int32)}
+	return draw(mlxc.Reshape(p.D.ForwardAt(block, ctx, valid, p.cache), n, -1), sp, keys)
+}
+
+// draw picks the drafts from the drafter's logits [n, V]: argmax, or a sample from the
+// filtered distribution, whose probabilities the verifier needs.
+func draw(logits *mlxc.Array, sp sample.Params, keys *sample.Keys) Proposal {
+	if sp.Greedy() {
+		return Proposal{Tokens: mlxc.AsType(mlxc.Argmax(logits, -1, false), mlxc.Int32)}
+	}
+	q := sp.Probs(sp.Filter(sample.LogProbs(logits)))
+	toks := mlxc.Categorical(mlxc.Log(q), -1, keys.Next())
+	return Proposal{Tokens: mlxc.AsType(toks, mlxc.Int32), Probs: q}
 }
 
 // SetContext declares the first n context rows of the draft cache committed (after
