@@ -59,7 +59,7 @@ func (e *Engine) canRunAhead(req Request) bool {
 // aheadCycle is one enqueued cycle; its arrays are detached (owned here).
 type aheadCycle struct {
 	n       int         // drafts verified
-	pos     int         // target position of the block's first row (host; known when built)
+	pos     int         // target position of the block's first row (host; set once the previous cycle is read)
 	drafts  *mlxc.Array // int32 [n] (nil when n = 0)
 	v       verify.Verdict
 	acc     *mlxc.Array // int32 [1]: accepted drafts (device)
