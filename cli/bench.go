@@ -41,6 +41,7 @@ func benchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
+		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the run-ahead loop (DFLASH_RUN_AHEAD), alternating with the other two modes"},
 	)
 	return &cli.Command{
 		Name:  "bench",
@@ -97,6 +98,11 @@ type benchRow struct {
 	// The same full-block cycle enqueued back to back, the host never waiting for the
 	// device (engine.PipelineProbe): the floor of a cycle whose state stays on the device.
 	Pipelined *engine.PipelineProbe `json:"pipelined,omitempty"`
+	// --compare-run-ahead: DFlash with the other loop than the session's (run-ahead when
+	// the session runs the plain loop), timed in the same alternation.
+	OtherLoopTPS  float64   `json:"other_loop_tok_s,omitempty"`
+	OtherLoopRuns []float64 `json:"other_loop_runs_tok_s,omitempty"`
+	OtherLoop     string    `json:"other_loop,omitempty"`
 }
 
 type benchReport struct {
@@ -217,7 +223,7 @@ func benchAction(c *cli.Context) error {
 			}
 		}
 		// Plain and DFlash runs alternate, so drift (clocks, other tenants) hits both alike.
-		var plainTPS, dTPS, taus []float64
+		var plainTPS, dTPS, taus, otherTPS []float64
 		var ref, last engine.Result
 		exact := true
 		for r := 0; r < repeats; r++ {
@@ -233,6 +239,18 @@ func benchAction(c *cli.Context) error {
 			}
 			dTPS = append(dTPS, res.Stats.GenerationTPS)
 			taus = append(taus, res.Stats.Tau)
+			if c.Bool("compare-run-ahead") {
+				s.Engine.RunAhead = !s.Engine.RunAhead
+				other, err := dflash(prompt, i, r, false)
+				s.Engine.RunAhead = !s.Engine.RunAhead
+				if err != nil {
+					return err
+				}
+				otherTPS = append(otherTPS, other.Stats.GenerationTPS)
+				if _, ok := sameTokens(other.Tokens, res.Tokens); !ok {
+					exact = false // the loops must agree, replayed or not
+				}
+			}
 			if _, ok := sameTokens(res.Tokens, ref.Tokens); !ok && replay < 0 {
 				exact = false
 			}
@@ -269,6 +287,12 @@ func benchAction(c *cli.Context) error {
 			return fmt.Errorf("pipeline probe: %w", err)
 		}
 		row.Pipelined = &probe
+		if len(otherTPS) > 0 {
+			row.OtherLoopTPS, row.OtherLoopRuns, row.OtherLoop = median(otherTPS), otherTPS, "run-ahead"
+			if s.Engine.RunAhead {
+				row.OtherLoop = "plain loop"
+			}
+		}
 		if row.PlainTPS > 0 {
 			row.Speedup = row.DFlashTPS / row.PlainTPS
 			row.PlainStepMS = 1000 / row.PlainTPS
@@ -329,6 +353,9 @@ func printBench(r benchReport) {
 		x := r.Rows[0]
 		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
 		fmt.Printf("host encoding (profiled): plain step %.2f ms, draft %.2f ms, verify %.2f ms per cycle\n", x.PlainEncodeMS, x.DraftEncodeMS, x.VerifyEncodeMS)
+		if x.OtherLoop != "" {
+			fmt.Printf("dflash with the %s: %.1f tok/s (this table: %.1f)\n", x.OtherLoop, x.OtherLoopTPS, x.DFlashTPS)
+		}
 		if pp := x.Pipelined; pp != nil {
 			fmt.Printf("pipelined (host never waits): cycle %.2f ms (host %.2f), verify alone %.2f ms (host %.2f); the loop's cycle: %.2f ms\n",
 				pp.CycleMS, pp.HostMS, pp.VerifyMS, pp.VerifyHostMS, x.CycleMS)

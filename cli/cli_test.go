@@ -292,6 +292,13 @@ func TestBenchJSON(t *testing.T) {
 		DraftNodes float64            `json:"draft_nodes_per_cycle"`
 		VerNodes   float64            `json:"verify_nodes_per_cycle"`
 		StepOps    map[string]float64 `json:"plain_step_ops"`
+		OtherTPS   float64            `json:"other_loop_tok_s"`
+		OtherRuns  []float64          `json:"other_loop_runs_tok_s"`
+		OtherLoop  string             `json:"other_loop"`
+		Pipelined  *struct {
+			CycleMS float64 `json:"cycle_ms"`
+			HostMS  float64 `json:"host_ms"`
+		} `json:"pipelined"`
 	}
 	type report struct {
 		Rows     []row    `json:"rows"`
@@ -325,6 +332,15 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if x.StepNodes <= 0 || x.DraftNodes <= 0 || x.VerNodes <= 0 || len(x.StepOps) == 0 {
 		t.Errorf("profiled graph counts missing: %+v", x)
+	}
+	if x.Pipelined == nil || x.Pipelined.CycleMS <= 0 || x.Pipelined.HostMS <= 0 || x.OtherLoop != "" {
+		t.Errorf("pipelined probe %+v, other loop %q", x.Pipelined, x.OtherLoop)
+	}
+
+	// The run-ahead loop timed alongside, replayed: the same tokens as the plain loop.
+	r = run("-n", "12", "--repeats", "2", "--replay-drafts", "0.2", "--compare-run-ahead")
+	if x := r.Rows[0]; !r.AllExact || x.OtherLoop != "run-ahead" || len(x.OtherRuns) != 2 || x.OtherTPS <= 0 {
+		t.Errorf("--compare-run-ahead: all exact %v, row %+v", r.AllExact, x)
 	}
 
 	// Every draft right: 12 tokens = the first (from the prompt) + one cycle of 10 drafts and

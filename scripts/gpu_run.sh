@@ -85,7 +85,8 @@ fi
 if [ "$STAGE" = ab ]; then
   # Side-by-side variants of the τ≈6.5 benchmark (AB_VARIANTS: ';'-separated env settings,
   # "-" for none), then τ=16 (TAU16_ENV), flips (FLIPS_ENV) and the exactness tests
-  # (TESTS_ENV: settings for the engine tests, TESTS_RUN their -test.run pattern,
+  # (BENCH_ARGS: extra bench flags, e.g. --compare-run-ahead; TESTS_ENV: settings for the
+  # engine tests, TESTS_RUN their -test.run pattern,
   # TESTS_TIMEOUT seconds). Results: $OUT/<RES folder>.tgz.
   R="${RES:-/tmp/res}"; mkdir -p "$R"
   summary() { python3 -c "
@@ -95,6 +96,7 @@ print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','med
 print('runs plain', [round(v) for v in x['plain_runs_tok_s']], 'dflash', [round(v) for v in x['dflash_runs_tok_s']])
 print({k:round(v,2) for k,v in x.items() if isinstance(v,float) and (k.endswith('ms') or 'nodes' in k or k.endswith('cycle'))})
 print('pipelined', x.get('pipelined'))
+if x.get('other_loop'): print('other loop', x['other_loop'], round(x['other_loop_tok_s']), [round(v) for v in x['other_loop_runs_tok_s']])
 for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   ops=x.get(part) or {}
   print(part, sorted(((round(v,1),k) for k,v in ops.items()), reverse=True)[:12])
@@ -113,7 +115,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   for v in "${VS[@]}"; do
     i=$((i+1)); [ "$v" = "-" ] && v=""
     log "variant $i: ${v:-defaults}: replayed error rate ${AB_ERR:-0.14}"
-    env $v timeout 200 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts "${AB_PROMPTS:-1}" --repeats 3 --replay-drafts "${AB_ERR:-0.14}" --json > "$R/ab_$i.json" 2> "$R/ab_$i.err"
+    env $v timeout 200 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts "${AB_PROMPTS:-1}" --repeats 3 --replay-drafts "${AB_ERR:-0.14}" ${BENCH_ARGS:-} --json > "$R/ab_$i.json" 2> "$R/ab_$i.err"
     echo "$v" > "$R/ab_$i.env"
     summary "$R/ab_$i.json" || tail -3 "$R/ab_$i.err"
   done
