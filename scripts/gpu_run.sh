@@ -3,7 +3,7 @@
 # was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
-# (STAGE: setup | all | tests | engine | bench | graphs | ab | sweep | mlxlm; docs/gpu.md)
+# (STAGE: setup | all | tests | engine | bench | graphs | ab | sweep | inmodel | mlxlm; docs/gpu.md)
 set -uo pipefail
 STAGE="${1:-all}"
 X=/tmp/mlxcuda
@@ -135,6 +135,13 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded|Fused' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
+fi
+if [ "$STAGE" = inmodel ]; then
+  # Launch rules of the tensor-core kernel timed inside the random 4B-shape model (verify
+  # blocks back to back, rules alternating); DFLASH_TC_INMODEL_RULES overrides the list.
+  [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  ( cd model && DFLASH_TC_INMODEL=/tmp/r4b/target timeout 400 "$B/model.test" -test.run TCInModelSweep -test.v -test.count=1 2>&1 ) > "$OUT/tc_inmodel.txt"
+  grep -E "ms per verify|FAIL|ok|error" "$OUT/tc_inmodel.txt"
 fi
 if [ "$STAGE" = sweep ]; then
   # Launch shapes of the tensor-core few-row kernel: GB/s per shape, values checked first.
