@@ -151,6 +151,9 @@ type runOutput struct {
 func printRunStats(w io.Writer, o runOutput) {
 	st := o.Stats
 	fmt.Fprintf(w, "── %s ", st.Mode)
+	if st.RunAhead {
+		fmt.Fprint(w, "run-ahead ")
+	}
 	if o.DraftModel != "" {
 		fmt.Fprintf(w, "(target %s, draft %s)", o.TargetModel, o.DraftModel)
 	} else {

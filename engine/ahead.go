@@ -88,7 +88,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	}
 	B = max(B, 1)
 	o := newOutput(req, e.Target.Arch().EOSTokenIDs)
-	st := Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
+	st := Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
 	if req.MaxTokens == 0 {
 		o.end(FinishLength)
 		return Result{FinishReason: o.finish, Stats: st}, nil

@@ -43,8 +43,8 @@ func TestRunAheadEqualsPlain(t *testing.T) {
 						if got := 1 + st.Cycles + st.Accepted; got < st.GeneratedTokens || got > st.GeneratedTokens+B {
 							t.Errorf("1 + cycles %d + accepted %d = %d, generated %d", st.Cycles, st.Accepted, got, st.GeneratedTokens)
 						}
-						if res.FinishReason != FinishLength {
-							t.Errorf("finish %q", res.FinishReason)
+						if res.FinishReason != FinishLength || !st.RunAhead {
+							t.Errorf("finish %q, run ahead %v", res.FinishReason, st.RunAhead)
 						}
 					})
 				}

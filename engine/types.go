@@ -58,7 +58,10 @@ type Stats struct {
 	Mode            string `json:"mode"` // "plain" or "dflash"
 	PromptTokens    int    `json:"prompt_tokens"`
 	GeneratedTokens int    `json:"generated_tokens"`
-	Cycles          int    `json:"cycles"`
+	// RunAhead: the DFlash cycles ran with the run-ahead loop (Engine.RunAhead); its Build
+	// time overlaps the device, and Draft/Verify are not split.
+	RunAhead bool `json:"run_ahead,omitempty"`
+	Cycles   int  `json:"cycles"`
 	// Tau is tokens per cycle including the bonus token (DFlash only).
 	Tau float64 `json:"tau"`
 	// AcceptHist[a] counts cycles that accepted a drafts.
