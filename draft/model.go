@@ -238,28 +238,9 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		if merged == nil {
 			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
 		}
-		if oo := l.o.Apply(merged); d.fused.AddNormFits(x, l.postNorm) {
-			x, h = d.fused.AddNorm(x, oo, l.postNorm)
-		} else {
-			x = mlxc.Add(x, oo)
-			h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
-		}
-		var act *mlxc.Array
-		if d.fused != nil && l.gateUp != nil {
-			act = d.fused.GatedAct(l.gateUp.Whole(h))
-		} else {
-			gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
-			act = d.swiglu.Apply(gu[0], gu[1])
-		}
-		next = nil
-		if dn := l.down.Apply(act); i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm) {
-			x, next = d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
-		} else {
-			x = mlxc.Add(x, dn)
-		}
+		x, next = d.layerTail(i, x, merged)
 	}
-	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
-	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
+	return d.logits(x)
 }
 
 // ForwardAt drafts a block when only the device knows how much of the new context is
@@ -309,27 +290,43 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
 			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
 		}
-		if oo := l.o.Apply(merged); d.fused.AddNormFits(x, l.postNorm) {
-			x, h = d.fused.AddNorm(x, oo, l.postNorm)
-		} else {
-			x = mlxc.Add(x, oo)
-			h = mlxc.RMSNorm(x, l.postNorm, c0.RMSNormEps)
-		}
-		var act *mlxc.Array
-		if d.fused != nil && l.gateUp != nil {
-			act = d.fused.GatedAct(l.gateUp.Whole(h))
-		} else {
-			gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
-			act = d.swiglu.Apply(gu[0], gu[1])
-		}
-		next = nil
-		if dn := l.down.Apply(act); i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm) {
-			x, next = d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
-		} else {
-			x = mlxc.Add(x, dn)
-		}
+		x, next = d.layerTail(i, x, merged)
 	}
-	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, c0.RMSNormEps)
+	return d.logits(x)
+}
+
+// layerTail finishes layer i after attention (merged: its heads as rows [L, ·]): the o
+// projection and residual, the post-attention norm, the MLP and its residual. It returns
+// the residual stream and, when the fused add-norm made it, layer i+1's input norm (nil:
+// the caller norms).
+func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+	l := &d.layers[i]
+	var h *mlxc.Array
+	if oo := l.o.Apply(merged); d.fused.AddNormFits(x, l.postNorm) {
+		x, h = d.fused.AddNorm(x, oo, l.postNorm)
+	} else {
+		x = mlxc.Add(x, oo)
+		h = mlxc.RMSNorm(x, l.postNorm, d.Cfg.RMSNormEps)
+	}
+	var act *mlxc.Array
+	if d.fused != nil && l.gateUp != nil {
+		act = d.fused.GatedAct(l.gateUp.Whole(h))
+	} else {
+		gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
+		act = d.swiglu.Apply(gu[0], gu[1])
+	}
+	dn := l.down.Apply(act)
+	if i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm) {
+		return d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
+	}
+	return mlxc.Add(x, dn), nil
+}
+
+// logits are the block's draft logits [1, L−1, V] from the last layer's rows x [L, H]
+// (slots 1..L−1), through the final norm and the target's head.
+func (d *Drafter) logits(x *mlxc.Array) *mlxc.Array {
+	L := x.Dim(0)
+	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, d.Cfg.RMSNormEps)
 	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
 }
 

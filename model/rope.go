@@ -85,30 +85,29 @@ func ParseRope(cfg *RawConfig, dims int, theta float64, maxPos int) (*Rope, erro
 
 // Apply rotates x [B, heads, L, D] for positions offset… .
 func (r *Rope) Apply(x *mlxc.Array, offset int) *mlxc.Array {
-	if r.MScale != 1 {
-		x = mlxc.Multiply(x, mlxc.Scalar(float64(r.MScale), x.Dtype()))
-	}
-	if r.freqs != nil {
-		if r.freqsA == nil || !r.freqsA.Valid() {
-			r.freqsA = mlxc.FromSlice(r.freqs, len(r.freqs)).Detach()
-		}
-		return mlxc.RoPE(x, r.Dims, false, 0, r.Scale, offset, r.freqsA)
-	}
-	return mlxc.RoPE(x, r.Dims, false, r.Base, r.Scale, offset, nil)
+	x, base, freqs := r.inputs(x)
+	return mlxc.RoPE(x, r.Dims, false, base, r.Scale, offset, freqs)
 }
 
 // ApplyAt is Apply with the first position pos (int32 [1]) computed on the device.
 func (r *Rope) ApplyAt(x, pos *mlxc.Array) *mlxc.Array {
+	x, base, freqs := r.inputs(x)
+	return mlxc.RoPEDynamic(x, r.Dims, false, base, r.Scale, pos, freqs)
+}
+
+// inputs are MLX's rope arguments: x scaled by YaRN's MScale, and the base or (YaRN) the
+// frequencies array, made once.
+func (r *Rope) inputs(x *mlxc.Array) (*mlxc.Array, float32, *mlxc.Array) {
 	if r.MScale != 1 {
 		x = mlxc.Multiply(x, mlxc.Scalar(float64(r.MScale), x.Dtype()))
 	}
-	if r.freqs != nil {
-		if r.freqsA == nil || !r.freqsA.Valid() {
-			r.freqsA = mlxc.FromSlice(r.freqs, len(r.freqs)).Detach()
-		}
-		return mlxc.RoPEDynamic(x, r.Dims, false, 0, r.Scale, pos, r.freqsA)
+	if r.freqs == nil {
+		return x, r.Base, nil
 	}
-	return mlxc.RoPEDynamic(x, r.Dims, false, r.Base, r.Scale, pos, nil)
+	if r.freqsA == nil || !r.freqsA.Valid() {
+		r.freqsA = mlxc.FromSlice(r.freqs, len(r.freqs)).Detach()
+	}
+	return x, 0, r.freqsA
 }
 
 func (r *Rope) Free() { r.freqsA.Free() }
