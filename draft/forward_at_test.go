@@ -8,7 +8,6 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
-	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
 
@@ -19,19 +18,11 @@ func TestDrafterForwardAtMatchesForward(t *testing.T) {
 	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
 	err := mlxc.Do(func() error {
-		if err := modelgen.WriteQwen3(filepath.Join(dir, "t"), spec); err != nil {
-			return err
-		}
-		target, err := model.Load(filepath.Join(dir, "t"), model.LoadOptions{})
+		target, ds, err := writeTinyPair(dir, spec)
 		if err != nil {
 			return err
 		}
 		defer target.Free()
-		ds := modelgen.DrafterFor(spec, 2)
-		ds.BlockSize = 8
-		if err := modelgen.WriteDrafter(filepath.Join(dir, "d"), ds); err != nil {
-			return err
-		}
 		d, err := draft.Load(filepath.Join(dir, "d"), target)
 		if err != nil {
 			return err

@@ -19,19 +19,11 @@ func TestDrafterPaddedKeysMatchConcatenated(t *testing.T) {
 	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
 	err := mlxc.Do(func() error {
-		if err := modelgen.WriteQwen3(filepath.Join(dir, "t"), spec); err != nil {
-			return err
-		}
-		target, err := model.Load(filepath.Join(dir, "t"), model.LoadOptions{})
+		target, ds, err := writeTinyPair(dir, spec)
 		if err != nil {
 			return err
 		}
 		defer target.Free()
-		ds := modelgen.DrafterFor(spec, 2)
-		ds.BlockSize = 8
-		if err := modelgen.WriteDrafter(filepath.Join(dir, "d"), ds); err != nil {
-			return err
-		}
 		d, err := draft.Load(filepath.Join(dir, "d"), target)
 		if err != nil {
 			return err
@@ -96,16 +88,8 @@ func TestDrafterFusedMatchesOps(t *testing.T) {
 	load := func() (*draft.Drafter, error) { return draft.Load(filepath.Join(dir, "d"), target) }
 	t.Setenv("DFLASH_FUSED_DRAFT", "0")
 	err := mlxc.Do(func() error {
-		if err := modelgen.WriteQwen3(filepath.Join(dir, "t"), spec); err != nil {
-			return err
-		}
 		var err error
-		if target, err = model.Load(filepath.Join(dir, "t"), model.LoadOptions{}); err != nil {
-			return err
-		}
-		ds := modelgen.DrafterFor(spec, 2)
-		ds.BlockSize = 8
-		if err := modelgen.WriteDrafter(filepath.Join(dir, "d"), ds); err != nil {
+		if target, _, err = writeTinyPair(dir, spec); err != nil {
 			return err
 		}
 		plain, err = load()
@@ -163,4 +147,19 @@ func compareDrafts(want, got *mlxc.Array) (diff, scale float64, wa, ga []uint32)
 	diff = mlxc.Max(mlxc.Abs(mlxc.Subtract(w32, g32)), nil, false).Float()
 	scale = mlxc.Max(mlxc.Abs(w32), nil, false).Float()
 	return diff, scale, mlxc.ToSlice[uint32](mlxc.Argmax(want, -1, false)), mlxc.ToSlice[uint32](mlxc.Argmax(got, -1, false))
+}
+
+// writeTinyPair writes a target of spec under dir/t and a 2-layer drafter of block 8 for it
+// under dir/d, and loads the target (MLX thread; the caller frees it and loads the drafter).
+func writeTinyPair(dir string, spec modelgen.Qwen3Spec) (model.Model, modelgen.DrafterSpec, error) {
+	ds := modelgen.DrafterFor(spec, 2)
+	ds.BlockSize = 8
+	if err := modelgen.WriteQwen3(filepath.Join(dir, "t"), spec); err != nil {
+		return nil, ds, err
+	}
+	if err := modelgen.WriteDrafter(filepath.Join(dir, "d"), ds); err != nil {
+		return nil, ds, err
+	}
+	target, err := model.Load(filepath.Join(dir, "t"), model.LoadOptions{})
+	return target, ds, err
 }

@@ -82,11 +82,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	start := time.Now()
 	e.budget(&req)
 	p := e.Proposer.(aheadProposer)
-	B := p.BlockSize()
-	if req.BlockSize > 0 && req.BlockSize < B {
-		B = req.BlockSize
-	}
-	B = max(B, 1)
+	B := blockSize(p, req)
 	o := newOutput(req, e.Target.Arch().EOSTokenIDs)
 	st := Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
 	if req.MaxTokens == 0 {

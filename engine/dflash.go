@@ -16,18 +16,22 @@ import (
 // the per-slot verdicts and the candidate next tokens. The host then commits staged plus
 // the accepted drafts, rewinds the target cache over the rejected rows, and hands the
 // accepted rows' hidden states to the drafter as the next context.
+// blockSize is the DFlash block of a request: the proposer's, capped by the request's,
+// at least 1.
+func blockSize(p verify.Proposer, req Request) int {
+	B := p.BlockSize()
+	if req.BlockSize > 0 && req.BlockSize < B {
+		B = req.BlockSize
+	}
+	return max(B, 1)
+}
+
 func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
 	mlxc.ResetPeakMemory()
 	start := time.Now()
 	e.budget(&req)
 	p := e.Proposer
-	B := p.BlockSize()
-	if req.BlockSize > 0 && req.BlockSize < B {
-		B = req.BlockSize
-	}
-	if B < 1 {
-		B = 1
-	}
+	B := blockSize(p, req)
 	arch := e.Target.Arch()
 	o := newOutput(req, arch.EOSTokenIDs)
 	st := Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
