@@ -153,7 +153,11 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		if cy.drafts != nil {
 			evalList = append(evalList, cy.drafts)
 		}
-		mlxc.AsyncEval(evalList...)
+		if e.aheadMode == "eval" {
+			mlxc.Eval(evalList...)
+		} else {
+			mlxc.AsyncEval(evalList...)
+		}
 		return cy
 	}
 	// draftsAfter is the draft count of a cycle that follows `emitted` emitted tokens.
@@ -200,7 +204,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		// budget even if this one accepts everything; near the end, after reading it, with
 		// the exact budget (the plain loop's blocks, so replayed runs match it too).
 		tb := time.Now()
-		if n := draftsAfter(len(o.tokens) + pending.n + 1); n >= B-1 && n >= 1 {
+		if n := draftsAfter(len(o.tokens) + pending.n + 1); n >= B-1 && n >= 1 && e.aheadMode != "late" {
 			next = build(pending, -1, n)
 		}
 		st.BuildTime += time.Since(tb)

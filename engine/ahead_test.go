@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/model"
@@ -27,7 +28,7 @@ func TestRunAheadEqualsPlain(t *testing.T) {
 				want := plainGreedy(t, p, prompt, maxTok)
 				for _, B := range []int{2, 4, 8, 16} {
 					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d", sc.name, pi, maxTok, B), func(t *testing.T) {
-						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
+						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true, aheadMode: os.Getenv("DFLASH_AHEAD_DEBUG")}
 						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
 						if i, ok := eqTokens(res.Tokens, want); !ok || len(res.Tokens) != len(want) {
 							t.Fatalf("run-ahead diverges from plain at %d:\n got   %v\n plain %v", i, res.Tokens, want)

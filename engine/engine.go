@@ -41,6 +41,10 @@ type Engine struct {
 	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's
 	// rollback together with the tokens committed so far (prompt + output − staged).
 	afterCycle func(c model.Cache, committed []int32)
+	// aheadMode, when set (tests, to tell a backend's fault from the loop's), changes how
+	// the run-ahead loop overlaps: "late" builds each cycle only after reading the one
+	// before (from the host's count), "eval" waits for each cycle right after building it.
+	aheadMode string
 	// speculative replaces verify.Speculative (tests inject a wrong rule to show that the
 	// distribution test has power).
 	speculative func(lp, drafts, probs *mlxc.Array, sp sample.Params, keys *sample.Keys) verify.Verdict

@@ -47,9 +47,12 @@ func Dequantize(q Quantized, outDtype Dtype) *Array {
 // QuantizedMatmul computes x @ dequant(w)ᵀ (transpose=true) without materialising w.
 func QuantizedMatmul(x *Array, q Quantized, transpose bool) *Array {
 	if transpose && hopperQMMSingleGroup(x, q) {
-		// Dequantizing a weight this narrow (K within one group) costs nothing.
-		return Matmul(x, SwapAxes(Dequantize(q, x.Dtype()), -1, -2))
+		return singleGroupRows(x, q)
 	}
+	return quantizedMatmul(x, q, transpose)
+}
+
+func quantizedMatmul(x *Array, q Quantized, transpose bool) *Array {
 	var h C.mlxc_array
 	m, free := cstr(q.Mode)
 	defer free()
@@ -73,12 +76,33 @@ func GatherMM(a, b, lhsIdx, rhsIdx *Array, sorted bool) *Array {
 	return newArray(h)
 }
 
+// singleGroupRows computes a product hopperQMMSingleGroup picks without the Hopper GEMM: one row at a time through
+// qmv (the product a one-row decode step makes, so a verify block rounds exactly like decode;
+// dequantizing to bf16 first rounded every weight and flipped greedy tokens of the 4-bit
+// equality test), or, past 64 rows, through float32 dequantized weights. Only models this
+// narrow (hidden size ≤ group size: test models) get here, so launches do not matter.
+func singleGroupRows(x *Array, q Quantized) *Array {
+	k := x.Dim(-1)
+	rows := x.Size() / k
+	shape := append(x.Shape()[:x.Ndim()-1:x.Ndim()-1], q.W.Dim(0))
+	flat := Reshape(x, rows, k)
+	if rows > 64 {
+		y := Matmul(AsType(flat, Float32), SwapAxes(Dequantize(q, Float32), -1, -2))
+		return Reshape(AsType(y, x.Dtype()), shape...)
+	}
+	parts := make([]*Array, rows)
+	for i := range parts {
+		parts[i] = quantizedMatmul(Slice(flat, []int{i, 0}, []int{i + 1, k}), q, true)
+	}
+	return Reshape(Concatenate(parts, 0), shape...)
+}
+
 // hopperQMMSingleGroup reports the products that MLX's CUDA backend sends to its Hopper
 // quantized GEMM on a compute-capability-9 GPU: affine, transposed, more than one row, K a
 // multiple of 64 within a single group (MLX's own test for that kernel; the capability is
-// not asked here, other GPUs just dequantize these narrow weights too). On the H200 (MLX 0.32.4,
+// not asked here, other GPUs take the same detour). On the H200 (MLX 0.32.4,
 // session 4) it returned zeros for K = 64, group 64, 2–37 rows, bf16 (garbage in float32),
-// while one row (qmv) was right; QuantizedMatmul dequantizes for these instead.
+// while one row (qmv) was right; QuantizedMatmul routes these through singleGroupRows.
 // TestQuantizedMatmulRows covers both sides of the test on a GPU.
 func hopperQMMSingleGroup(x *Array, q Quantized) bool {
 	if !curDevice.GPU || Backend() != "cuda" || (q.Mode != "" && q.Mode != "affine") || q.Biases == nil || x.Ndim() < 1 {

@@ -3,6 +3,7 @@ package mlxc
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -277,6 +278,17 @@ func TestQuantizedMatmulRows(t *testing.T) {
 					got := QuantizedMatmul(x, q, true)
 					name := fmt.Sprintf("%s n%d k%d group %d bits %d rows %d", dt, c.n, c.k, c.gs, c.bits, m)
 					eqShape(t, name, got.Shape(), []int{m, c.n})
+					if hopperQMMSingleGroup(x, q) {
+						// The detour promises decode's rounding: each row as its own product.
+						all := AsType(got, Float32).Float32s()
+						for r := range m {
+							one := AsType(QuantizedMatmul(Slice(x, []int{r, 0}, []int{r + 1, c.k}), q, true), Float32).Float32s()
+							if !slices.Equal(all[r*c.n:(r+1)*c.n], one) {
+								t.Errorf("%s: row %d differs from its one-row product", name, r)
+								break
+							}
+						}
+					}
 					if dt == Float32 {
 						nearAll(t, name, got.Float32s(), want, 1e-4, 1e-4)
 						continue

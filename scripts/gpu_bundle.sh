@@ -59,7 +59,7 @@ export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers"
 B="$(mktemp -d)"
 mkdir -p "$B/bin"
 go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=$(git rev-parse --short HEAD)" -o "$B/bin/dflash-mlx" ./cmd/dflash-mlx
-for p in mlxc model draft engine; do
+for p in mlxc model draft engine verify; do
   go test -c -ldflags "-s -w" -o "$B/bin/$p.test" "./$p"
 done
 (cd "$B" && tar -cJf "$ROOT/.gpu/p2/bin.tar.xz" bin)

@@ -3,7 +3,7 @@
 # was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
-# (STAGE: setup | all | tests | engine | bench | graphs | ab | sweep | inmodel | mlxlm; docs/gpu.md)
+# (STAGE: setup | all | tests | engine | bench | graphs | ab | diag | sweep | inmodel | mlxlm; docs/gpu.md)
 set -uo pipefail
 STAGE="${1:-all}"
 X=/tmp/mlxcuda
@@ -135,6 +135,20 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded|Fused' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
+fi
+if [ "$STAGE" = diag ]; then
+  # Chosen test binaries with chosen settings, one after another (DIAG: ';'-separated
+  # "package|-test.run pattern|env settings" entries; DIAG_TIMEOUT seconds each).
+  IFS=';' read -ra DS <<< "${DIAG:?DIAG is empty}"
+  R=/tmp/diag; rm -rf "$R"; mkdir -p "$R"
+  i=0
+  for d in "${DS[@]}"; do
+    i=$((i+1)); IFS='|' read -r pkg pat envs <<< "$d"
+    log "diag $i: $pkg -run '$pat' ${envs:-}"
+    ( cd "$pkg" && env ${envs:-} timeout "${DIAG_TIMEOUT:-150}" "$B/$pkg.test" -test.count=1 -test.v -test.run "$pat" 2>&1 ) > "$R/diag_$i.txt"; echo "exit $?" >> "$R/diag_$i.txt"
+    grep -E "^(--- FAIL|--- PASS|ok|FAIL|PASS|exit)|_test.go" "$R/diag_$i.txt" | head -"${DIAG_LINES:-12}"
+  done
+  tar -czf "$OUT/diag.tgz" -C "$R" .
 fi
 if [ "$STAGE" = inmodel ]; then
   # Launch rules of the tensor-core kernel timed inside the random 4B-shape model (verify

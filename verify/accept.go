@@ -29,9 +29,11 @@ func (v Verdict) Leading() (accepted, next *mlxc.Array) {
 	if v.Accept == nil {
 		accepted = mlxc.FromSlice([]int32{0}, 1)
 	} else {
-		// Positions with no rejection at or before them: the accepted prefix.
-		rejected := mlxc.Cumsum(mlxc.AsType(mlxc.LogicalNot(v.Accept), mlxc.Int32), 0, false, true)
-		accepted = mlxc.Reshape(mlxc.Sum(mlxc.AsType(mlxc.Equal(rejected, mlxc.Scalar(0, mlxc.Int32)), mlxc.Int32), nil, false), 1)
+		// The first rejection's index (argmax takes the first maximum), with a rejection
+		// appended so that accepting everything gives n. No scan: MLX's CUDA backend got
+		// the cumulative-sum form wrong inside the run-ahead loop (H200, session 5).
+		rejected := mlxc.Concatenate([]*mlxc.Array{mlxc.LogicalNot(v.Accept), mlxc.FromSlice([]bool{true}, 1)}, 0)
+		accepted = mlxc.Reshape(mlxc.AsType(mlxc.Argmax(rejected, 0, false), mlxc.Int32), 1)
 	}
 	return accepted, mlxc.Take(v.Next, accepted, 0)
 }

@@ -39,6 +39,10 @@ func TestLeadingMatchesResolve(t *testing.T) {
 		{[]int32{1, 2, 3}, []bool{true, true}},
 		{[]int32{4, 5, 6, 7, 8}, []bool{true, true, false, true}},
 		{[]int32{4, 5, 6, 7, 8}, []bool{false, false, false, false}},
+		{[]int32{5, 6}, []bool{true}},
+		{[]int32{5, 6}, []bool{false}},
+		{[]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, []bool{true, true, true, true, true, true, true, true, true, true, true, true, true, true, true}},
+		{[]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, []bool{true, true, true, true, true, true, true, true, true, true, true, true, true, false, true}},
 	}
 	on(t, func() {
 		for _, c := range cases {
@@ -51,6 +55,41 @@ func TestLeadingMatchesResolve(t *testing.T) {
 			ga, gt := mlxc.ToSlice[int32](a), mlxc.ToSlice[int32](tok)
 			if len(ga) != 1 || len(gt) != 1 || int(ga[0]) != wantA || gt[0] != wantTok {
 				t.Errorf("Leading(%v, %v) = %v, %v; want [%d], [%d]", c.next, c.accept, ga, gt, wantA, wantTok)
+			}
+		}
+	})
+}
+
+// Leading on a verdict still lazy on the device, built the way the run-ahead loop builds
+// it (Greedy over logprobs whose argmax rows the drafts partly match), equals Resolve of
+// the same verdict read back.
+func TestLeadingOfLazyGreedyVerdict(t *testing.T) {
+	on(t, func() {
+		const V = 11
+		for n := 1; n <= 15; n++ {
+			for miss := 0; miss <= n; miss++ {
+				lp := make([]float32, (n+1)*V)
+				drafts := make([]int32, n)
+				for i := range n + 1 {
+					best := (i*7 + n) % V
+					lp[i*V+best] = 1
+					if i < n {
+						drafts[i] = int32(best)
+						if i == miss {
+							drafts[i] = int32((best + 1) % V)
+						}
+					}
+				}
+				v := Greedy(mlxc.FromSlice(lp, n+1, V), mlxc.FromSlice(drafts, n))
+				a, tok := v.Leading()
+				ga, gt := mlxc.ToSlice[int32](a), mlxc.ToSlice[int32](tok)
+				wantA, wantTok := Resolve(mlxc.ToSlice[int32](v.Next), mlxc.ToSlice[bool](v.Accept))
+				if wantA != min(miss, n) {
+					t.Fatalf("n %d, miss %d: Resolve accepted %d", n, miss, wantA)
+				}
+				if int(ga[0]) != wantA || gt[0] != wantTok {
+					t.Errorf("n %d, miss %d: Leading = %v, %v; want %d, %d", n, miss, ga, gt, wantA, wantTok)
+				}
 			}
 		}
 	})
