@@ -23,11 +23,20 @@ import (
 // temperature > 0 the random keys are drawn in the plain loop's order (each cycle's draft,
 // then its verification), so a seeded request samples the same tokens in both loops.
 
-// RunAheadDefault reports DFLASH_RUN_AHEAD=1: the run-ahead loop for requests without a
-// repetition penalty.
-// Off by default until measured on a GPU (on the CPU backend host and device share the
-// cores, so there is little to overlap).
-func RunAheadDefault() bool { return os.Getenv("DFLASH_RUN_AHEAD") == "1" }
+// RunAheadDefault reports whether the run-ahead loop serves requests without a repetition
+// penalty: on a CUDA GPU unless DFLASH_RUN_AHEAD=0, elsewhere only with DFLASH_RUN_AHEAD=1.
+// Measured on the H200 (session 5, 4B shape, τ 6.54): 776 against 667 tok/s for the plain
+// loop in one process, same tokens (bit for bit in GPU-exact mode). Not measured on Metal;
+// on the CPU backend host and device share the cores, so there is little to overlap.
+func RunAheadDefault() bool {
+	switch os.Getenv("DFLASH_RUN_AHEAD") {
+	case "1":
+		return true
+	case "0":
+		return false
+	}
+	return mlxc.CurrentDevice().GPU && mlxc.Backend() == "cuda"
+}
 
 // aheadProposer is a proposer that can draft from device-side acceptance.
 type aheadProposer interface {

@@ -306,3 +306,34 @@ func TestQuantizedMatmulRows(t *testing.T) {
 		}
 	})
 }
+
+// singleGroupRows (the detour QuantizedMatmul takes on CUDA for weights within one group)
+// gives every row its one-row product, bit for bit, and past 64 rows the float32 product
+// of the dequantized weights rounded to bf16; checked on whatever device runs the tests.
+func TestSingleGroupRows(t *testing.T) {
+	g := lcg(73)
+	onMLX(t, func() {
+		for _, m := range []int{2, 5, 70} {
+			s := NewScope()
+			w := AsType(f32(g.floats(96*64, -0.3, 0.3), 96, 64), BFloat16)
+			q := Quantize(w, 64, 4, "")
+			deq := AsType(Dequantize(q, -1), Float32).Float32s()
+			x := AsType(f32(g.floats(m*64, -1, 1), 1, m, 64), BFloat16)
+			got := singleGroupRows(x, q)
+			eqShape(t, fmt.Sprintf("rows %d", m), got.Shape(), []int{1, m, 96})
+			all := AsType(got, Float32).Float32s()
+			for r := range m {
+				one := AsType(quantizedMatmul(Slice(x, []int{0, r, 0}, []int{1, r + 1, 64}), q, true), Float32).Float32s()
+				if m <= 64 && !slices.Equal(all[r*96:(r+1)*96], one) {
+					t.Errorf("rows %d: row %d differs from its one-row product", m, r)
+				}
+				if m > 64 { // float32 products of the dequantized weights, rounded to bf16
+					xs := AsType(Slice(x, []int{0, r, 0}, []int{1, r + 1, 64}), Float32).Float32s()
+					want := matmulRef(xs, 1, 64, deq, 96, true)
+					nearAll(t, fmt.Sprintf("rows %d row %d", m, r), all[r*96:(r+1)*96], want, 1e-2, 1e-2)
+				}
+			}
+			s.Close()
+		}
+	})
+}

@@ -103,3 +103,78 @@ func closeArrays(what string, got, want *mlxc.Array, tol float64) error {
 	}
 	return nil
 }
+
+// Blocks placed by device positions one after another, the way the run-ahead loop places
+// its verify blocks (a one-token prompt, a reserved cache, positions computed on the device
+// from earlier results), give the logits that one-token decode steps give at the same
+// positions: values within bf16 steps, the same greedy token on every row on the CPU, and
+// bit for bit the same values on a GPU in GPU-exact mode. Decode is the reference the
+// engine's equality tests hold DFlash to.
+func TestForwardAtBlocksMatchDecode(t *testing.T) {
+	spec := modelgen.TinyQwen3()
+	spec.Seed, spec.WeightStd = 11, 0.12
+	dir := t.TempDir()
+	writeModel(t, dir, spec)
+	m := loadModel(t, dir)
+	const steps, L = 13, 4
+	for _, lazy := range []bool{false, true} {
+		err := mlxc.Do(func() error {
+			s := mlxc.NewScope()
+			defer s.Close()
+			// Decode: the reference tokens and logits.
+			ref := m.NewCache()
+			defer ref.Free()
+			toks := []int32{7}
+			var want [][]float32
+			for range steps {
+				out := m.Forward(mlxc.FromSlice(toks[len(toks)-1:], 1, 1), ref, model.ForwardOptions{Logits: model.LogitsLast})
+				row := mlxc.AsType(mlxc.Reshape(out.Logits, -1), mlxc.Float32).Float32s()
+				want = append(want, row)
+				toks = append(toks, int32(argmaxF(row)))
+			}
+			c := m.NewCache()
+			defer c.Free()
+			c.(*model.KVCaches).Reserve(64)
+			m.Forward(mlxc.FromSlice(toks[:1], 1, 1), c, model.ForwardOptions{Logits: model.LogitsLast})
+			for p := 1; p+L <= steps; p += L - 1 { // blocks overlap by one row: the last is redone
+				pos := mlxc.FromSlice([]int32{int32(p)}, 1)
+				if lazy { // computed on the device, as from an acceptance count
+					pos = mlxc.Add(mlxc.FromSlice([]int32{int32(p - 2)}, 1), mlxc.Sum(mlxc.FromSlice([]int32{1, 1}, 2), nil, true))
+				}
+				out := m.Forward(mlxc.FromSlice(toks[p:p+L], 1, L), c, model.ForwardOptions{Logits: model.LogitsAll, Pos: pos, Window: p + L + 2})
+				got := mlxc.AsType(out.Logits, mlxc.Float32).Float32s()
+				V := len(got) / L
+				for i := range L {
+					row, w := got[i*V:(i+1)*V], want[p+i]
+					d := 0.0
+					for j := range row {
+						d = math.Max(d, math.Abs(float64(row[j]-w[j])))
+					}
+					// A GPU block and a decode step may round differently (near-ties flip)
+					// unless GPU-exact mode makes them equal bit for bit.
+					exact := !mlxc.CurrentDevice().GPU || model.GPUExactDefault()
+					if d > 0.25 || exact && argmaxF(row) != argmaxF(w) || model.GPUExactDefault() && d != 0 {
+						return fmt.Errorf("lazy %v, block at %d, row %d: argmax %d (decode %d), max |Δlogit| %g", lazy, p, i, argmaxF(row), argmaxF(w), d)
+					}
+				}
+				if err := c.(*model.KVCaches).SetOffset(p + L - 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func argmaxF(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -236,7 +236,12 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
 			k = splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
 			v = splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
-			if at {
+			if at || m.fqa.RowConsistent() {
+				// GPU-exact mode rotates decode steps and verify blocks with the same kernel
+				// (MLX's static- and dynamic-offset RoPE may round differently).
+				if pos == nil {
+					pos = Visible(off0)
+				}
 				q, k = m.rope.ApplyAt(q, pos), m.rope.ApplyAt(k, pos)
 			} else {
 				q, k = m.rope.Apply(q, offset), m.rope.Apply(k, offset)

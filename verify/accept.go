@@ -30,8 +30,8 @@ func (v Verdict) Leading() (accepted, next *mlxc.Array) {
 		accepted = mlxc.FromSlice([]int32{0}, 1)
 	} else {
 		// The first rejection's index (argmax takes the first maximum), with a rejection
-		// appended so that accepting everything gives n. No scan: MLX's CUDA backend got
-		// the cumulative-sum form wrong inside the run-ahead loop (H200, session 5).
+		// appended so that accepting everything gives n: five graph nodes, where a
+		// cumulative sum of rejections took seven.
 		rejected := mlxc.Concatenate([]*mlxc.Array{mlxc.LogicalNot(v.Accept), mlxc.FromSlice([]bool{true}, 1)}, 0)
 		accepted = mlxc.Reshape(mlxc.AsType(mlxc.Argmax(rejected, 0, false), mlxc.Int32), 1)
 	}
