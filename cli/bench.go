@@ -41,7 +41,7 @@ func benchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
-		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the run-ahead loop (DFLASH_RUN_AHEAD), alternating with the other two modes"},
+		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
 	)
 	return &cli.Command{
 		Name:  "bench",
