@@ -54,6 +54,22 @@ func TestRunAheadEqualsPlain(t *testing.T) {
 	}
 }
 
+// The overlap modes used to tell a backend's fault from the loop's (cycles built only
+// after the previous one is read; each cycle waited for once enqueued) emit the same
+// tokens as plain decoding too.
+func TestRunAheadModesEqualPlain(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{5, 3, 5, 8, 9}
+	want := plainGreedy(t, p, prompt, 30)
+	for _, mode := range []string{"late", "eval"} {
+		e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true, aheadMode: mode}
+		res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: 30, BlockSize: 8, IgnoreEOS: true})
+		if i, ok := eqTokens(res.Tokens, want); !ok || len(res.Tokens) != len(want) || !res.Stats.RunAhead {
+			t.Errorf("mode %s diverges from plain at %d:\n got   %v\n plain %v", mode, i, res.Tokens, want)
+		}
+	}
+}
+
 // After every cycle of the run-ahead loop — with the next cycle already in flight — the
 // target and draft caches hold what a fresh run over the committed tokens would.
 func TestRunAheadCachesMatchFreshRun(t *testing.T) {
