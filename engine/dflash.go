@@ -10,12 +10,6 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
-// dflash is the speculative loop. Per cycle: the drafter proposes n tokens after the staged
-// one, the target verifies [staged, drafts] in one forward, the acceptance (greedy or
-// speculative sampling) is built on the device, and one evaluation brings back the drafts,
-// the per-slot verdicts and the candidate next tokens. The host then commits staged plus
-// the accepted drafts, rewinds the target cache over the rejected rows, and hands the
-// accepted rows' hidden states to the drafter as the next context.
 // blockSize is the DFlash block of a request: the proposer's, capped by the request's,
 // at least 1.
 func blockSize(p verify.Proposer, req Request) int {
@@ -26,6 +20,12 @@ func blockSize(p verify.Proposer, req Request) int {
 	return max(B, 1)
 }
 
+// dflash is the speculative loop. Per cycle: the drafter proposes n tokens after the staged
+// one, the target verifies [staged, drafts] in one forward, the acceptance (greedy or
+// speculative sampling) is built on the device, and one evaluation brings back the drafts,
+// the per-slot verdicts and the candidate next tokens. The host then commits staged plus
+// the accepted drafts, rewinds the target cache over the rejected rows, and hands the
+// accepted rows' hidden states to the drafter as the next context.
 func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
 	mlxc.ResetPeakMemory()
 	start := time.Now()

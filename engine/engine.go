@@ -68,12 +68,13 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 	}
 	var genErr error
 	if err := mlxc.Catch(func() {
-		if e.Proposer != nil && !req.NoDraft && e.canRunAhead(req) {
-			res, genErr = e.dflashAhead(ctx, req, emit)
-		} else if e.Proposer != nil && !req.NoDraft {
-			res, genErr = e.dflash(ctx, req, emit)
-		} else {
+		switch {
+		case e.Proposer == nil || req.NoDraft:
 			res, genErr = e.plain(ctx, req, emit)
+		case e.canRunAhead(req):
+			res, genErr = e.dflashAhead(ctx, req, emit)
+		default:
+			res, genErr = e.dflash(ctx, req, emit)
 		}
 	}); err != nil {
 		return Result{}, err

@@ -211,11 +211,17 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !at
 	fqa := B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
 	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa && !at
-	var padMask, pos *mlxc.Array // shared by all layers: they hold the same positions
-	if at {
-		pos = opt.Pos
-	}
+	var padMask *mlxc.Array // shared by all layers: they hold the same positions
 	off0 := kv.Offset()
+	// position is row 0's position as a device array (for the kernels and the dynamic-offset
+	// RoPE): the caller's, or one made when first needed and shared by all layers.
+	pos := opt.Pos
+	position := func() *mlxc.Array {
+		if pos == nil {
+			pos = Visible(off0)
+		}
+		return pos
+	}
 	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
 	for i := range m.layers {
 		l := &m.layers[i]
@@ -227,10 +233,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
 		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
-			if pos == nil {
-				pos = Visible(off0)
-			}
-			q, k, v = m.headPrep(l, x, pos)
+			q, k, v = m.headPrep(l, x, position())
 		} else {
 			qkv := ApplyParts(l.qkv, x, l.attn.q, l.attn.k, l.attn.v)
 			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
@@ -239,10 +242,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			if at || m.fqa.RowConsistent() {
 				// GPU-exact mode rotates decode steps and verify blocks with the same kernel
 				// (MLX's static- and dynamic-offset RoPE may round differently).
-				if pos == nil {
-					pos = Visible(off0)
-				}
-				q, k = m.rope.ApplyAt(q, pos), m.rope.ApplyAt(k, pos)
+				q, k = m.rope.ApplyAt(q, position()), m.rope.ApplyAt(k, position())
 			} else {
 				q, k = m.rope.Apply(q, offset), m.rope.Apply(k, offset)
 			}
@@ -261,10 +261,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			}
 		} else if fqa && m.fqa.Fits(q, k) {
 			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
-			if pos == nil {
-				pos = Visible(off0)
-			}
-			merged = m.fqa.Apply(q, keys, values, m.scaleArr, pos, true)
+			merged = m.fqa.Apply(q, keys, values, m.scaleArr, position(), true)
 		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)

@@ -41,14 +41,8 @@ func (p *DFlash) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sampl
 		}
 		return Proposal{}
 	}
-	if cap(p.mask) < n+1 {
-		p.mask = make([]int32, n+1)
-	}
-	block := p.mask[:n+1]
+	block := p.maskBlock(n)
 	block[0] = staged
-	for i := 1; i <= n; i++ {
-		block[i] = int32(p.D.Cfg.MaskTokenID)
-	}
 	return draw(mlxc.Reshape(p.D.Forward(mlxc.FromSlice(block, 1, n+1), ctx, p.cache), n, -1), sp, keys)
 }
 
@@ -62,15 +56,21 @@ func (p *DFlash) ProposeAt(staged, ctx, valid *mlxc.Array, n int, sp sample.Para
 		p.D.AddContext(ctx, p.cache)
 		return Proposal{}
 	}
-	if cap(p.mask) < n {
-		p.mask = make([]int32, n)
-	}
-	masks := p.mask[:n]
-	for i := range masks {
-		masks[i] = int32(p.D.Cfg.MaskTokenID)
-	}
-	block := mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(staged, 1, 1), mlxc.FromSlice(masks, 1, n)}, 1)
+	block := mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(staged, 1, 1), mlxc.FromSlice(p.maskBlock(n)[1:], 1, n)}, 1)
 	return draw(mlxc.Reshape(p.D.ForwardAt(block, ctx, valid, p.cache), n, -1), sp, keys)
+}
+
+// maskBlock returns the reused block buffer of n+1 tokens: slot 0 for the staged token
+// (the caller's), then n mask tokens.
+func (p *DFlash) maskBlock(n int) []int32 {
+	if cap(p.mask) < n+1 {
+		p.mask = make([]int32, n+1)
+	}
+	block := p.mask[:n+1]
+	for i := 1; i <= n; i++ {
+		block[i] = int32(p.D.Cfg.MaskTokenID)
+	}
+	return block
 }
 
 // draw picks the drafts from the drafter's logits [n, V]: argmax, or a sample from the
