@@ -135,6 +135,7 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		d.fqa = t.FQA()
 		d.scaleArr = mlxc.Scalar(float64(d.scale), mlxc.Float32).Detach()
 		mlxc.Eval(d.scaleArr)
+		d.scaleArr = model.OnDeviceConst(d.scaleArr)
 	}
 	if err := mlxc.Catch(func() {
 		d.fc.Prepare()
@@ -194,7 +195,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		var q, kn, vn *mlxc.Array
 		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
 			if pos == nil {
-				pos = model.Visible(off + T)
+				pos = model.OnDevice(model.Visible(off + T))
 			}
 			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
@@ -217,7 +218,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		if d.fqa.Fits(q, kn) {
 			keys, values, n := lc.Scratch(kn, vn, 0)
 			if visible == nil {
-				visible = model.Visible(n)
+				visible = model.OnDevice(model.Visible(n))
 			}
 			merged = d.fqa.Apply(q, keys, values, d.scaleArr, visible, false)
 		} else if padded {
@@ -260,6 +261,19 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 	window := off + T + L
 	pos := mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid) // the block's first position
 	seen := mlxc.Add(pos, mlxc.FromSlice([]int32{int32(L)}, 1))    // keys the block sees
+	var kp, ks *mlxc.Array                                         // pos and seen for our kernels
+	kpos := func() *mlxc.Array {
+		if kp == nil {
+			kp = model.OnDevice(pos)
+		}
+		return kp
+	}
+	kseen := func() *mlxc.Array {
+		if ks == nil {
+			ks = model.OnDevice(seen)
+		}
+		return ks
+	}
 	var mask, next *mlxc.Array
 	for i := range d.layers {
 		l := &d.layers[i]
@@ -269,19 +283,24 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 			h = mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
 		}
 		var q, kn, vn *mlxc.Array
+		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote the block into them
+		lc.Append(d.keysValues(l, proj, lc.Offset()))
 		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
-			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
+			shape := []int{1, c0.NumKVHeads, L, c0.HeadDim}
+			keys, values = lc.Window(window, shape, shape, h.Dtype())
+			q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
 		} else {
 			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 			q = d.rope.ApplyAt(q, pos)
 			kn, vn = d.heads(l, qkv[1], qkv[2], func(k *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(k, pos) })
 		}
-		lc.Append(d.keysValues(l, proj, lc.Offset()))
-		keys, values := lc.WriteAt(kn, vn, pos, window)
+		if keys == nil {
+			keys, values = lc.WriteAt(kn, vn, pos, window)
+		}
 		var o, merged *mlxc.Array
 		if d.fqa.Fits(q, kn) {
-			merged = d.fqa.Apply(q, keys, values, d.scaleArr, seen, false)
+			merged = d.fqa.Apply(q, keys, values, d.scaleArr, kseen(), false)
 		} else {
 			if mask == nil {
 				mask = model.WindowMask(seen, L, window, false)

@@ -122,7 +122,17 @@ func (c *KVCache) write(k, v *mlxc.Array) {
 // may belong to a block whose acceptance is not read yet). Offset is unchanged: the caller
 // sets it (KVCaches.SetOffset) once it knows how many rows to keep.
 func (c *KVCache) WriteAt(k, v, pos *mlxc.Array, window int) (*mlxc.Array, *mlxc.Array) {
-	ks, vs := k.Shape(), v.Shape()
+	c.Window(window, k.Shape(), v.Shape(), k.Dtype())
+	axes := []int{2}
+	c.replace(mlxc.SliceUpdateDynamic(c.keys, k, pos, axes), mlxc.SliceUpdateDynamic(c.values, v, pos, axes))
+	return c.keys, c.values
+}
+
+// Window makes the buffers hold at least window rows (growing them as WriteAt does, every
+// row kept) for keys and values shaped like ks, vs ([B, nKV, ·, hd]) of type dt, and
+// returns them: row-contiguous arrays that a kernel may write rows into in place
+// (Fused.HeadPrepInto).
+func (c *KVCache) Window(window int, ks, vs []int, dt mlxc.Dtype) (*mlxc.Array, *mlxc.Array) {
 	if c.keys == nil || window > c.keys.Dim(2) {
 		rows := max(window, c.reserve)
 		steps := (rows + kvStep - 1) / kvStep
@@ -130,16 +140,14 @@ func (c *KVCache) WriteAt(k, v, pos *mlxc.Array, window int) (*mlxc.Array, *mlxc
 		if c.keys != nil {
 			have = c.keys.Dim(2)
 		}
-		newK := mlxc.Zeros([]int{ks[0], ks[1], steps*kvStep - have, ks[3]}, k.Dtype())
-		newV := mlxc.Zeros([]int{vs[0], vs[1], steps*kvStep - have, vs[3]}, v.Dtype())
+		newK := mlxc.Zeros([]int{ks[0], ks[1], steps*kvStep - have, ks[3]}, dt)
+		newV := mlxc.Zeros([]int{vs[0], vs[1], steps*kvStep - have, vs[3]}, dt)
 		if c.keys != nil {
 			newK = mlxc.Concatenate([]*mlxc.Array{c.keys, newK}, 2)
 			newV = mlxc.Concatenate([]*mlxc.Array{c.values, newV}, 2)
 		}
 		c.replace(newK, newV)
 	}
-	axes := []int{2}
-	c.replace(mlxc.SliceUpdateDynamic(c.keys, k, pos, axes), mlxc.SliceUpdateDynamic(c.values, v, pos, axes))
 	return c.keys, c.values
 }
 

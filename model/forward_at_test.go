@@ -20,13 +20,17 @@ import (
 // read the position from the device array.
 func TestForwardAtDevicePosition(t *testing.T) {
 	for _, tc := range []struct {
-		yarn bool
-		dt   mlxc.Dtype
-		tol  float64
-	}{{false, mlxc.Float32, 1e-4}, {true, mlxc.Float32, 1e-4}, {false, mlxc.BFloat16, 2e-2}} {
+		yarn    bool
+		dt      mlxc.Dtype
+		tol     float64
+		headDim int // 0: the tiny shape's 32; 64 takes the fused head prep on a GPU, which writes the cache in place
+	}{{false, mlxc.Float32, 1e-4, 0}, {true, mlxc.Float32, 1e-4, 0}, {false, mlxc.BFloat16, 2e-2, 0}, {false, mlxc.BFloat16, 2e-2, 64}} {
 		yarn, tol := tc.yarn, tc.tol
 		spec := modelgen.TinyQwen3()
 		spec.Dtype = tc.dt
+		if tc.headDim > 0 {
+			spec.HeadDim = tc.headDim
+		}
 		if yarn {
 			spec.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
 		}
@@ -60,7 +64,7 @@ func TestForwardAtDevicePosition(t *testing.T) {
 					c.Free()
 					return fmt.Errorf("offset moved to %d by a device-placed block", c.Offset())
 				}
-				name := fmt.Sprintf("%s yarn %v, window +%d", tc.dt, yarn, extra)
+				name := fmt.Sprintf("%s head dim %d yarn %v, window +%d", tc.dt, spec.HeadDim, yarn, extra)
 				err := closeArrays(name+" logits", got.Logits, want.Logits, tol)
 				if err == nil {
 					err = closeArrays(name+" hidden", got.Hidden, want.Hidden, tol)
@@ -111,8 +115,14 @@ func closeArrays(what string, got, want *mlxc.Array, tol float64) error {
 // bit for bit the same values on a GPU in GPU-exact mode. Decode is the reference the
 // engine's equality tests hold DFlash to.
 func TestForwardAtBlocksMatchDecode(t *testing.T) {
+	for _, hd := range []int{32, 64} { // 64: the fused head prep on a GPU (keys written in place)
+		t.Run(fmt.Sprintf("head dim %d", hd), func(t *testing.T) { forwardAtBlocksMatchDecode(t, hd) })
+	}
+}
+
+func forwardAtBlocksMatchDecode(t *testing.T, headDim int) {
 	spec := modelgen.TinyQwen3()
-	spec.Seed, spec.WeightStd = 11, 0.12
+	spec.Seed, spec.WeightStd, spec.HeadDim = 11, 0.12, headDim
 	dir := t.TempDir()
 	writeModel(t, dir, spec)
 	m := loadModel(t, dir)

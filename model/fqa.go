@@ -27,6 +27,10 @@ const fqaWarps = 4
 
 const fqaSource = `
   constexpr int DPL = D / 32; // output dimensions per lane
+  // One lane's DPL values of a key, read with one load.
+  struct alignas(DPL * sizeof(T)) VecT {
+    T e[DPL];
+  };
   const float NEG_INF = __int_as_float((int)0xff800000u);
   __shared__ float qs[D];
   __shared__ float wm[WARPS];
@@ -82,12 +86,25 @@ const fqaSource = `
     lsum = lsum * corr + psum;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[i] *= corr;
+    // Values of 8 keys at a time: their loads are issued before the first one is used
+    // (one at a time, each waited for, this loop was most of the kernel's time). Keys past
+    // n read row last−1 instead (in bounds) with weight 0; the sum's order is unchanged.
     const int last = min(32, n - t0);
-    for (int jj = 0; jj < last; ++jj) {
-      const float pj = __shfl_sync(0xffffffffu, p, jj);
-      const T* vr = vb + (t0 + jj) * vst + lane * DPL;
+    for (int j0 = 0; j0 < last; j0 += 8) {
+      VecT vv[8];
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) o[i] = fmaf(pj, static_cast<float>(vr[i]), o[i]);
+      for (int u = 0; u < 8; ++u) {
+        const int r = t0 + min(j0 + u, last - 1);
+        vv[u] = *reinterpret_cast<const VecT*>(vb + r * vst + lane * DPL);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
+        if (j0 + u < last) {
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) o[i] = fmaf(pj, static_cast<float>(vv[u].e[i]), o[i]);
+        }
+      }
     }
     m = mnew;
   }

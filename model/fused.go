@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"os"
+	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
@@ -28,7 +29,11 @@ type Fused struct {
 	// addNorm (DFLASH_FUSED_ADDNORM=1, an experiment until measured on a GPU): the residual
 	// add and the next RMSNorm in one kernel (AddNorm); nil otherwise.
 	addNorm  *mlxc.Kernel
-	inv, eps *mlxc.Array // rotary inverse frequencies (× rope scale), RMSNorm epsilon
+	inv, eps *mlxc.Array // rotary inverse frequencies (× rope scale), RMSNorm epsilon (OnDevice)
+	half     int         // inv's meaningful length: head dimension / 2
+	// prepKV is HeadPrep that also writes the block's keys and values into a KV cache's
+	// buffers at a device position (HeadPrepInto).
+	prepKV *mlxc.Kernel
 }
 
 const fusedWarps = 4
@@ -59,6 +64,7 @@ const headPrepSource = `
     src = v + (size_t)row * v_shape[1] + VO + h * D;
     dst = vo + ((size_t)h * L + row) * D;
   }
+  T* dst2 = nullptr; // KVW
   float a[P], b[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
@@ -70,6 +76,10 @@ const headPrepSource = `
     for (int p = 0; p < P; ++p) {
       dst[lane + 32 * p] = static_cast<T>(a[p]);
       dst[lane + 32 * p + D / 2] = static_cast<T>(b[p]);
+      if (dst2 != nullptr) {
+        dst2[lane + 32 * p] = static_cast<T>(a[p]);
+        dst2[lane + 32 * p + D / 2] = static_cast<T>(b[p]);
+      }
     }
     return;
   }
@@ -87,10 +97,32 @@ const headPrepSource = `
     const float nb = static_cast<float>(static_cast<T>(b[p] * r * static_cast<float>(nw[i + D / 2])));
     float sn, cs;
     sincosf(pos * inv[i], &sn, &cs);
-    dst[i] = static_cast<T>(na * cs - nb * sn);
-    dst[i + D / 2] = static_cast<T>(na * sn + nb * cs);
+    const T ra = static_cast<T>(na * cs - nb * sn);
+    const T rb = static_cast<T>(na * sn + nb * cs);
+    dst[i] = ra;
+    dst[i + D / 2] = rb;
+    if (dst2 != nullptr) {
+      dst2[i] = ra;
+      dst2[i + D / 2] = rb;
+    }
   }
 `
+
+// headPrepKVSource is headPrepSource that also stores each k and v row at cache row
+// off[0]+row of ck / cv ([1, HK, R, D], row-contiguous; rows past R are not written): the
+// KV cache's buffers, written in place. MLX knows nothing of that write, so a reader of the
+// buffers must depend on this kernel through another input (the attention kernel takes its
+// q output); a verify block's keys and values then need no dynamic slice update (two
+// kernels per layer and a small offset array in unified memory).
+var headPrepKVSource = strings.Replace(headPrepSource, "  T* dst2 = nullptr; // KVW\n", `  T* dst2 = nullptr;
+  if (hh >= HQ) {
+    const int R = ck_shape[2];
+    const int p = off[0] + row;
+    const int kvh = hh < HQ + HK ? hh - HQ : hh - HQ - HK;
+    T* cache = const_cast<T*>(hh < HQ + HK ? ck : cv);
+    if (p >= 0 && p < R) dst2 = cache + ((size_t)kvh * R + p) * D;
+  }
+`, 1)
 
 const gatedActSource = `
   const size_t n = (size_t)gu_shape[0] * I;
@@ -174,14 +206,19 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 			Source: headPrepSource, EnsureRowContiguous: true}),
 		act: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_gated_act",
 			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: gatedActSource, EnsureRowContiguous: true}),
-		inv: mlxc.FromSlice(inv, len(inv)).Detach(),
-		eps: mlxc.Scalar(float64(eps), mlxc.Float32).Detach(),
+		prepKV: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_kv",
+			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo", "ko", "vo"},
+			Source: headPrepKVSource, EnsureRowContiguous: false}),
+		inv:  mlxc.FromSlice(inv, len(inv)).Detach(),
+		eps:  mlxc.Scalar(float64(eps), mlxc.Float32).Detach(),
+		half: len(inv),
 	}
 	if os.Getenv("DFLASH_FUSED_ADDNORM") == "1" {
 		f.addNorm = mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_add_norm",
 			Inputs: []string{"h", "r", "w", "eps"}, Outputs: []string{"s", "y"}, Source: addNormSource, EnsureRowContiguous: true})
 	}
 	mlxc.Eval(f.inv, f.eps)
+	f.inv, f.eps = OnDeviceConst(f.inv), OnDeviceConst(f.eps)
 	return f
 }
 
@@ -215,6 +252,23 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "I", Value: I}}
 }
 
+// HeadPrepInto is HeadPrepMerged that also writes the block's keys and values into the KV
+// cache buffers ck, cv [1, hk, R, D] at rows pos..pos+L−1 (in place: see headPrepKVSource;
+// the buffers must be row-contiguous, as KVCache.Window's are). pos must be OnDevice's.
+func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+	L := y.Dim(0)
+	dt := y.Dtype()
+	items := L * (hq + 2*hk)
+	out := f.prepKV.Call([]*mlxc.Array{y, y, y, qn, kn, f.inv, f.eps, pos, ck, cv}, mlxc.KernelCall{
+		OutputShapes: [][]int{{1, hq, L, D}, {1, hk, L, D}, {1, hk, L, D}},
+		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
+		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
+		Template:     headPrepTemplate(dt, D, hq, hk, 0, hq*D, (hq+hk)*D),
+	})
+	return out[0], out[1], out[2]
+}
+
 // HeadPrepMerged is HeadPrep for one merged q/k/v product y [L, (hq+2·hk)·D]: q heads,
 // then k, then v.
 func (f *Fused) HeadPrepMerged(y *mlxc.Array, hq, hk, D int, qn, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
@@ -229,7 +283,7 @@ func (f *Fused) PrepFits(x *mlxc.Array, D int, qn, kn *mlxc.Array) bool {
 		return false
 	}
 	dt := x.Dtype()
-	return D%64 == 0 && len(f.inv.Shape()) == 1 && f.inv.Dim(0) == D/2 && qn.Dtype() == dt && kn.Dtype() == dt &&
+	return D%64 == 0 && f.half == D/2 && qn.Dtype() == dt && kn.Dtype() == dt &&
 		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 
@@ -284,5 +338,6 @@ func (f *Fused) Free() {
 		f.addNorm.Free()
 		f.inv.Free()
 		f.eps.Free()
+		f.prepKV.Free()
 	}
 }

@@ -119,11 +119,21 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT, c.Tiled),
 				Header: tcMMA, Inputs: xw, Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
 		}
+		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19},
+			{Tiles: 2, Warps: 8, Unroll: 2, Split: 8, Tiled: true}, {Tiles: 1, Warps: 4, Unroll: 4, Split: 3}} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_split_%s_%d_%d_%d_%v_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Tiled),
+				Header: tcMMA, Inputs: [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}}, Outputs: [][2]string{{"y", T}, {"ws", "float"}},
+				Consts: constsOf(c.template(dt)), Body: tcSplitSource})
+		}
 		for _, D := range []int{64, 128, 256} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepSource})
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_kv_%s_%d", T, D),
+				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
+				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
+				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepKVSource})
 			for _, causal := range []bool{true, false} {
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
 					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},

@@ -18,10 +18,10 @@ type Linear struct {
 	// wT is Wᵀ as an evaluated view (no copy) made once at load, so a step does not build
 	// a transpose node per layer: MLX spends host time on every graph node.
 	wT *mlxc.Array
-	// skinny, when set (CUDA), computes 2..16-row products (verify blocks, drafts);
-	// tiled is W in its tensor-core layout when it asks for one (SkinnyGEMM.ApplyOwned).
+	// skinny, when set (CUDA), computes 2..16-row products (verify blocks, drafts); tc is
+	// what its tensor-core kernel keeps for W between calls.
 	skinny *SkinnyGEMM
-	tiled  *mlxc.Array
+	tc     TCState
 }
 
 // prepare makes the transposed view once (call on the MLX thread after loading).
@@ -52,7 +52,7 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 		return mlxc.AddMM(l.Bias, x, l.transposed(), 1, 1)
 	}
 	if l.skinny.Fits(x, l.W) {
-		return l.skinny.ApplyOwned(x, l.W, &l.tiled)
+		return l.skinny.ApplyOwned(x, l.W, &l.tc)
 	}
 	return mlxc.Matmul(x, l.transposed())
 }
@@ -92,7 +92,7 @@ func (l *Linear) Free() {
 		return
 	}
 	l.wT.Free()
-	l.tiled.Free()
+	l.tc.Free()
 	l.W.Free()
 	l.Bias.Free()
 	l.Q.Free()
@@ -104,7 +104,7 @@ type Embedding struct {
 	Q      *mlxc.Quantized
 	wT     *mlxc.Array // Eᵀ view for the tied head, made once at load
 	skinny *SkinnyGEMM // few-row head products on CUDA (see Linear)
-	tiled  *mlxc.Array // E in the tensor-core layout, when skinny asks for one
+	tc     TCState     // what its tensor-core kernel keeps for E
 }
 
 func (e *Embedding) prepare() {
@@ -134,7 +134,7 @@ func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 		return mlxc.QuantizedMatmul(x, *e.Q, true)
 	}
 	if e.skinny.Fits(x, e.W) {
-		return e.skinny.ApplyOwned(x, e.W, &e.tiled)
+		return e.skinny.ApplyOwned(x, e.W, &e.tc)
 	}
 	if e.wT != nil {
 		return mlxc.Matmul(x, e.wT)
@@ -147,7 +147,7 @@ func (e *Embedding) Free() {
 		return
 	}
 	e.wT.Free()
-	e.tiled.Free()
+	e.tc.Free()
 	e.W.Free()
 	e.Q.Free()
 }

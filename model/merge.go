@@ -48,9 +48,9 @@ func MergeLinears(parts ...*Linear) *MergedLinear {
 		view := mlxc.SliceAxis(all.W, 0, off, off+sizes[i]).Detach()
 		mlxc.Eval(view)
 		p.wT.Free()
-		p.tiled.Free()
+		p.tc.Free()
 		p.W.Free()
-		p.W, p.wT, p.tiled = view, nil, nil
+		p.W, p.wT = view, nil
 		p.prepare()
 		off += sizes[i]
 	}

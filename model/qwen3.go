@@ -124,6 +124,7 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	if m.fqa = NewFewQueryAttention(); m.fqa != nil {
 		m.scaleArr = mlxc.Scalar(float64(m.scale), mlxc.Float32).Detach()
 		mlxc.Eval(m.scaleArr)
+		m.scaleArr = OnDeviceConst(m.scaleArr)
 	}
 	return m, nil
 }
@@ -222,6 +223,14 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		return pos
 	}
+	// kernelPos is position() for our CUDA kernels, in device memory (OnDevice).
+	var kpos *mlxc.Array
+	kernelPos := func() *mlxc.Array {
+		if kpos == nil {
+			kpos = OnDevice(position())
+		}
+		return kpos
+	}
 	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
 	for i := range m.layers {
 		l := &m.layers[i]
@@ -232,8 +241,14 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
+		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote this block into them
 		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
-			q, k, v = m.headPrep(l, x, position())
+			if at && l.qkv != nil {
+				keys, values = lc.Window(opt.Window, []int{1, a.NumKVHeads, L, a.HeadDim}, []int{1, a.NumKVHeads, L, a.HeadDim}, x.Dtype())
+				q, k, v = m.fused.HeadPrepInto(l.qkv.Whole(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
+			} else {
+				q, k, v = m.headPrep(l, x, kernelPos())
+			}
 		} else {
 			qkv := ApplyParts(l.qkv, x, l.attn.q, l.attn.k, l.attn.v)
 			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
@@ -249,9 +264,11 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		var o, merged *mlxc.Array
 		if at {
-			keys, values := lc.WriteAt(k, v, pos, opt.Window)
+			if keys == nil {
+				keys, values = lc.WriteAt(k, v, pos, opt.Window)
+			}
 			if fqa && m.fqa.Fits(q, k) {
-				merged = m.fqa.Apply(q, keys, values, m.scaleArr, pos, true)
+				merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
 			} else {
 				if padMask == nil {
 					padMask = WindowMask(pos, L, opt.Window, true)
@@ -261,7 +278,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			}
 		} else if fqa && m.fqa.Fits(q, k) {
 			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
-			merged = m.fqa.Apply(q, keys, values, m.scaleArr, position(), true)
+			merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
 		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)

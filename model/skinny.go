@@ -18,9 +18,10 @@ import (
 // a fixed order that does not depend on the number of rows.
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
-	tensorCores bool // the tensor-core (mma.sync) variant (skinny_tc.go)
-	minRows     int  // 2; 1 in GPU-exact mode, where decode steps use the same kernel
-	tiled       bool // DFLASH_TC_TILED=1: weights in the tensor-core layout (ApplyOwned)
+	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
+	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
+	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
+	tiled       bool         // DFLASH_TC_TILED=1: weights in the tensor-core layout (ApplyOwned)
 	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
 	// otherwise, see tcrule.go).
 	configFor func(N, K int) tcConfig
@@ -154,10 +155,28 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 		Inputs: []string{"x", "w"}, Outputs: []string{"y"},
 		Source: skinnySource, EnsureRowContiguous: true,
 	}
-	if tensorCores {
-		spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
+	if !tensorCores {
+		return &SkinnyGEMM{k: mlxc.NewKernel(spec), minRows: 2, configFor: tcConfigFor}
 	}
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), tensorCores: tensorCores, minRows: 2, configFor: tcConfigFor}
+	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
+	split := spec
+	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
+	split.Inputs, split.Outputs = []string{"x", "w", "cnt"}, []string{"y", "ws"}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), tensorCores: true, minRows: 2, configFor: tcConfigFor}
+}
+
+// TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
+// the kernel's layout (DFLASH_TC_TILED=1) and the per-tile counts of the split launch.
+// Each weight needs its own counts (see tcSplitStore). Zero value: nothing made yet.
+type TCState struct {
+	tiled, counts *mlxc.Array
+}
+
+// Free releases what the state holds.
+func (st *TCState) Free() {
+	st.tiled.Free()
+	st.counts.Free()
+	st.tiled, st.counts = nil, nil
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
@@ -170,31 +189,32 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	}
 	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && !s.configFor(N, K).fits(N, K) {
+	if s.tensorCores && !s.configFor(N, K).resolve(N, K).fits(N, K) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
 		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 
-// Apply returns x·wᵀ [M, N] (call Fits first).
+// Apply returns x·wᵀ [M, N] (call Fits first). A split launch then makes its counts in
+// the call's graph (a fill node more than ApplyOwned's).
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x, w, nil) }
 
-// ApplyOwned is Apply for a weight whose owner keeps a slot for its tensor-core layout
-// (DFLASH_TC_TILED=1): the first call fills *tiled with tcTile(w) (in that call's graph,
-// detached: the owner frees it), later calls read it. nil slot: row-major w.
-func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, tiled **mlxc.Array) *mlxc.Array {
+// ApplyOwned is Apply for a weight whose owner keeps a TCState for it: the tensor-core
+// layout when DFLASH_TC_TILED=1 (made in the first call's graph, detached: the owner frees
+// it), and the split launch's counts (zeros, made the same way).
+func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
-		c := s.configFor(N, w.Dim(1))
-		if s.tiled && tiled != nil && c.Stages == 0 {
-			if *tiled == nil {
-				*tiled = tcTile(w).Detach()
+		c := s.configFor(N, w.Dim(1)).resolve(N, w.Dim(1))
+		if s.tiled && st != nil && c.Stages == 0 {
+			if st.tiled == nil {
+				st.tiled = tcTile(w).Detach()
 			}
 			c.Tiled = true
-			return s.applyTC(x, *tiled, c, N)
+			return s.applyTC(x, st.tiled, c, N, st)
 		}
-		return s.applyTC(x, w, c, N)
+		return s.applyTC(x, w, c, N, st)
 	}
 	mmax := 16
 	switch {
@@ -222,21 +242,39 @@ func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
 }
 
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
-// weight (row-major [N, K], or tcTile's layout when c.Tiled).
-func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int) *mlxc.Array {
+// weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
+// counts from st (nil: counts made for this call only).
+func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int, st *TCState) *mlxc.Array {
 	M := x.Dim(0)
-	return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
+	tiles := N / (8 * c.Tiles)
+	call := mlxc.KernelCall{
 		OutputShapes: [][]int{{M, N}},
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},
-		Grid:         [3]int{N / (8 * c.Tiles) * c.Warps * 32, 1, 1},
+		Grid:         [3]int{tiles * max(c.Split, 1) * c.Warps * 32, 1, 1},
 		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},
 		Template:     c.template(x.Dtype()),
-	})[0]
+	}
+	if c.Split <= 1 {
+		return s.k.Call([]*mlxc.Array{x, w}, call)[0]
+	}
+	if st == nil {
+		st = &TCState{}
+		defer st.Free() // the graph keeps the counts for the call
+	}
+	if st.counts == nil {
+		// One count per n8 tile: enough for any launch shape (a rule may change between
+		// calls: TestTCInModelSweep).
+		st.counts = mlxc.Zeros([]int{N / 8}, mlxc.Int32).Detach()
+	}
+	call.OutputShapes = append(call.OutputShapes, []int{tiles * c.Split * 16 * 8 * c.Tiles})
+	call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32)
+	return s.split.Call([]*mlxc.Array{x, w, st.counts}, call)[0]
 }
 
 // Free releases the kernel.
 func (s *SkinnyGEMM) Free() {
 	if s != nil {
 		s.k.Free()
+		s.split.Free()
 	}
 }

@@ -41,6 +41,35 @@ type tcConfig struct {
 	// 16-byte load reads 512 contiguous bytes instead of 64 bytes of 8 rows. Register
 	// path only (Stages 0).
 	Tiled bool
+	// Split > 1: K is cut into Split chunks, one block each (Split blocks per n8·Tiles
+	// column tile), so that narrow products run as many small blocks that spread evenly
+	// over the SMs; the last block of a tile to finish sums the chunks' float partials in
+	// chunk order (tcSplitStore). Split < 0 (tcSplitAuto) picks the count per product in
+	// resolve. Register path only.
+	Split int
+}
+
+// tcSplitAuto asks resolve for one group of Unroll slices per warp and block.
+const tcSplitAuto = -1
+
+// tcSplitMaxBlocks caps an automatic split: a product with enough column tiles already
+// spreads over the SMs (the vocabulary head: 4 748 tiles).
+const tcSplitMaxBlocks = 4096
+
+// resolve fixes an automatic split for an [N, K] weight: K/32 slices over Warps·Unroll
+// slices per block, at most tcSplitMaxBlocks blocks in all. It depends on N and K only.
+func (c tcConfig) resolve(N, K int) tcConfig {
+	if c.Split != tcSplitAuto {
+		return c
+	}
+	c.Split = 1
+	if c.Tiles == 0 || c.Warps == 0 {
+		return c
+	}
+	tiles := N / (8 * c.Tiles)
+	want := (K / 32) / (c.Warps * max(c.Unroll, 1))
+	c.Split = max(1, min(want, tcSplitMaxBlocks/max(tiles, 1)))
+	return c
 }
 
 // template is the kernel's compile-time arguments for elements of type dt (the offline
@@ -48,7 +77,8 @@ type tcConfig struct {
 func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
-		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled}}
+		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
+		{Name: "SPLIT", Value: max(c.Split, 1)}}
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -57,6 +87,9 @@ func (c tcConfig) fits(N, K int) bool {
 	C := 8 * c.Tiles
 	if c.Tiles == 0 || N%C != 0 || K%tcKAlign != 0 {
 		return false
+	}
+	if c.Split > 1 && (c.Stages > 0 || K/32 < c.Split) {
+		return false // the staged path reads all of K; a chunk needs one slice at least
 	}
 	if c.Stages == 0 {
 		return true
@@ -70,8 +103,8 @@ func (c tcConfig) fits(N, K int) bool {
 
 // tcConfigFor picks the launch for an [N, K] weight; it depends on N and K only, never on
 // the row count. Tiles: 4 (x read once per 32 columns) when that still gives two blocks
-// per SM of an H200, else 2, so that narrow products still spread over every SM. Tiles 0:
-// N does not fit.
+// per SM of an H200, else 2, so that narrow products still spread over every SM; K split
+// over blocks for the narrowest. Tiles 0: N does not fit.
 //
 // Session 4 swept every launch shape alone (TestSkinnyTCSweep: 40 launches of one product
 // in a row) and found shapes 1.4–1.6x faster per product (tcConfigSweep); inside the
@@ -79,12 +112,20 @@ func (c tcConfig) fits(N, K int) bool {
 // alternating pairs of runs on one H200 (bench/results/h200-2026-11-29-session4). A
 // product's speed alone is not its speed between the layer's other kernels, so launch
 // shapes are chosen end to end.
+//
+// Session 6 timed each launch inside verify blocks with Nsight Compute (H200): products
+// with fewer than 264 column tiles of 16 (o and down, 2560 columns: 160 blocks of 8 warps,
+// one or two per SM) ran at 0.8–1.4 TB/s; split over K into blocks of 4 warps with 8
+// slices each (640 and 1 440 blocks) they took 12.2 against 17.0 µs (o) and 25.2 against
+// 37.5 µs (down). Wider products lost by splitting (merged q/k/v: 18.2 against 16.3 µs).
 func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
 		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
-	case N%16 == 0:
+	case N%16 == 0 && N/16 >= 264:
 		return tcConfig{Tiles: 2, Warps: 8, Unroll: 4}
+	case N%16 == 0:
+		return tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: tcSplitAuto}.resolve(N, K)
 	}
 	return tcConfig{}
 }
@@ -106,7 +147,10 @@ func tcConfigSweep(N, K int) tcConfig {
 	return tcConfig{}
 }
 
-const tcSource = `
+// tcMain is the kernel up to the warps' partial tiles in part[][][]; tcStore (one block per
+// column tile) or tcSplitStore (Split blocks per tile) writes y from them. With SPLIT = 1
+// both kernels read all of K and sum in the same order as before the split existed.
+const tcMain = `
   constexpr int C = 8 * TILES;
   __shared__ float part[WARPS][16][C];
   const int M = x_shape[0];
@@ -116,16 +160,20 @@ const tcSource = `
   const int wid = threadIdx.x >> 5;
   const int g = lane >> 2; // row of the fragment (and weight row within an n8 tile)
   const int t = lane & 3;  // 8-element group within a 32-wide slice
-  const int n0 = blockIdx.x * C;
+  const int ct = blockIdx.x / SPLIT;       // column tile
+  const int chunk = blockIdx.x - ct * SPLIT;
+  const int sb = chunk * S / SPLIT;              // this block's first slice
+  const int SC = (chunk + 1) * S / SPLIT - sb;   // and its slice count
+  const int n0 = ct * C;
   const bool r0 = g < M;
   const bool r1 = g + 8 < M;
-  const T* xa_p = x + (size_t)(r0 ? g : 0) * K + 8 * t;
-  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * K + 8 * t;
+  const T* xa_p = x + (size_t)(r0 ? g : 0) * K + 8 * t + 32 * sb;
+  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * K + 8 * t + 32 * sb;
   // This lane's 8 weights of slice 0 of the block's first n8 tile; the next tile is
   // "tile" elements on, the next slice SLICE. Row-major: rows n0+g, k from 8t. Tiled
   // [N/8, S, 32 lanes, 8]: the lane's 16 bytes next to its neighbours'.
   constexpr int SLICE = TILED ? 256 : 32;
-  const T* w_p = TILED ? w + ((size_t)blockIdx.x * TILES * S * 32 + lane) * 8 : w + (size_t)(n0 + g) * K + 8 * t;
+  const T* w_p = TILED ? w + ((size_t)ct * TILES * S * 32 + lane) * 8 + (size_t)sb * 256 : w + (size_t)(n0 + g) * K + 8 * t + 32 * sb;
   const size_t tile = TILED ? (size_t)S * 256 : (size_t)8 * K;
   float acc[TILES][4];
 #pragma unroll
@@ -134,7 +182,7 @@ const tcSource = `
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
   }
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  const int G = S / U;
+  const int G = SC / U;
   // One group: U·TILES weight loads and 2·U loads of x, issued before any mma uses them.
   auto load = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
     const int k0 = grp * U * 32;
@@ -229,7 +277,7 @@ const tcSource = `
       mma(w0, xa0, xb0);
     }
   }
-  for (int s = G * U + wid; STAGES == 0 && s < S; s += WARPS) { // the last S mod U slices, one per warp
+  for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
     const int k0 = s * 32;
     const uint4 xa = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0) : zero;
     const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;
@@ -249,6 +297,10 @@ const tcSource = `
   }
   __syncthreads();
   const int N = TILED ? w_shape[0] * 8 : w_shape[0];
+`
+
+// tcStore sums the warps' partials in warp order and writes y (one block per tile).
+const tcStore = `
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     const int c = i - m * C;
@@ -260,6 +312,50 @@ const tcSource = `
     }
   }
 `
+
+// tcSplitStore: each block writes its chunk's float partial (warps summed in warp order) to
+// ws [tiles·SPLIT, 16, C]; the last of a tile's SPLIT blocks to count itself in cnt[ct]
+// (an atomic add; the threadfence pattern of CUDA's reduction samples) sums the chunks in
+// chunk order, writes y and sets the count back to 0 for the next call. cnt belongs to one
+// weight (SkinnyGEMM.ApplyOwned): MLX's CUDA graphs may run kernels without a data path
+// between them at the same time, so two products must never share a count.
+const tcSplitStore = `
+  float* wb = ws + (size_t)blockIdx.x * 16 * C;
+  for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
+    const int m = i / C;
+    if (m < M) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < WARPS; ++k) s += part[k][m][i - m * C];
+      wb[i] = s;
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool reducer;
+  int* count = reinterpret_cast<int*>(const_cast<int32_t*>(cnt)) + ct;
+  if (threadIdx.x == 0) reducer = atomicAdd(count, 1) == SPLIT - 1;
+  __syncthreads();
+  if (!reducer) return;
+  __threadfence();
+  const float* wt = ws + (size_t)ct * SPLIT * 16 * C;
+  for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
+    const int m = i / C;
+    const int c = i - m * C;
+    if (m < M && n0 + c < N) {
+      float s = 0.0f;
+      for (int j = 0; j < SPLIT; ++j) s += __ldcg(wt + (size_t)j * 16 * C + i);
+      y[(size_t)m * N + n0 + c] = static_cast<T>(s);
+    }
+  }
+  if (threadIdx.x == 0) *count = 0;
+`
+
+// tcSource and tcSplitSource are the two kernels' bodies.
+var (
+	tcSource      = tcMain + tcStore
+	tcSplitSource = tcMain + tcSplitStore
+)
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
 // element type picked by the BF16 template argument; and LDW(p), a 16-byte weight load

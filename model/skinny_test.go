@@ -76,18 +76,18 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 		if s.tensorCores {
 			// The tensor-core layout (DFLASH_TC_TILED=1) reads the same terms in the same
 			// order: bit for bit the row-major result, for the pipelined loop too.
-			var tiled *mlxc.Array
+			var st TCState
 			s.tiled = true
-			yt := s.ApplyOwned(x, w, &tiled)
-			c := s.configFor(N, K)
+			yt := s.ApplyOwned(x, w, &st)
+			c := s.configFor(N, K).resolve(N, K)
 			c.Pipe, c.Tiled = !c.Pipe, true
-			yp := s.applyTC(x, tiled, c, N)
+			yp := s.applyTC(x, st.tiled, c, N, &st)
 			s.tiled = false
 			err := sameBits(fmt.Sprintf("%v M=%d N=%d K=%d tiled", dt, M, N, K), yt, y)
 			if err == nil {
 				err = sameBits(fmt.Sprintf("%v M=%d N=%d K=%d tiled, pipelined %v", dt, M, N, K, c.Pipe), yp, y)
 			}
-			tiled.Free()
+			st.Free()
 			if err != nil {
 				sc.Close()
 				return err
@@ -105,6 +105,84 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 		sc.Close()
 	}
 	return nil
+}
+
+// On CUDA: the split launch (K cut over blocks, the chunks summed by the last block of each
+// column tile) equals a float32 product up to the output's rounding, for automatic and
+// explicit splits, uneven chunks, the pipelined loop and the tensor-core layout; its rows
+// do not depend on the row count (1, 2, 5 and 16 rows agree bit for bit); and calling it
+// again gives the same bits, so the per-tile counts are back at zero after every call.
+func TestSkinnySplitMatchesMatmul(t *testing.T) {
+	if !mlxc.CUDAKernelsAvailable() {
+		t.Skip("needs the CUDA backend and a GPU")
+	}
+	err := mlxc.Do(func() error {
+		s := newSkinnyGEMM(true)
+		if s == nil {
+			return fmt.Errorf("no kernel on a CUDA machine")
+		}
+		defer s.Free()
+		for _, nk := range [][2]int{{2560, 4096}, {1024, 2560}, {4096, 2560}, {2560, 9728}, {96, 1056}, {64, 96}} {
+			N, K := nk[0], nk[1]
+			for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: tcSplitAuto}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: tcSplitAuto},
+				{Tiles: 1, Warps: 4, Unroll: 2, Split: 3}, {Tiles: 2, Warps: 8, Unroll: 2, Split: 7}, {Tiles: 2, Warps: 4, Unroll: 4, Split: 5, Tiled: true}} {
+				if c = c.resolve(N, K); !c.fits(N, K) || c.Split < 2 {
+					continue
+				}
+				if err := splitCase(s, c, mlxc.BFloat16, N, K); err != nil {
+					return err
+				}
+			}
+		}
+		return splitCase(s, tcConfig{Tiles: 2, Warps: 4, Unroll: 4, Split: 8}, mlxc.Float16, 2560, 4096)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
+	so := mlxc.NewScope()
+	defer so.Close()
+	name := fmt.Sprintf("%v N=%d K=%d %+v", dt, N, K, c)
+	w := mlxc.Normal([]int{N, K}, dt, 0, 0.05, mlxc.RandomKey(uint64(N*7+K)))
+	if c.Tiled {
+		w = tcTile(w)
+	}
+	x16 := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K)))
+	var st TCState
+	defer st.Free()
+	y16 := s.applyTC(x16, w, c, N, &st)
+	again := s.applyTC(x16, w, c, N, &st)
+	var ref *mlxc.Array
+	if c.Tiled {
+		ref = mlxc.Matmul(mlxc.AsType(x16, mlxc.Float32), mlxc.AsType(untile(w, N, K), mlxc.Float32))
+	} else {
+		ref = mlxc.Matmul(mlxc.AsType(x16, mlxc.Float32), mlxc.Transpose(mlxc.AsType(w, mlxc.Float32)))
+	}
+	got, want := mlxc.AsType(y16, mlxc.Float32).Float32s(), ref.Float32s()
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > math.Abs(float64(want[i]))/128+1e-3 || math.IsNaN(float64(got[i])) {
+			return fmt.Errorf("%s: y[%d] = %g, want %g", name, i, got[i], want[i])
+		}
+	}
+	if err := sameBits(name+" called again", again, y16); err != nil {
+		return err
+	}
+	for _, M := range []int{1, 2, 5} {
+		y := s.applyTC(mlxc.SliceAxis(x16, 0, 0, M), w, c, N, &st)
+		if err := sameBits(fmt.Sprintf("%s rows %d", name, M), y, mlxc.SliceAxis(y16, 0, 0, M)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// untile turns tcTile's layout back into Wᵀ [K, N] (for a reference product).
+func untile(t *mlxc.Array, N, K int) *mlxc.Array {
+	w := mlxc.Reshape(t, N/8, K/32, 8, 4, 8) // [nt, s, g, t, e]: lane 4g+t (tcTile)
+	w = mlxc.Transpose(w, 0, 2, 1, 3, 4)     // [nt, g, s, t, e]: row 8nt+g, k = 32s+8t+e
+	return mlxc.Transpose(mlxc.Reshape(w, N, K))
 }
 
 // TestSkinnyTCSweep measures the tensor-core kernel's launch shapes on the Qwen3-4B
@@ -186,7 +264,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 							}
 							var bad bool
 							err := mlxc.Catch(func() {
-								got := mlxc.AsType(s.applyTC(x, ws[0], c, N), mlxc.Float32).Float32s()
+								got := mlxc.AsType(s.applyTC(x, ws[0], c, N, nil), mlxc.Float32).Float32s()
 								w := want.Float32s()
 								for i := range w {
 									if d := math.Abs(float64(got[i] - w[i])); d > math.Abs(float64(w[i]))/128+1e-3 || math.IsNaN(float64(got[i])) {
@@ -199,7 +277,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 								line += " " + name + " bad"
 								continue
 							}
-							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, c, N) })
+							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, c, N, nil) })
 							if err != nil {
 								line += " " + name + " err"
 								continue

@@ -14,8 +14,10 @@ import (
 //	"sweep"  tcConfigSweep (the per-product bests of the session-4 sweep)
 //	"wide=4/8/4p,down=4/4/4,narrow=1/4/2p"
 //	         tcConfigFor with the named classes replaced; a shape is TILES/WARPS/UNROLL,
-//	         "p" appended for the software-pipelined loop, or TILES/WARPS/sSTAGESkKT for
-//	         the shared-memory pipeline (TestSkinnyTCSweep's names)
+//	         "p" appended for the software-pipelined loop, then "xN" to split K over N
+//	         blocks per column tile or "xa" for resolve's automatic split; or
+//	         TILES/WARPS/sSTAGESkKT for the shared-memory pipeline (TestSkinnyTCSweep's
+//	         names)
 //
 // Classes: wide (N ≥ 16384: merged gate/up, the vocabulary head), down (K ≥ 8192), narrow
 // (the rest: q/k/v, o). A product that a replacement does not fit keeps tcConfigFor's shape.
@@ -58,14 +60,14 @@ func parseTCRule(v string) (func(N, K int) tcConfig, error) {
 		over[class] = c
 	}
 	return func(N, K int) tcConfig {
-		if c, ok := over[tcClass(N, K)]; ok && c.fits(N, K) {
-			return c
+		if c, ok := over[tcClass(N, K)]; ok && c.resolve(N, K).fits(N, K) {
+			return c.resolve(N, K)
 		}
 		return tcConfigFor(N, K)
 	}, nil
 }
 
-// parseTCConfig reads TILES/WARPS/UNROLL[p] or TILES/WARPS/sSTAGESkKT.
+// parseTCConfig reads TILES/WARPS/UNROLL[p][xSPLIT|xa] or TILES/WARPS/sSTAGESkKT.
 func parseTCConfig(s string) (tcConfig, error) {
 	f := strings.Split(s, "/")
 	if len(f) != 3 {
@@ -89,6 +91,14 @@ func parseTCConfig(s string) (tcConfig, error) {
 			return tcConfig{}, fmt.Errorf("shape %q: staged shapes are sSTAGESkKT, 2 ≤ STAGES ≤ 4, KT a multiple of 32", s)
 		}
 		return c, nil
+	}
+	if body, split, ok := strings.Cut(last, "x"); ok {
+		last = body
+		if split == "a" {
+			c.Split = tcSplitAuto
+		} else if c.Split, err = strconv.Atoi(split); err != nil || c.Split < 1 || c.Split > 64 {
+			return tcConfig{}, fmt.Errorf("shape %q: split must be 1..64 or a (automatic)", s)
+		}
 	}
 	c.Pipe = strings.HasSuffix(last, "p")
 	if c.Unroll, err = strconv.Atoi(strings.TrimSuffix(last, "p")); err != nil || c.Unroll < 1 || c.Unroll > 8 {

@@ -1,0 +1,33 @@
+package model
+
+import "github.com/dflash-mlx/dflash-mlx/mlxc"
+
+// OnDevice returns a copy of a small array that a GPU op made, padded with zeros to at
+// least 4 elements (16 bytes for 32-bit types), for our CUDA kernels to read; elsewhere (no
+// CUDA kernels) a itself. Why: MLX's CUDA allocator keeps every array of 8 bytes or less,
+// and every array made from host data, in unified memory, the small ones packed together
+// in a shared pool. While the host writes new scalars into that pool (each cycle makes a
+// few) the pages move between host and GPU, and a kernel that reads a scalar there can
+// stall on a page migration: on the H200 the kernels that read a position or an epsilon
+// from such arrays took 18–45 µs for work of 2–5 µs (Nsight Compute, session 6). A GPU
+// op's output of more than 8 bytes lives in device memory. Only element 0 (or the first
+// n of an n-element constant) carries meaning; the kernels never read the padding.
+func OnDevice(a *mlxc.Array) *mlxc.Array {
+	if a == nil || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
+		return a
+	}
+	return mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(a, -1), mlxc.Zeros([]int{4}, a.Dtype())}, 0)
+}
+
+// OnDeviceConst is OnDevice for a constant kept for the model's lifetime: evaluated and
+// detached (the caller frees it), the host-made original freed.
+func OnDeviceConst(a *mlxc.Array) *mlxc.Array {
+	d := OnDevice(a)
+	if d == a {
+		return a
+	}
+	d = d.Detach()
+	mlxc.Eval(d)
+	a.Free()
+	return d
+}
