@@ -14,9 +14,18 @@ import (
 // ForwardAt (all of the previous block's rows in the cache, only the device knowing how
 // many are committed) drafts what Forward with the committed rows alone does, cycle after
 // cycle, and leaves the same context in the cache once the offset is set.
+// Head dimension 64 takes the fused head prep on a GPU, which writes the block's keys and
+// values into the cache in place.
 func TestDrafterForwardAtMatchesForward(t *testing.T) {
+	for _, hd := range []int{32, 64} {
+		t.Run(fmt.Sprintf("head dim %d", hd), func(t *testing.T) { drafterForwardAtMatchesForward(t, hd) })
+	}
+}
+
+func drafterForwardAtMatchesForward(t *testing.T, headDim int) {
 	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
+	spec.HeadDim = headDim
 	err := mlxc.Do(func() error {
 		target, ds, err := writeTinyPair(dir, spec)
 		if err != nil {
