@@ -6,7 +6,11 @@ package mlxc
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"hash/fnv"
+	"unsafe"
+)
 
 // KernelBackend selects the custom-kernel API.
 type KernelBackend int
@@ -56,6 +60,24 @@ type KernelCall struct {
 	InitValue    *float32 // fill outputs first when set
 }
 
+// kernelName is the name MLX gets for a kernel: spec.Name and a hash of everything that
+// shapes its code. MLX's CUDA backend keeps compiled kernels on disk between processes
+// (by default under the temporary directory, mlx/<version>/ptx) keyed by the kernel's name
+// and template arguments only, so a kernel whose source changed under the same name would
+// run its old code after an upgrade.
+func kernelName(spec KernelSpec) string {
+	h := fnv.New64a()
+	for _, part := range [][]string{{spec.Source, spec.Header}, spec.Inputs, spec.Outputs} {
+		for _, s := range part {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
+		h.Write([]byte{1})
+	}
+	fmt.Fprintf(h, "%d/%v/%d/%v", spec.Backend, spec.EnsureRowContiguous, spec.SharedMemory, spec.AtomicOutputs)
+	return fmt.Sprintf("%s_%x", spec.Name, h.Sum64())
+}
+
 func cStrings(v []string) ([]*C.char, func()) {
 	out := make([]*C.char, len(v))
 	for i, s := range v {
@@ -74,7 +96,7 @@ func NewKernel(spec KernelSpec) *Kernel {
 	defer freeIns()
 	outs, freeOuts := cStrings(spec.Outputs)
 	defer freeOuts()
-	name, f1 := cstr(spec.Name)
+	name, f1 := cstr(kernelName(spec))
 	defer f1()
 	src, f2 := cstr(spec.Source)
 	defer f2()

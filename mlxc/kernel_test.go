@@ -1,6 +1,7 @@
 package mlxc
 
 import (
+	"regexp"
 	"testing"
 )
 
@@ -122,4 +123,33 @@ func TestCUDAKernel(t *testing.T) {
 			Grid: [3]int{1, 1, 1}, ThreadGroup: [3]int{1, 1, 1}, InitValue: &init})[0]
 		closeTo(t, "init value", r.Float32s(), []float32{av[0], -3, -3, -3}, 0)
 	})
+}
+
+// A kernel's name carries a hash of its code, so that MLX's on-disk cache of compiled
+// kernels (keyed by name) never serves the code of an older source under the same name.
+func TestKernelNameFollowsSource(t *testing.T) {
+	base := KernelSpec{Backend: KernelCUDA, Name: "dflash_x", Inputs: []string{"a"}, Outputs: []string{"out"}, Source: "out[0] = a[0];"}
+	name := kernelName(base)
+	if !regexp.MustCompile(`^dflash_x_[0-9a-f]+$`).MatchString(name) {
+		t.Fatalf("name %q is not the spec's name and a hex hash", name)
+	}
+	if again := kernelName(base); again != name {
+		t.Errorf("same spec, names %q and %q", name, again)
+	}
+	for what, change := range map[string]func(*KernelSpec){
+		"source":   func(s *KernelSpec) { s.Source = "out[0] = 2 * a[0];" },
+		"header":   func(s *KernelSpec) { s.Header = "#define X 1" },
+		"inputs":   func(s *KernelSpec) { s.Inputs = []string{"b"} },
+		"outputs":  func(s *KernelSpec) { s.Outputs = []string{"y"} },
+		"backend":  func(s *KernelSpec) { s.Backend = KernelMetal },
+		"contig":   func(s *KernelSpec) { s.EnsureRowContiguous = true },
+		"split":    func(s *KernelSpec) { s.Source, s.Header = "out[0] = a[0]", ";" }, // same bytes, other split
+		"sharedmm": func(s *KernelSpec) { s.SharedMemory = 1024 },
+	} {
+		s := base
+		change(&s)
+		if kernelName(s) == name {
+			t.Errorf("changing the %s kept the name %q", what, name)
+		}
+	}
 }
