@@ -255,6 +255,8 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 // HeadPrepInto is HeadPrepMerged that also writes the block's keys and values into the KV
 // cache buffers ck, cv [1, hk, R, D] at rows pos..pos+L−1 (in place: see headPrepKVSource;
 // the buffers must be row-contiguous, as KVCache.Window's are). pos must be OnDevice's.
+// MLX runs a kernel only for outputs something uses and orders readers of ck, cv only
+// through its outputs: the attention that reads the cache must take the returned q.
 func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 	L := y.Dim(0)
 	dt := y.Dtype()
