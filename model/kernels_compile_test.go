@@ -122,7 +122,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19},
 			{Tiles: 2, Warps: 8, Unroll: 2, Split: 8, Tiled: true}, {Tiles: 1, Warps: 4, Unroll: 4, Split: 3}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_split_%s_%d_%d_%d_%v_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Tiled),
-				Header: tcMMA, Inputs: [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}}, Outputs: [][2]string{{"y", T}, {"ws", "float"}},
+				Header: tcMMA, Inputs: [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, Outputs: [][2]string{{"y", T}, {"ws", "float"}},
 				Consts: constsOf(c.template(dt)), Body: tcSplitSource})
 		}
 		for _, D := range []int{64, 128, 256} {

@@ -19,6 +19,7 @@ import (
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
+	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
 	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
 	tiled       bool         // DFLASH_TC_TILED=1: weights in the tensor-core layout (ApplyOwned)
@@ -161,22 +162,29 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
 	split := spec
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
-	split.Inputs, split.Outputs = []string{"x", "w", "cnt"}, []string{"y", "ws"}
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), tensorCores: true, minRows: 2, configFor: tcConfigFor}
+	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep"}, []string{"y", "ws"}
+	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
+	mlxc.Eval(noDep)
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
-// the kernel's layout (DFLASH_TC_TILED=1) and the per-tile counts of the split launch.
-// Each weight needs its own counts (see tcSplitStore). Zero value: nothing made yet.
+// the kernel's layout (DFLASH_TC_TILED=1), the per-tile counts of the split launch, and
+// the last split launch's partials (prev). Two split launches must not share counts at the
+// same time (see tcSplitStore), and MLX's CUDA graphs run kernels that no data path links
+// concurrently — the drafter applies one projection to its context rows and to its block
+// in one graph — so each split launch takes the previous launch's partials of the same
+// weight as an (unread) input: an edge that orders them. Zero value: nothing made yet.
 type TCState struct {
-	tiled, counts *mlxc.Array
+	tiled, counts, prev *mlxc.Array
 }
 
 // Free releases what the state holds.
 func (st *TCState) Free() {
 	st.tiled.Free()
 	st.counts.Free()
-	st.tiled, st.counts = nil, nil
+	st.prev.Free()
+	st.tiled, st.counts, st.prev = nil, nil, nil
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
@@ -268,7 +276,14 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int, st *TCState) *
 	}
 	call.OutputShapes = append(call.OutputShapes, []int{tiles * c.Split * 16 * 8 * c.Tiles})
 	call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32)
-	return s.split.Call([]*mlxc.Array{x, w, st.counts}, call)[0]
+	dep := st.prev
+	if dep == nil {
+		dep = s.noDep
+	}
+	out := s.split.Call([]*mlxc.Array{x, w, st.counts, dep}, call)
+	st.prev.Free()
+	st.prev = out[1].Detach()
+	return out[0]
 }
 
 // Free releases the kernel.
@@ -276,5 +291,6 @@ func (s *SkinnyGEMM) Free() {
 	if s != nil {
 		s.k.Free()
 		s.split.Free()
+		s.noDep.Free()
 	}
 }

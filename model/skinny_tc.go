@@ -317,8 +317,9 @@ const tcStore = `
 // ws [tiles·SPLIT, 16, C]; the last of a tile's SPLIT blocks to count itself in cnt[ct]
 // (an atomic add; the threadfence pattern of CUDA's reduction samples) sums the chunks in
 // chunk order, writes y and sets the count back to 0 for the next call. cnt belongs to one
-// weight (SkinnyGEMM.ApplyOwned): MLX's CUDA graphs may run kernels without a data path
-// between them at the same time, so two products must never share a count.
+// weight (TCState), and dep (unread) orders this launch after the weight's previous one:
+// MLX's CUDA graphs may run kernels without a data path between them at the same time, so
+// two launches must never use a count at once.
 const tcSplitStore = `
   float* wb = ws + (size_t)blockIdx.x * 16 * C;
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {

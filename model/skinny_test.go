@@ -175,6 +175,17 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 			return err
 		}
 	}
+	// Two products of the weight with no data path between them, evaluated in one graph
+	// (MLX may run such kernels at the same time): each must still be right.
+	xb := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K+1)))
+	ya, yb := s.applyTC(x16, w, c, N, &st), s.applyTC(xb, w, c, N, &st)
+	mlxc.Eval(ya, yb)
+	if err := sameBits(name+" beside another product", ya, y16); err != nil {
+		return err
+	}
+	if err := sameBits(name+" the other product", yb, s.applyTC(xb, w, c, N, &st)); err != nil {
+		return err
+	}
 	return nil
 }
 
