@@ -287,8 +287,12 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		lc.Append(d.keysValues(l, proj, lc.Offset()))
 		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
 			shape := []int{1, c0.NumKVHeads, L, c0.HeadDim}
-			keys, values = lc.Window(window, shape, shape, h.Dtype())
-			q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+			if keys, values = lc.Window(window, shape, shape, h.Dtype()); keys.Dtype() == h.Dtype() {
+				q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+			} else { // the kernel writes rows of h's type
+				keys, values = nil, nil
+				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
+			}
 		} else {
 			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)

@@ -245,6 +245,11 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
 			if at && l.qkv != nil {
 				keys, values = lc.Window(opt.Window, []int{1, a.NumKVHeads, L, a.HeadDim}, []int{1, a.NumKVHeads, L, a.HeadDim}, x.Dtype())
+				if keys.Dtype() != x.Dtype() { // the kernel writes rows of x's type
+					keys, values = nil, nil
+				}
+			}
+			if keys != nil {
 				q, k, v = m.fused.HeadPrepInto(l.qkv.Whole(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
 			} else {
 				q, k, v = m.headPrep(l, x, kernelPos())
