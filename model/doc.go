@@ -8,12 +8,14 @@
 // returns a Model. The math follows mlx-lm op for op so that CPU results are bit-identical
 // to the reference.
 //
-// On CUDA the per-node host cost of MLX's backend dominates decoding, so the package also
-// holds what shapes the graph for it: 2-D activations (no Flatten/Unflatten around
-// matmuls), padded attention keys for multi-token blocks (KeyBucketDefault, one cuDNN plan
-// per 256 positions), and opt-in pieces measured or still to be measured on the H200: the
-// few-row product kernel (SkinnyGEMM), merged projections (MergeLinears) and the GPU-exact
-// mode (GPUExactDefault). All keep CPU results bit-identical (tested).
+// On CUDA the package also holds what shapes the graph and the device work for MLX's
+// backend: 2-D activations (no Flatten/Unflatten around matmuls), our own kernels for
+// few-row products (SkinnyGEMM: tensor cores, K split over blocks for narrow weights),
+// multi-token attention (FewQueryAttention) and fused layer steps (Fused: head prep that
+// also writes a device-placed block into the KV cache, gated activation), small inputs
+// kept in device memory (OnDevice: MLX keeps small arrays in unified memory), and the
+// GPU-exact mode (GPUExactDefault). On the CPU backend none of these is used, and results
+// stay bit-identical to mlx-lm (tested).
 //
 // All methods that touch arrays must run on the MLX thread (mlxc.Do).
 package model
