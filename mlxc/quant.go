@@ -90,6 +90,19 @@ func singleGroupRows(x *Array, q Quantized) *Array {
 		y := Matmul(AsType(flat, Float32), SwapAxes(Dequantize(q, Float32), -1, -2))
 		return Reshape(AsType(y, x.Dtype()), shape...)
 	}
+	return QuantizedMatmulRows(x, q)
+}
+
+// QuantizedMatmulRows is QuantizedMatmul (transposed) one row at a time: each row through
+// the one-row kernel (qmv on CUDA), exactly the product a one-token decode step makes. MLX
+// sends blocks of rows to other kernels, which round differently on a GPU; GPU-exact mode
+// (model.GPUExactDefault) uses this for verify blocks of quantized models. A node per row:
+// for blocks of a few rows.
+func QuantizedMatmulRows(x *Array, q Quantized) *Array {
+	k := x.Dim(-1)
+	rows := x.Size() / k
+	shape := append(x.Shape()[:x.Ndim()-1:x.Ndim()-1], q.W.Dim(0))
+	flat := Reshape(x, rows, k)
 	parts := make([]*Array, rows)
 	for i := range parts {
 		parts[i] = quantizedMatmul(Slice(flat, []int{i, 0}, []int{i + 1, k}), q, true)

@@ -335,5 +335,21 @@ func TestSingleGroupRows(t *testing.T) {
 			}
 			s.Close()
 		}
+		// QuantizedMatmulRows, over two groups (K = 128), 3-D input: each row its one-row
+		// product.
+		s := NewScope()
+		defer s.Close()
+		w := AsType(f32(g.floats(96*128, -0.3, 0.3), 96, 128), BFloat16)
+		q := Quantize(w, 64, 4, "")
+		x := AsType(f32(g.floats(5*128, -1, 1), 1, 5, 128), BFloat16)
+		got := QuantizedMatmulRows(x, q)
+		eqShape(t, "rows over two groups", got.Shape(), []int{1, 5, 96})
+		all := AsType(got, Float32).Float32s()
+		for r := range 5 {
+			one := AsType(quantizedMatmul(Slice(x, []int{0, r, 0}, []int{1, r + 1, 128}), q, true), Float32).Float32s()
+			if !slices.Equal(all[r*96:(r+1)*96], one) {
+				t.Errorf("QuantizedMatmulRows: row %d differs from its one-row product", r)
+			}
+		}
 	})
 }

@@ -42,7 +42,7 @@ func (l *Linear) transposed() *mlxc.Array {
 // Apply runs the layer with mlx-lm's op sequence (matmul with Wᵀ, or addmm with a bias).
 func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	if l.Q != nil {
-		y := mlxc.QuantizedMatmul(x, *l.Q, true)
+		y := quantizedProduct(x, *l.Q, l.skinny)
 		if l.Bias != nil {
 			y = mlxc.Add(y, l.Bias)
 		}
@@ -55,6 +55,18 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 		return l.skinny.ApplyOwned(x, l.W, &l.tc)
 	}
 	return mlxc.Matmul(x, l.transposed())
+}
+
+// quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a
+// block of 2..16 rows goes one row at a time, so that each row rounds like the one-token
+// step's product (MLX's block kernels round differently on a GPU).
+func quantizedProduct(x *mlxc.Array, q mlxc.Quantized, s *SkinnyGEMM) *mlxc.Array {
+	if s != nil && s.minRows == 1 && x.Ndim() >= 1 {
+		if rows := x.Size() / x.Dim(-1); rows >= 2 && rows <= 16 {
+			return mlxc.QuantizedMatmulRows(x, q)
+		}
+	}
+	return mlxc.QuantizedMatmul(x, q, true)
 }
 
 // UseSkinny routes the layer's few-row products through s (nil: MLX's matmul).
@@ -131,7 +143,7 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 // AsLinear is x·Eᵀ (a tied output head), quantized with the embedding's own parameters.
 func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 	if e.Q != nil {
-		return mlxc.QuantizedMatmul(x, *e.Q, true)
+		return quantizedProduct(x, *e.Q, e.skinny)
 	}
 	if e.skinny.Fits(x, e.W) {
 		return e.skinny.ApplyOwned(x, e.W, &e.tc)

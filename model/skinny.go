@@ -145,6 +145,8 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 // and attention of every step through the few-query kernel, whose rows do not depend on
 // each other either. Measured on the H200 (session 3): 0 flips in 2 × 128 positions, DFlash
 // as fast as without it, plain decoding ~25% slower (one-row products leave MLX's gemv).
+// Quantized products of a block go one row at a time (quantizedProduct; since session 6,
+// not yet run on a GPU): a node per row, so quantized verify blocks are slow in this mode.
 func GPUExactDefault() bool { return os.Getenv("DFLASH_GPU_EXACT") == "1" }
 
 func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
