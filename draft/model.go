@@ -133,9 +133,7 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		FQA() *model.FewQueryAttention
 	}); ok && t.FQA() != nil {
 		d.fqa = t.FQA()
-		d.scaleArr = mlxc.Scalar(float64(d.scale), mlxc.Float32).Detach()
-		mlxc.Eval(d.scaleArr)
-		d.scaleArr = model.OnDeviceConst(d.scaleArr)
+		d.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(d.scale), mlxc.Float32))
 	}
 	if err := mlxc.Catch(func() {
 		d.fc.Prepare()
@@ -286,11 +284,9 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote the block into them
 		lc.Append(d.keysValues(l, proj, lc.Offset()))
 		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
-			shape := []int{1, c0.NumKVHeads, L, c0.HeadDim}
-			if keys, values = lc.Window(window, shape, shape, h.Dtype()); keys.Dtype() == h.Dtype() {
+			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.Dtype()); keys != nil {
 				q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
-			} else { // the kernel writes rows of h's type
-				keys, values = nil, nil
+			} else {
 				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {

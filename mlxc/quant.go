@@ -82,15 +82,13 @@ func GatherMM(a, b, lhsIdx, rhsIdx *Array, sorted bool) *Array {
 // equality test), or, past 64 rows, through float32 dequantized weights. Only models this
 // narrow (hidden size ≤ group size: test models) get here, so launches do not matter.
 func singleGroupRows(x *Array, q Quantized) *Array {
-	k := x.Dim(-1)
-	rows := x.Size() / k
-	shape := append(x.Shape()[:x.Ndim()-1:x.Ndim()-1], q.W.Dim(0))
-	flat := Reshape(x, rows, k)
-	if rows > 64 {
-		y := Matmul(AsType(flat, Float32), SwapAxes(Dequantize(q, Float32), -1, -2))
-		return Reshape(AsType(y, x.Dtype()), shape...)
+	if x.Size()/x.Dim(-1) <= 64 {
+		return QuantizedMatmulRows(x, q)
 	}
-	return QuantizedMatmulRows(x, q)
+	k := x.Dim(-1)
+	flat := Reshape(x, x.Size()/k, k)
+	y := Matmul(AsType(flat, Float32), SwapAxes(Dequantize(q, Float32), -1, -2))
+	return Reshape(AsType(y, x.Dtype()), append(x.Shape()[:x.Ndim()-1:x.Ndim()-1], q.W.Dim(0))...)
 }
 
 // QuantizedMatmulRows is QuantizedMatmul (transposed) one row at a time: each row through

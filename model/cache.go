@@ -151,6 +151,16 @@ func (c *KVCache) Window(window int, ks, vs []int, dt mlxc.Dtype) (*mlxc.Array, 
 	return c.keys, c.values
 }
 
+// InPlace is Window for a block of rows of type dt that a kernel writes into the buffers
+// itself (kvHeads heads of headDim): the buffers, or nil, nil when they hold another type.
+func (c *KVCache) InPlace(window, kvHeads, headDim int, dt mlxc.Dtype) (*mlxc.Array, *mlxc.Array) {
+	shape := []int{1, kvHeads, 1, headDim}
+	if k, v := c.Window(window, shape, shape, dt); k.Dtype() == dt {
+		return k, v
+	}
+	return nil, nil
+}
+
 // replace swaps the buffers, freeing the old handles so MLX can update in place (donation
 // needs the old buffer to have no other reference).
 func (c *KVCache) replace(k, v *mlxc.Array) {

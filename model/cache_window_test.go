@@ -8,7 +8,7 @@ import (
 
 // KVCache.Window grows the buffers in kvStep rows to hold a window, keeping every row they
 // held (rows past the offset too: an unread block's), and returns the same buffers while
-// they are large enough: what an in-place write (Fused.HeadPrepInto) needs.
+// they are large enough: what an in-place write (Fused.HeadPrepInto, through InPlace) needs.
 func TestKVCacheWindow(t *testing.T) {
 	err := mlxc.Do(func() error {
 		s := mlxc.NewScope()
@@ -38,6 +38,13 @@ func TestKVCacheWindow(t *testing.T) {
 		}
 		if k2, _ := c.Window(100, shape, shape, mlxc.Float32); k2 != k {
 			t.Error("a smaller window replaced the buffers")
+		}
+		// InPlace hands out the same buffers for rows of their type, none for another.
+		if k2, v2 := c.InPlace(100, 2, 4, mlxc.Float32); k2 != k || v2 != v {
+			t.Error("InPlace did not return the cache's buffers")
+		}
+		if k2, v2 := c.InPlace(100, 2, 4, mlxc.BFloat16); k2 != nil || v2 != nil {
+			t.Error("InPlace returned float32 buffers for bfloat16 rows")
 		}
 		if a := mlxc.Scalar(1, mlxc.Float32); OnDevice(a) != a && !mlxc.CUDAKernelsAvailable() {
 			t.Error("OnDevice copied an array without CUDA kernels")

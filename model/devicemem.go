@@ -19,15 +19,13 @@ func OnDevice(a *mlxc.Array) *mlxc.Array {
 	return mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(a, -1), mlxc.Zeros([]int{4}, a.Dtype())}, 0)
 }
 
-// OnDeviceConst is OnDevice for a constant kept for the model's lifetime: evaluated and
-// detached (the caller frees it), the host-made original freed.
+// OnDeviceConst is OnDevice for a constant a (just made) kept for the model's lifetime: it
+// returns it evaluated and detached (the caller frees it); a host-made original is freed.
 func OnDeviceConst(a *mlxc.Array) *mlxc.Array {
-	d := OnDevice(a)
-	if d == a {
-		return a
-	}
-	d = d.Detach()
+	d := OnDevice(a).Detach()
 	mlxc.Eval(d)
-	a.Free()
+	if d != a {
+		a.Free()
+	}
 	return d
 }

@@ -209,28 +209,32 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 		prepKV: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_kv",
 			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo", "ko", "vo"},
 			Source: headPrepKVSource, EnsureRowContiguous: false}),
-		inv:  mlxc.FromSlice(inv, len(inv)).Detach(),
-		eps:  mlxc.Scalar(float64(eps), mlxc.Float32).Detach(),
+		inv:  OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
+		eps:  OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
 		half: len(inv),
 	}
 	if os.Getenv("DFLASH_FUSED_ADDNORM") == "1" {
 		f.addNorm = mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_add_norm",
 			Inputs: []string{"h", "r", "w", "eps"}, Outputs: []string{"s", "y"}, Source: addNormSource, EnsureRowContiguous: true})
 	}
-	mlxc.Eval(f.inv, f.eps)
-	f.inv, f.eps = OnDeviceConst(f.inv), OnDeviceConst(f.eps)
 	return f
 }
 
 // HeadPrep returns q [1, hq, L, D], k and v [1, hk, L, D] from projected rows: q, k, v are
 // [L, *] with the heads starting at columns qo, ko, vo (pass one merged product three times
 // with its offsets, or three products with 0). qn, kn are the per-head norm weights [D];
-// pos is a 0-d int32 array with the position of row 0 (Visible).
+// pos is an int32 array with the position of row 0 in element 0 (OnDevice(Visible(…))).
 func (f *Fused) HeadPrep(q, k, v *mlxc.Array, qo, ko, vo, hq, hk, D int, qn, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
-	L := q.Dim(0)
-	dt := q.Dtype()
+	return f.launchPrep(f.prep, []*mlxc.Array{q, k, v, qn, kn, f.inv, f.eps, pos}, qo, ko, vo, hq, hk, D)
+}
+
+// launchPrep launches a head-prep kernel (prep or prepKV) whose first input holds the q
+// rows: one warp per (row, head).
+func (f *Fused) launchPrep(k *mlxc.Kernel, inputs []*mlxc.Array, qo, ko, vo, hq, hk, D int) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+	L := inputs[0].Dim(0)
+	dt := inputs[0].Dtype()
 	items := L * (hq + 2*hk)
-	out := f.prep.Call([]*mlxc.Array{q, k, v, qn, kn, f.inv, f.eps, pos}, mlxc.KernelCall{
+	out := k.Call(inputs, mlxc.KernelCall{
 		OutputShapes: [][]int{{1, hq, L, D}, {1, hk, L, D}, {1, hk, L, D}},
 		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
 		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
@@ -258,17 +262,7 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 // MLX runs a kernel only for outputs something uses and orders readers of ck, cv only
 // through its outputs: the attention that reads the cache must take the returned q.
 func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
-	L := y.Dim(0)
-	dt := y.Dtype()
-	items := L * (hq + 2*hk)
-	out := f.prepKV.Call([]*mlxc.Array{y, y, y, qn, kn, f.inv, f.eps, pos, ck, cv}, mlxc.KernelCall{
-		OutputShapes: [][]int{{1, hq, L, D}, {1, hk, L, D}, {1, hk, L, D}},
-		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
-		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
-		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
-		Template:     headPrepTemplate(dt, D, hq, hk, 0, hq*D, (hq+hk)*D),
-	})
-	return out[0], out[1], out[2]
+	return f.launchPrep(f.prepKV, []*mlxc.Array{y, y, y, qn, kn, f.inv, f.eps, pos, ck, cv}, 0, hq*D, (hq+hk)*D, hq, hk, D)
 }
 
 // HeadPrepMerged is HeadPrep for one merged q/k/v product y [L, (hq+2·hk)·D]: q heads,

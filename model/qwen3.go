@@ -122,9 +122,7 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	m.swiglu = NewSwiGLU()
 	m.fused = NewFused(m.rope, a.HeadDim, a.RMSNormEps)
 	if m.fqa = NewFewQueryAttention(); m.fqa != nil {
-		m.scaleArr = mlxc.Scalar(float64(m.scale), mlxc.Float32).Detach()
-		mlxc.Eval(m.scaleArr)
-		m.scaleArr = OnDeviceConst(m.scaleArr)
+		m.scaleArr = OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
 	return m, nil
 }
@@ -244,10 +242,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote this block into them
 		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
 			if at && l.qkv != nil {
-				keys, values = lc.Window(opt.Window, []int{1, a.NumKVHeads, L, a.HeadDim}, []int{1, a.NumKVHeads, L, a.HeadDim}, x.Dtype())
-				if keys.Dtype() != x.Dtype() { // the kernel writes rows of x's type
-					keys, values = nil, nil
-				}
+				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.Dtype())
 			}
 			if keys != nil {
 				q, k, v = m.fused.HeadPrepInto(l.qkv.Whole(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)

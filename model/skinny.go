@@ -24,7 +24,7 @@ type SkinnyGEMM struct {
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
 	tiled       bool         // DFLASH_TC_TILED=1: weights in the tensor-core layout (ApplyOwned)
 	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
-	// otherwise, see tcrule.go).
+	// otherwise, see tcrule.go), its split resolved.
 	configFor func(N, K int) tcConfig
 }
 
@@ -199,7 +199,7 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	}
 	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && !s.configFor(N, K).resolve(N, K).fits(N, K) {
+	if s.tensorCores && !s.configFor(N, K).fits(N, K) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
@@ -216,7 +216,7 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x
 func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
-		c := s.configFor(N, w.Dim(1)).resolve(N, w.Dim(1))
+		c := s.configFor(N, w.Dim(1))
 		if s.tiled && st != nil && c.Stages == 0 {
 			if st.tiled == nil {
 				st.tiled = tcTile(w).Detach()

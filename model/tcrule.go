@@ -60,8 +60,10 @@ func parseTCRule(v string) (func(N, K int) tcConfig, error) {
 		over[class] = c
 	}
 	return func(N, K int) tcConfig {
-		if c, ok := over[tcClass(N, K)]; ok && c.resolve(N, K).fits(N, K) {
-			return c.resolve(N, K)
+		if c, ok := over[tcClass(N, K)]; ok {
+			if c = c.resolve(N, K); c.fits(N, K) {
+				return c
+			}
 		}
 		return tcConfigFor(N, K)
 	}, nil
