@@ -190,6 +190,19 @@ func (a *Array) Dim(axis int) int {
 func (a *Array) Ndim() int { return int(C.mlxc_array_ndim(a.handle("ndim"))) }
 
 // Dtype is the element type.
+// Location says where an evaluated array's buffer lives on CUDA, for tests and
+// diagnostics: "device" (device memory), "unified" (managed memory), or "" (another
+// backend, or not evaluated yet).
+func (a *Array) Location() string {
+	switch C.mlxc_array_location(a.handle("location")) {
+	case 1:
+		return "unified"
+	case 2:
+		return "device"
+	}
+	return ""
+}
+
 func (a *Array) Dtype() Dtype { return Dtype(C.mlxc_array_dtype(a.handle("dtype"))) }
 
 // Size is the number of elements.

@@ -153,3 +153,56 @@ func TestKernelNameFollowsSource(t *testing.T) {
 		}
 	}
 }
+
+// TestReadKeepsDeviceMemory: on CUDA, reading a GPU op's result on the host copies it out
+// and leaves its buffer in device memory (data<T>() would move it to unified memory for
+// good, where a later GPU op that reuses it page-faults); the values read are right, also
+// for a view at an offset and a transposed (non-contiguous) array. Elsewhere Location is
+// "" and the read is the plain one.
+func TestReadKeepsDeviceMemory(t *testing.T) {
+	onMLX(t, func() {
+		if !CUDAKernelsAvailable() {
+			a := Add(f32([]float32{1, 2}, 2), f32([]float32{3, 4}, 2))
+			closeTo(t, "cpu read", a.Float32s(), []float32{4, 6}, 0)
+			if loc := a.Location(); loc != "" {
+				t.Errorf("Location off CUDA = %q, want \"\"", loc)
+			}
+			return
+		}
+		prev := DefaultStream()
+		defer SetStream(prev)
+		SetStream(NewStream(Device{GPU: true}))
+		vals := make([]float32, 24)
+		for i := range vals {
+			vals[i] = float32(i)
+		}
+		host := f32(vals, 4, 6) // made from host data: unified memory
+		gpu := Add(host, Scalar(0.5, Float32))
+		Eval(gpu)
+		if loc := gpu.Location(); loc != "device" {
+			t.Fatalf("a GPU op's [4,6] float32 result is in %q memory, want device", loc)
+		}
+		want := make([]float32, 24)
+		for i := range want {
+			want[i] = float32(i) + 0.5
+		}
+		closeTo(t, "device read", ToSlice[float32](gpu), want, 0)
+		if loc := gpu.Location(); loc != "device" {
+			t.Errorf("after the host read the buffer is in %q memory, want device (not moved)", loc)
+		}
+		row := Slice(gpu, []int{2, 0}, []int{3, 6}) // a view 48 bytes into the buffer
+		closeTo(t, "view at an offset", ToSlice[float32](row), want[12:18], 0)
+		tr := Transpose(gpu, 1, 0)
+		got := ToSlice[float32](tr)
+		for i := 0; i < 6; i++ {
+			for j := 0; j < 4; j++ {
+				if got[i*4+j] != want[j*6+i] {
+					t.Fatalf("transposed read [%d,%d] = %v, want %v", i, j, got[i*4+j], want[j*6+i])
+				}
+			}
+		}
+		if loc := host.Location(); loc != "unified" {
+			t.Errorf("host-made array is in %q memory, want unified", loc)
+		}
+	})
+}

@@ -7,6 +7,7 @@
 #include "mlxc.h"
 
 #include <atomic>
+#include <dlfcn.h>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -280,6 +281,64 @@ int mlxc_array_dtype(mlxc_array a) { return a ? code_of(A(a).dtype()) : -1; }
 size_t mlxc_array_size(mlxc_array a) { return a ? A(a).size() : 0; }
 size_t mlxc_array_nbytes(mlxc_array a) { return a ? A(a).nbytes() : 0; }
 
+// ---- reading arrays on the host ----
+//
+// On CUDA, data<T>() of an array in device memory moves its buffer into unified memory for
+// good (a new managed allocation, a synchronous copy); the buffer then returns to MLX's
+// cache and is handed to a later GPU op of the same size, whose kernel page-faults on its
+// first write because the host touched the page. On the H200 the two kernels that
+// concatenated each cycle's verify ids into such a recycled buffer took 75 us each for
+// 64 bytes. Device-resident arrays are therefore read with the driver's copy instead, which
+// leaves the buffer in device memory.
+
+namespace {
+
+// The record behind a CUDA array's buffer (mlx/backend/cuda/allocator.h of MLX 0.32, which
+// the portable headers lack): the pointer, the size and the device (-1: unified memory).
+struct CudaBufferRecord {
+  void* data;
+  size_t size;
+  int device;
+};
+
+using cu_memcpy_dtoh = int (*)(void* dst, unsigned long long src, size_t n);
+
+// device_resident returns the record of arr's buffer when it lives in CUDA device memory.
+const CudaBufferRecord* device_resident(const mx::array& arr) {
+  static const bool cuda = mx::cu::is_available();
+  if (!cuda) return nullptr;
+  auto* rec = static_cast<const CudaBufferRecord*>(arr.buffer().ptr());
+  if (!rec || !rec->data || rec->device < 0) return nullptr;
+  return rec;
+}
+
+// copy_from_device copies nbytes of arr (evaluated, row-contiguous) to dst with
+// cuMemcpyDtoH from the libcuda that libmlx loaded. False when that is not possible (not
+// CUDA, unified memory, no driver symbol, a failed copy): the caller reads through MLX.
+// The copy runs on the legacy stream, which MLX's non-blocking streams do not wait for, so
+// reading one cycle's result does not stall the cycles enqueued after it.
+bool copy_from_device(const mx::array& arr, void* dst, size_t nbytes) {
+  auto* rec = device_resident(arr);
+  if (!rec) return false;
+  static const auto dtoh = reinterpret_cast<cu_memcpy_dtoh>(dlsym(RTLD_DEFAULT, "cuMemcpyDtoH_v2"));
+  if (!dtoh) return false;
+  if (arr.offset() < 0 || static_cast<size_t>(arr.offset()) + nbytes > rec->size) return false;
+  auto src = reinterpret_cast<unsigned long long>(static_cast<char*>(rec->data) + arr.offset());
+  return dtoh(dst, src, nbytes) == 0;
+}
+
+}  // namespace
+
+int mlxc_array_location(mlxc_array a) {
+  int loc = 0;
+  guard([&] {
+    auto& arr = A(a);
+    if (!mx::cu::is_available() || !arr.is_available() || !arr.buffer().ptr()) return;
+    loc = device_resident(arr) ? 2 : 1;
+  });
+  return loc;
+}
+
 int mlxc_array_copy_to(mlxc_array a, void* dst, size_t nbytes) {
   return guard([&] {
     auto& arr = A(a);
@@ -287,12 +346,12 @@ int mlxc_array_copy_to(mlxc_array a, void* dst, size_t nbytes) {
       throw std::invalid_argument("copy_to: buffer has " + std::to_string(nbytes) + " bytes, array has " +
                                   std::to_string(arr.nbytes()));
     arr.eval();
-    if (arr.flags().row_contiguous) {
-      std::memcpy(dst, arr.data<uint8_t>(), nbytes);
-      return;
+    auto c = arr;
+    if (!arr.flags().row_contiguous) {
+      c = mx::contiguous(arr, false);
+      c.eval();
     }
-    auto c = mx::contiguous(arr, false);
-    c.eval();
+    if (copy_from_device(c, dst, nbytes)) return;
     std::memcpy(dst, c.data<uint8_t>(), nbytes);
   });
 }
