@@ -33,15 +33,21 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	case "qwen3-4b":
 		t = modelgen.Qwen3Spec{Hidden: 2560, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 9728, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
+	case "qwen3-4b-thin":
+		// The 4B shape's layers, heads, head size and vocabulary around 256-wide hidden and
+		// MLP matrices: the same graph per cycle at a small fraction of the weight reads, so
+		// its cycle time is close to the host's cost of a cycle.
+		t = modelgen.Qwen3Spec{Hidden: 256, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 256, Vocab: qwen3Vocab,
+			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
 	case "qwen3-8b":
 		t = modelgen.Qwen3Spec{Hidden: 4096, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 12288, Vocab: qwen3Vocab,
 			Tied: false, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
 	default:
-		return t, modelgen.DrafterSpec{}, fmt.Errorf("unknown shape %q (demo, tiny, qwen3-4b, qwen3-8b)", shape)
+		return t, modelgen.DrafterSpec{}, fmt.Errorf("unknown shape %q (demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b)", shape)
 	}
 	t.Dtype = mlxc.BFloat16
 	d := modelgen.DrafterFor(t, 2)
-	if shape == "qwen3-4b" || shape == "qwen3-8b" {
+	if shape == "qwen3-4b" || shape == "qwen3-4b-thin" || shape == "qwen3-8b" {
 		// The real z-lab Qwen3 DFlash drafters: 5 layers reading 5 target layers.
 		d = modelgen.DrafterFor(t, 5)
 		d.TargetLayerIDs = []int{1, 9, 17, 25, 33}

@@ -126,6 +126,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	// which acc+1 are committed, and drafts after them; its verify block starts at
 	// prev.pos+acc+1. acc is prev's device count, or known ≥ 0 when the host has read it.
 	build := func(prev *aheadCycle, known, n int) *aheadCycle {
+		t0 := time.Now()
 		s := mlxc.NewScope()
 		defer s.Close()
 		acc, tok := prev.acc, prev.tok
@@ -162,6 +163,10 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		evalList := append(cy.v.Arrays(), cy.acc, cy.tok, cy.hidden)
 		if cy.drafts != nil {
 			evalList = append(evalList, cy.drafts)
+		}
+		if req.Profile {
+			profileCycle(&st, evalList, cy.drafts, time.Since(t0))
+			return cy
 		}
 		if e.aheadMode == "eval" {
 			mlxc.Eval(evalList...)
@@ -279,4 +284,33 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	st.GeneratedTokens = len(o.tokens)
 	finishStats(&st, firstTok, time.Now())
 	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil
+}
+
+// profileCycle is the run-ahead loop's profile mode (Request.Profile), one cycle at a time
+// with nothing overlapped: it counts the cycle's graph nodes (the drafter's, the rest as
+// the verify's), then times the hand-over to MLX (async_eval: kernel encoding,
+// CycleEncodeTime) and the wait for the device after it (VerifyTime: the part of the
+// device's work that encoding did not cover). built is the graph construction's time,
+// counted in BuildTime by the caller; the node walk is not timed.
+func profileCycle(st *Stats, evalList []*mlxc.Array, drafts *mlxc.Array, built time.Duration) {
+	draft := map[string]int{}
+	if drafts != nil {
+		draft = mlxc.GraphOps(drafts)
+	}
+	if st.DraftOps == nil {
+		st.DraftOps, st.VerifyOps = map[string]int{}, map[string]int{}
+	}
+	for k, v := range mlxc.GraphOps(evalList...) {
+		st.DraftOps[k] += draft[k]
+		st.DraftNodes += draft[k]
+		st.VerifyOps[k] += v - draft[k]
+		st.VerifyNodes += v - draft[k]
+	}
+	st.CycleConstructTime += built
+	te := time.Now()
+	mlxc.AsyncEval(evalList...)
+	st.CycleEncodeTime += time.Since(te)
+	tw := time.Now()
+	mlxc.Eval(evalList...)
+	st.VerifyTime += time.Since(tw)
 }

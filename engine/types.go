@@ -90,6 +90,12 @@ type Stats struct {
 	DraftEncodeTime  time.Duration `json:"draft_encode_ns,omitempty"`
 	VerifyEncodeTime time.Duration `json:"verify_encode_ns,omitempty"`
 	StepEncodeTime   time.Duration `json:"step_encode_ns,omitempty"`
+	// With Request.Profile in the run-ahead loop (cycles then run one at a time, not
+	// overlapped): a whole cycle's graph construction and its encoding; VerifyTime is
+	// then the wait for the device after the encoding, and Draft*/Verify* nodes split the
+	// cycle's graph into the drafter's nodes and the rest.
+	CycleConstructTime time.Duration `json:"cycle_construct_ns,omitempty"`
+	CycleEncodeTime    time.Duration `json:"cycle_encode_ns,omitempty"`
 	// With Request.Profile: graph nodes (≈ kernels) built for drafts, verifies and plain
 	// steps, summed over the generation (divide by Cycles or tokens).
 	DraftNodes  int `json:"draft_nodes,omitempty"`
