@@ -1,6 +1,8 @@
 package mlxc
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -62,6 +64,76 @@ func BenchmarkDo(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if err := Do(func() error { return nil }); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkKernelOverhead is BenchmarkAddOverhead for custom CUDA kernels (a CUDA GPU only):
+// ns/op per node of a chain y = k(y, x) on [1] float32 arrays, next to the same chain of
+// MLX Adds. MLX rebuilds a custom kernel's full source text at every call (header, body,
+// one formatted line per template argument) and keeps it in the node, so the kernels are
+// timed with the test's short body and 2 template arguments ("small") and with a body
+// padded to 12 KB and 10 template arguments ("large", the size of the model's
+// tensor-core product kernel).
+func BenchmarkKernelOverhead(b *testing.B) {
+	if !CUDAKernelsAvailable() {
+		b.Skip("needs a CUDA GPU")
+	}
+	pad := "\n" + strings.Repeat("  // padding: a kernel body of the model's size, comments and all.\n", 180)
+	large := make([]TemplateArg, 0, 10)
+	for i := 0; i < 8; i++ {
+		large = append(large, TemplateArg{Name: fmt.Sprintf("P%d", i), Value: i + 1})
+	}
+	cases := []struct {
+		name     string
+		source   string
+		template []TemplateArg
+	}{
+		{"add", "", nil},
+		{"small", axpbSource, nil},
+		{"large", axpbSource + pad, large},
+	}
+	for _, c := range cases {
+		for _, eval := range []bool{false, true} {
+			name := c.name + "/build"
+			if eval {
+				name += "+eval"
+			}
+			b.Run(name, func(b *testing.B) {
+				err := Do(func() error {
+					k := NewKernel(KernelSpec{Backend: KernelCUDA, Name: "dflash_bench_" + c.name, Inputs: []string{"a", "b"}, Outputs: []string{"out"}, Source: c.source})
+					defer k.Free()
+					x := FromSlice([]float32{1}, 1)
+					defer x.Free()
+					call := KernelCall{OutputShapes: [][]int{{1}}, OutputDtypes: []Dtype{Float32}, Grid: [3]int{32, 1, 1}, ThreadGroup: [3]int{32, 1, 1},
+						Template: append([]TemplateArg{{"N", 1}, {"T", Float32}}, c.template...)}
+					chain := func(n int) {
+						s := NewScope()
+						y := x
+						for j := 0; j < n; j++ {
+							if c.source == "" {
+								y = Add(y, x)
+							} else {
+								y = k.Call([]*Array{y, x}, call)[0]
+							}
+						}
+						if eval {
+							Eval(y)
+						}
+						s.Close()
+					}
+					chain(chainLen) // warm up (and compile)
+					b.ResetTimer()
+					for done := 0; done < b.N; done += chainLen {
+						chain(min(chainLen, b.N-done))
+					}
+					b.StopTimer()
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			})
 		}
 	}
 }

@@ -110,13 +110,15 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     ( cd model && timeout 120 "$B/model.test" -test.count=1 -test.v -test.run "Skinny|Merged|FewQuery|Fused|Absent" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
     grep -E "^(--- |ok|FAIL|PASS|exit)|skinny_test|error" "$R/model_cuda_tests.txt" | head -20
   fi
-  "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  # AB_SHAPE: the random shape of the variants (qwen3-4b; qwen3-4b-thin measures the host).
+  SHAPE="${AB_SHAPE:-qwen3-4b}"; SD=/tmp/r4b; [ "$SHAPE" = qwen3-4b ] || SD="/tmp/r-$SHAPE"
+  "$B/dflash-mlx" bench --random "$SHAPE" --dir "$SD" -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
   IFS=';' read -ra VS <<< "${AB_VARIANTS:--}"
   i=0
   for v in "${VS[@]}"; do
     i=$((i+1)); [ "$v" = "-" ] && v=""
     log "variant $i: ${v:-defaults}: replayed error rate ${AB_ERR:-0.14}"
-    env $v timeout 200 "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts "${AB_PROMPTS:-1}" --repeats 3 --replay-drafts "${AB_ERR:-0.14}" ${BENCH_ARGS:-} --json > "$R/ab_$i.json" 2> "$R/ab_$i.err"
+    env $v timeout 200 "$B/dflash-mlx" bench --random "$SHAPE" --dir "$SD" -n 256 --num-prompts "${AB_PROMPTS:-1}" --repeats 3 --replay-drafts "${AB_ERR:-0.14}" ${BENCH_ARGS:-} --json > "$R/ab_$i.json" 2> "$R/ab_$i.err"
     echo "$v" > "$R/ab_$i.env"
     summary "$R/ab_$i.json" || tail -3 "$R/ab_$i.err"
   done
