@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -18,6 +19,7 @@ type Array struct {
 	h     C.mlxc_array
 	scope *Scope
 	keep  bool
+	shape []int // cached by dims
 }
 
 // Scope collects the arrays created while it is the innermost open scope, and frees them
@@ -153,30 +155,34 @@ func optHandle(op string, a *Array) C.mlxc_array {
 	return a.handle(op)
 }
 
-// Shape returns the array's dimensions.
-func (a *Array) Shape() []int {
+// Shape returns the array's dimensions (a copy the caller may change).
+func (a *Array) Shape() []int { return slices.Clone(a.dims()) }
+
+// dims is the array's shape, read from MLX once: an array's shape never changes, and the
+// graph-building code asks for shapes several times per op (a C call each, before).
+func (a *Array) dims() []int {
 	h := a.handle("shape")
+	if a.shape != nil {
+		return a.shape
+	}
 	var buf [16]C.int
 	n := int(C.mlxc_array_shape(h, &buf[0], 16))
+	src := buf[:min(n, 16)]
 	if n > 16 {
-		big := make([]C.int, n)
-		C.mlxc_array_shape(h, &big[0], C.int(n))
-		out := make([]int, n)
-		for i := range out {
-			out[i] = int(big[i])
-		}
-		return out
+		src = make([]C.int, n)
+		C.mlxc_array_shape(h, &src[0], C.int(n))
 	}
 	out := make([]int, n)
 	for i := range out {
-		out[i] = int(buf[i])
+		out[i] = int(src[i])
 	}
+	a.shape = out
 	return out
 }
 
 // Dim returns one dimension; negative axes count from the end.
 func (a *Array) Dim(axis int) int {
-	sh := a.Shape()
+	sh := a.dims()
 	if axis < 0 {
 		axis += len(sh)
 	}
@@ -187,9 +193,8 @@ func (a *Array) Dim(axis int) int {
 }
 
 // Ndim is the rank.
-func (a *Array) Ndim() int { return int(C.mlxc_array_ndim(a.handle("ndim"))) }
+func (a *Array) Ndim() int { return len(a.dims()) }
 
-// Dtype is the element type.
 // Location says where an evaluated array's buffer lives on CUDA, for tests and
 // diagnostics: "device" (device memory), "unified" (managed memory), or "" (another
 // backend, or not evaluated yet).
@@ -203,6 +208,7 @@ func (a *Array) Location() string {
 	return ""
 }
 
+// Dtype is the element type.
 func (a *Array) Dtype() Dtype { return Dtype(C.mlxc_array_dtype(a.handle("dtype"))) }
 
 // Size is the number of elements.

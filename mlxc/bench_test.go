@@ -91,8 +91,8 @@ func BenchmarkKernelOverhead(b *testing.B) {
 	}{
 		{"add", "", nil},
 		{"small", axpbSource, nil},
-		{"small-10args", axpbSource, large},
-		{"large-2args", axpbSource + pad, nil},
+		{"small_10args", axpbSource, large},
+		{"large_2args", axpbSource + pad, nil},
 		{"large", axpbSource + pad, large},
 	}
 	for _, c := range cases {

@@ -90,8 +90,25 @@ func cStrings(v []string) ([]*C.char, func()) {
 	}
 }
 
-// NewKernel builds a kernel object. Compilation happens at the first call.
+// identifier reports whether s can name a C++ function or parameter.
+func identifier(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// NewKernel builds a kernel object. Compilation happens at the first call. The name and
+// the input and output names must be C++ identifiers: they become the kernel's function
+// and parameter names (a bad one would surface only as a compile error at the first call).
 func NewKernel(spec KernelSpec) *Kernel {
+	for _, n := range append(append([]string{spec.Name}, spec.Inputs...), spec.Outputs...) {
+		if !identifier(n) {
+			fail("kernel_new", "%q is not an identifier (letters, digits and _, not starting with a digit)", n)
+		}
+	}
 	ins, freeIns := cStrings(spec.Inputs)
 	defer freeIns()
 	outs, freeOuts := cStrings(spec.Outputs)

@@ -54,6 +54,14 @@ func TestCUDAKernelUnavailableOnCPU(t *testing.T) {
 		var freed Kernel
 		wantErr(t, "call of a freed kernel", "freed", func() { freed.Call(nil, KernelCall{}) })
 		wantErr(t, "unknown kernel backend", "backend", func() { NewKernel(KernelSpec{Backend: 7, Name: "x"}) })
+		for _, bad := range []KernelSpec{
+			{Backend: KernelCUDA, Name: "has-hyphen", Outputs: []string{"out"}},
+			{Backend: KernelCUDA, Name: "", Outputs: []string{"out"}},
+			{Backend: KernelCUDA, Name: "k", Inputs: []string{"1a"}, Outputs: []string{"out"}},
+			{Backend: KernelCUDA, Name: "k", Outputs: []string{"o ut"}},
+		} {
+			wantErr(t, "kernel name "+bad.Name, "not an identifier", func() { NewKernel(bad) })
+		}
 		// The runtime keeps working.
 		closeTo(t, "after kernel errors", Add(f32([]float32{1}, 1), f32([]float32{2}, 1)).Float32s(), []float32{3}, 0)
 	})

@@ -19,8 +19,9 @@ import (
 //	         TILES/WARPS/sSTAGESkKT for the shared-memory pipeline (TestSkinnyTCSweep's
 //	         names)
 //
-// Classes: wide (N ≥ 16384: merged gate/up, the vocabulary head), down (K ≥ 8192), narrow
-// (the rest: q/k/v, o). A product that a replacement does not fit keeps tcConfigFor's shape.
+// Classes: wide (N ≥ 16384: merged gate/up, the vocabulary head), down (K ≥ 8192), mid
+// (N ≥ 4096: merged q/k/v, the drafter's q), narrow (the rest: o, the drafter's k and v). A
+// product that a replacement does not fit keeps tcConfigFor's shape.
 
 // tcClass names the class of an [N, K] product for DFLASH_TC_RULE.
 func tcClass(N, K int) string {
@@ -29,6 +30,8 @@ func tcClass(N, K int) string {
 		return "wide"
 	case K >= 8192:
 		return "down"
+	case N >= 4096:
+		return "mid"
 	}
 	return "narrow"
 }
@@ -47,8 +50,8 @@ func parseTCRule(v string) (func(N, K int) tcConfig, error) {
 		if !ok {
 			return nil, fmt.Errorf("%q: want CLASS=SHAPE, e.g. wide=4/8/4p", part)
 		}
-		if class != "wide" && class != "down" && class != "narrow" {
-			return nil, fmt.Errorf("%q: unknown class %q (wide, down, narrow)", part, class)
+		if class != "wide" && class != "down" && class != "mid" && class != "narrow" {
+			return nil, fmt.Errorf("%q: unknown class %q (wide, down, mid, narrow)", part, class)
 		}
 		if _, dup := over[class]; dup {
 			return nil, fmt.Errorf("class %q given twice", class)

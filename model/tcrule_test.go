@@ -24,7 +24,7 @@ func TestParseTCRule(t *testing.T) {
 			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 4, Unroll: 8, Split: 9}, {Tiles: 4, Warps: 8, Unroll: 4}}},
 		{rule: "wide=4/8/4p", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, tcConfigFor(2560, 4096),
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
-		{rule: "down=4/4/4, narrow=1/8/s4k512", want: []tcConfig{{Tiles: 1, Warps: 8, Stages: 4, KT: 512}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
+		{rule: "down=4/4/4, narrow=1/8/s4k512", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
 			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4}}},
 		// A staged shape whose tile does not divide K (2560 % 1024) keeps the default there;
 		// one over the 48 KB of shared memory (3 stages) everywhere.
@@ -32,6 +32,9 @@ func TestParseTCRule(t *testing.T) {
 			{Tiles: 4, Warps: 8, Unroll: 4}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4}}},
 		{rule: "narrow=1/8/s3k1024", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, tcConfigFor(2560, 4096),
 			{Tiles: 4, Warps: 8, Unroll: 4}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4}}},
+		// mid: the merged q/k/v alone.
+		{rule: "mid=1/4/8x2", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 8, Split: 2}, tcConfigFor(2560, 4096), tcConfigFor(19456, 2560),
+			tcConfigFor(2560, 9728), tcConfigFor(151936, 2560)}},
 		{rule: "wide", err: "want CLASS=SHAPE"},
 		{rule: "tall=4/8/4", err: "unknown class"},
 		{rule: "wide=4/8/4,wide=2/8/4", err: "given twice"},
@@ -40,7 +43,7 @@ func TestParseTCRule(t *testing.T) {
 		{rule: "wide=4/8/0", err: "unroll must be"},
 		// Split K: automatic (one group of 4 slices per warp; the head has tiles enough)
 		// or a count.
-		{rule: "narrow=2/4/4xa,down=2/4/4pxa,wide=4/4/4xa", want: []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 2, Warps: 4, Unroll: 4, Split: 8},
+		{rule: "narrow=2/4/4xa,down=2/4/4pxa,wide=4/4/4xa", want: []tcConfig{{Tiles: 2, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 4, Unroll: 4, Split: 8},
 			{Tiles: 4, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 2, Warps: 4, Unroll: 4, Pipe: true, Split: 19}, {Tiles: 4, Warps: 4, Unroll: 4, Split: 1}}},
 		{rule: "down=2/4/4x8", want: []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(2560, 4096), tcConfigFor(19456, 2560),
 			{Tiles: 2, Warps: 4, Unroll: 4, Split: 8}, tcConfigFor(151936, 2560)}},

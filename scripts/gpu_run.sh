@@ -3,7 +3,7 @@
 # was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
-# (STAGE: setup | all | tests | mlxcbench | engine | bench | graphs | ab | diag | tune | prof | sweep | inmodel | mlxlm; docs/gpu.md)
+# (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | diag | tune | prof | sweep | inmodel | mlxlm; docs/gpu.md)
 set -uo pipefail
 STAGE="${1:-all}"
 X=/tmp/mlxcuda
@@ -53,6 +53,10 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   grep -E "^(--- FAIL|--- PASS: TestCUDAKernel|ok|FAIL|PASS|exit)" "$OUT/mlxc_cuda_tests.txt" | head -20
   log "mlxc overhead benchmark on CUDA"
   ( cd mlxc && timeout 120 "$B/mlxc.test" -test.run XXX -test.bench . -test.benchtime 2000x 2>&1 ) > "$OUT/mlxc_cuda_bench.txt"; grep ns/op "$OUT/mlxc_cuda_bench.txt"
+fi
+if [ "$STAGE" = cmd ]; then
+  # Any command ($CMD) in this script's environment ($B: the binaries, $OUT: results).
+  eval "${CMD:?CMD is empty}"
 fi
 if [ "$STAGE" = mlxcbench ]; then
   # Host cost per graph node: MLX Adds against custom CUDA kernels (MLXC_BENCH pattern).
