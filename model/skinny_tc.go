@@ -118,17 +118,33 @@ func (c tcConfig) fits(N, K int) bool {
 // one or two per SM) ran at 0.8–1.4 TB/s; split over K into blocks of 4 warps with 8
 // slices each (640 and 1 440 blocks) they took 12.2 against 17.0 µs (o) and 25.2 against
 // 37.5 µs (down). Wider products lost by splitting (merged q/k/v: 18.2 against 16.3 µs).
+//
+// Session 7 timed other shapes per class the same way (bench/results/h200-2026-11-30-
+// session7): the merged q/k/v (6 144 columns) ran 14.5 µs as 768 one-tile blocks of 4 warps,
+// pipelined, against 16.3 µs as 384 two-tile blocks of 8 warps; the drafter's k and v (1 024
+// columns, 128 blocks) 7.6 against 13.5 µs with K split into 5 chunks of 16 slices (320
+// blocks) instead of 2 of 40. Gate/up, o, down and the vocabulary head kept their shapes
+// (every alternative tried was slower).
 func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
 		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
 	case N%16 == 0 && N/16 >= 264:
-		return tcConfig{Tiles: 2, Warps: 8, Unroll: 4}
+		return tcConfig{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}
 	case N%16 == 0:
-		return tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: tcSplitAuto}.resolve(N, K)
+		c := tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: tcSplitAuto}.resolve(N, K)
+		if (N/16)*c.Split < tcSplitMinBlocks {
+			// Too few blocks to reach every SM: smaller chunks.
+			c = tcConfig{Tiles: 2, Warps: 4, Unroll: 4, Split: tcSplitAuto}.resolve(N, K)
+		}
+		return c
 	}
 	return tcConfig{}
 }
+
+// tcSplitMinBlocks is the block count below which tcConfigFor cuts K into smaller chunks
+// (about 2.4 blocks per SM of an H200).
+const tcSplitMinBlocks = 320
 
 // tcConfigSweep is the per-product best of session 4's sweep (DFLASH_TC_RULE=sweep; 16
 // rows, GB/s alone, tcConfigFor's in brackets): wide products (gate/up, the vocabulary
