@@ -119,7 +119,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT, c.Tiled),
 				Header: tcMMA, Inputs: xw, Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
 		}
-		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19},
+		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19}, tcConfigFor(2560, 9728),
 			{Tiles: 2, Warps: 8, Unroll: 2, Split: 8, Tiled: true}, {Tiles: 1, Warps: 4, Unroll: 4, Split: 3}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_split_%s_%d_%d_%d_%v_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Tiled),
 				Header: tcMMA, Inputs: [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, Outputs: [][2]string{{"y", T}, {"ws", "float"}},

@@ -123,14 +123,19 @@ func (c tcConfig) fits(N, K int) bool {
 // session7): the merged q/k/v (6 144 columns) ran 14.5 µs as 768 one-tile blocks of 4 warps,
 // pipelined, against 16.3 µs as 384 two-tile blocks of 8 warps; the drafter's k and v (1 024
 // columns, 128 blocks) 7.6 against 13.5 µs with K split into 5 chunks of 16 slices (320
-// blocks) instead of 2 of 40. Gate/up, o, down and the vocabulary head kept their shapes
-// (every alternative tried was slower).
+// blocks) instead of 2 of 40; gate/up 32.9 against 39.1 µs and the vocabulary head 199
+// against 241 µs with the software-pipelined loop (in session 4 it had lost inside the
+// model, when stalled kernels blurred such comparisons); down 24.2 against 25.1 µs as 4-tile
+// blocks of 4 warps (K in 19 chunks, 1 520 blocks). o kept its shape (every alternative
+// tried was slower). Device time per cycle 5.07 → 4.74 ms.
 func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
-		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4}
+		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}
 	case N%16 == 0 && N/16 >= 264:
 		return tcConfig{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}
+	case N%32 == 0 && K >= 8192:
+		return tcConfig{Tiles: 4, Warps: 4, Unroll: 4, Split: tcSplitAuto}.resolve(N, K)
 	case N%16 == 0:
 		c := tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: tcSplitAuto}.resolve(N, K)
 		if (N/16)*c.Split < tcSplitMinBlocks {

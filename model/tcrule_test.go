@@ -19,19 +19,19 @@ func TestParseTCRule(t *testing.T) {
 		{rule: "", want: []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(2560, 4096), tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(151936, 2560)}},
 		{rule: "sweep", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 1, Warps: 4, Unroll: 2, Pipe: true},
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
-		// The default for 2560 columns splits K: 4 chunks of 4096, 9 of 9728.
+		// The default for 2560 columns splits K: 4 chunks of 4096, 19 of 9728.
 		{rule: "", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 2, Warps: 4, Unroll: 8, Split: 4},
-			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 2, Warps: 4, Unroll: 8, Split: 9}, {Tiles: 4, Warps: 8, Unroll: 4}}},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4, Split: 19}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		{rule: "wide=4/8/4p", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, tcConfigFor(2560, 4096),
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		{rule: "down=4/4/4, narrow=1/8/s4k512", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
-			{Tiles: 4, Warps: 8, Unroll: 4}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4}}},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		// A staged shape whose tile does not divide K (2560 % 1024) keeps the default there;
 		// one over the 48 KB of shared memory (3 stages) everywhere.
 		{rule: "narrow=1/8/s2k1024", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 1, Warps: 8, Stages: 2, KT: 1024},
-			{Tiles: 4, Warps: 8, Unroll: 4}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4}}},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		{rule: "narrow=1/8/s3k1024", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, tcConfigFor(2560, 4096),
-			{Tiles: 4, Warps: 8, Unroll: 4}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4}}},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		// mid: the merged q/k/v alone.
 		{rule: "mid=1/4/8x2", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 8, Split: 2}, tcConfigFor(2560, 4096), tcConfigFor(19456, 2560),
 			tcConfigFor(2560, 9728), tcConfigFor(151936, 2560)}},
