@@ -137,12 +137,6 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	if err := w.Load(opt.Progress); err != nil {
 		return nil, err
 	}
-	if WeightsOnDeviceDefault() {
-		if err := w.moveToDevice(); err != nil {
-			w.Free()
-			return nil, fmt.Errorf("load %s: %w", dir, err)
-		}
-	}
 	m, err := fam(cfg, w, q)
 	if err != nil {
 		w.Free()

@@ -144,47 +144,6 @@ func (w *Weights) Load(progress Progress) error {
 	return nil
 }
 
-// WeightsOnDeviceDefault reports whether Load copies the weights into CUDA device memory
-// (DFLASH_WEIGHTS_DEVICE=1; off by default until measured). MLX keeps arrays made from
-// host data, the loaded tensors among them, in unified (managed) memory; a GPU op's
-// output lives in device memory.
-func WeightsOnDeviceDefault() bool {
-	return os.Getenv("DFLASH_WEIGHTS_DEVICE") == "1" && mlxc.Backend() == "cuda" && mlxc.CurrentDevice().GPU
-}
-
-// moveToDevice replaces every tensor by a GPU op's exact copy of it (x·1: the same bits for
-// every value but NaN payloads), one tensor at a time so that the extra memory is one
-// tensor's. Each original's buffer is released before the next copy is made: MLX's buffer
-// cache does not tell unified from device buffers and would hand it to the copy. MLX
-// thread.
-func (w *Weights) moveToDevice() error {
-	names := make([]string, 0, len(w.Arrays))
-	for n := range w.Arrays {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		a := w.Arrays[n]
-		err := mlxc.Catch(func() {
-			s := mlxc.NewScope()
-			defer s.Close()
-			one := mlxc.ScalarInt(1, a.Dtype())
-			if a.Dtype().IsFloat() {
-				one = mlxc.Scalar(1, a.Dtype())
-			}
-			d := mlxc.Multiply(a, one).Detach()
-			mlxc.Eval(d)
-			a.Free()
-			w.Arrays[n] = d
-			mlxc.ClearCache()
-		})
-		if err != nil {
-			return fmt.Errorf("copy %s to device memory: %w", n, err)
-		}
-	}
-	return nil
-}
-
 // Take removes and returns a tensor; the caller owns it.
 func (w *Weights) Take(name string) (*mlxc.Array, bool) {
 	a, ok := w.Arrays[name]

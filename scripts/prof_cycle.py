@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Per-cycle device time of each kernel launch shape, from the CSVs of `gpu_run.sh prof`.
+
+Usage: python3 scripts/prof_cycle.py prof_1.csv [prof_2.csv ...]
+
+A DFlash cycle is counted by its verify argmax (MLX's arg_reduce over 16 rows); each
+(kernel, grid, block) line gives microseconds per cycle, launches per cycle and
+microseconds per launch. Launches at the window's edges belong to partial cycles, so
+compare variants by the per-launch column.
+"""
+import collections
+import csv
+import sys
+
+UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}
+
+
+def load(path):
+    rows = list(csv.reader(open(path)))
+    ix = {k: i for i, k in enumerate(rows[0])}
+    dur, name = ix["gpu__time_duration.sum"], ix["Kernel Name"]
+    grid, block = ix["launch__grid_size"], ix["launch__block_size"]
+    scale = UNITS[rows[1][dur]]
+    out = []
+    for r in rows[2:]:
+        try:
+            d = float(r[dur].replace(",", "")) * scale
+        except (ValueError, IndexError):
+            continue
+        n = r[name].split("(")[0].replace("custom_kernel_dflash_", "").replace("void ", "")
+        out.append((n, r[grid].replace(",", ""), r[block].replace(",", ""), d))
+    return out
+
+
+def main(paths, top=18):
+    for p in paths:
+        launches = load(p)
+        cycles = sum(1 for n, g, _, _ in launches if n.startswith("arg_reduce_general<__nv_bfloat16") and g == "16")
+        if cycles == 0:
+            print(p, "no verify argmax in the window: not a DFlash cycle")
+            continue
+        agg = collections.defaultdict(lambda: [0, 0.0])
+        total = 0.0
+        for n, g, b, d in launches:
+            agg[(n[:56], g, b)][0] += 1
+            agg[(n[:56], g, b)][1] += d
+            total += d
+        print(f"{p}: {cycles} cycles, {len(launches)} launches, {total / cycles:.0f} us of kernels per cycle")
+        for (n, g, b), (c, d) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"  {d / cycles:8.1f} us/cycle {c / cycles:5.1f}x {d / c:7.2f} us  grid {g:>6} block {b:>4}  {n}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
