@@ -70,6 +70,40 @@ func TestRunAheadModesEqualPlain(t *testing.T) {
 	}
 }
 
+// The run-ahead loop's profile mode (cycles one at a time) emits the same tokens, counts the
+// drafter's nodes apart from the rest, and splits a cycle into building, encoding and the
+// device's remainder.
+func TestRunAheadProfileMode(t *testing.T) {
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := []int32{5, 3, 5, 8, 9}
+	want := plainGreedy(t, p, prompt, 30)
+	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
+	res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: 30, BlockSize: 8, IgnoreEOS: true, Profile: true})
+	if i, ok := eqTokens(res.Tokens, want); !ok || len(res.Tokens) != len(want) {
+		t.Fatalf("profiled run-ahead diverges from plain at %d:\n got   %v\n plain %v", i, res.Tokens, want)
+	}
+	st := res.Stats
+	if !st.RunAhead || st.Cycles == 0 {
+		t.Fatalf("run ahead %v, %d cycles", st.RunAhead, st.Cycles)
+	}
+	if st.DraftNodes <= 0 || st.VerifyNodes <= 0 || st.CycleConstructTime <= 0 || st.CycleEncodeTime <= 0 {
+		t.Errorf("profile fields unset: draft nodes %d, verify nodes %d, building %v, encoding %v", st.DraftNodes, st.VerifyNodes, st.CycleConstructTime, st.CycleEncodeTime)
+	}
+	sum := func(m map[string]int) (n int) {
+		for _, v := range m {
+			n += v
+		}
+		return n
+	}
+	if sum(st.DraftOps) != st.DraftNodes || sum(st.VerifyOps) != st.VerifyNodes {
+		t.Errorf("ops by name add up to %d and %d, nodes %d and %d", sum(st.DraftOps), sum(st.VerifyOps), st.DraftNodes, st.VerifyNodes)
+	}
+	// The drafter runs 2 layers to the target's 4: fewer nodes than the verify.
+	if st.DraftNodes >= st.VerifyNodes {
+		t.Errorf("drafter %d nodes, verify %d: the split looks wrong", st.DraftNodes, st.VerifyNodes)
+	}
+}
+
 // After every cycle of the run-ahead loop — with the next cycle already in flight — the
 // target and draft caches hold what a fresh run over the committed tokens would.
 func TestRunAheadCachesMatchFreshRun(t *testing.T) {
