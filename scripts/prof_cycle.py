@@ -3,10 +3,12 @@
 
 Usage: python3 scripts/prof_cycle.py prof_1.csv [prof_2.csv ...]
 
-A DFlash cycle is counted by its verify argmax (MLX's arg_reduce over 16 rows); each
+A DFlash cycle ends with its verify argmax (MLX's arg_reduce over 16 rows). Only the
+launches of whole cycles — from after one verify argmax to the next — are counted; each
 (kernel, grid, block) line gives microseconds per cycle, launches per cycle and
-microseconds per launch. Launches at the window's edges belong to partial cycles, so
-compare variants by the per-launch column.
+microseconds per launch. (Session 6 and the first summaries of session 7 divided the whole
+window by its argmax count, which counts the window's partial cycles as whole ones: about
+10% low per cycle; per-launch times were right.)
 """
 import collections
 import csv
@@ -35,17 +37,19 @@ def load(path):
 def main(paths, top=18):
     for p in paths:
         launches = load(p)
-        cycles = sum(1 for n, g, _, _ in launches if n.startswith("arg_reduce_general<__nv_bfloat16") and g == "16")
-        if cycles == 0:
-            print(p, "no verify argmax in the window: not a DFlash cycle")
+        ends = [i for i, (n, g, _, _) in enumerate(launches) if n.startswith("arg_reduce_general<__nv_bfloat16") and g == "16"]
+        if len(ends) < 2:
+            print(p, "fewer than two verify argmaxes in the window: no whole DFlash cycle")
             continue
+        whole = launches[ends[0] + 1 : ends[-1] + 1]
+        cycles = len(ends) - 1
         agg = collections.defaultdict(lambda: [0, 0.0])
         total = 0.0
-        for n, g, b, d in launches:
+        for n, g, b, d in whole:
             agg[(n[:56], g, b)][0] += 1
             agg[(n[:56], g, b)][1] += d
             total += d
-        print(f"{p}: {cycles} cycles, {len(launches)} launches, {total / cycles:.0f} us of kernels per cycle")
+        print(f"{p}: {cycles} whole cycles, {len(whole) / cycles:.0f} launches and {total / cycles:.0f} us of kernels per cycle")
         for (n, g, b), (c, d) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]:
             print(f"  {d / cycles:8.1f} us/cycle {c / cycles:5.1f}x {d / c:7.2f} us  grid {g:>6} block {b:>4}  {n}")
 
