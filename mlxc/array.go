@@ -197,7 +197,8 @@ func (a *Array) Ndim() int { return len(a.dims()) }
 
 // Location says where an evaluated array's buffer lives on CUDA, for tests and
 // diagnostics: "device" (device memory), "unified" (managed memory), or "" (another
-// backend, or not evaluated yet).
+// backend, an MLX other than 0.32 whose buffer records we have not read, or not evaluated
+// yet).
 func (a *Array) Location() string {
 	switch C.mlxc_array_location(a.handle("location")) {
 	case 1:

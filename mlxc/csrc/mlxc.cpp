@@ -303,10 +303,17 @@ struct CudaBufferRecord {
 
 using cu_memcpy_dtoh = int (*)(void* dst, unsigned long long src, size_t n);
 
+// cuda_records reports whether buffers are CUDA buffers whose record we can read: the
+// layout was taken from MLX 0.32's sources, so with another MLX arrays are read through
+// MLX as before (and Location does not tell).
+bool cuda_records() {
+  static const bool ok = mx::cu::is_available() && std::string(mx::version()).rfind("0.32.", 0) == 0;
+  return ok;
+}
+
 // device_resident returns the record of arr's buffer when it lives in CUDA device memory.
 const CudaBufferRecord* device_resident(const mx::array& arr) {
-  static const bool cuda = mx::cu::is_available();
-  if (!cuda) return nullptr;
+  if (!cuda_records()) return nullptr;
   auto* rec = static_cast<const CudaBufferRecord*>(arr.buffer().ptr());
   if (!rec || !rec->data || rec->device < 0) return nullptr;
   return rec;
@@ -333,7 +340,7 @@ int mlxc_array_location(mlxc_array a) {
   int loc = 0;
   guard([&] {
     auto& arr = A(a);
-    if (!mx::cu::is_available() || !arr.is_available() || !arr.buffer().ptr()) return;
+    if (!cuda_records() || !arr.is_available() || !arr.buffer().ptr()) return;
     loc = device_resident(arr) ? 2 : 1;
   });
   return loc;

@@ -76,7 +76,7 @@ int mlxc_array_dtype(mlxc_array a);
 size_t mlxc_array_size(mlxc_array a);
 size_t mlxc_array_nbytes(mlxc_array a);
 int mlxc_array_copy_to(mlxc_array a, void* dst, size_t nbytes); /* evaluates, makes contiguous, copies */
-/* where an evaluated array's buffer lives: 0 not CUDA (or not evaluated), 1 CUDA unified memory, 2 CUDA device memory */
+/* where an evaluated array's buffer lives: 0 not CUDA with MLX 0.32 (or not evaluated), 1 CUDA unified memory, 2 CUDA device memory */
 int mlxc_array_location(mlxc_array a);
 int mlxc_array_clone(mlxc_array* out, mlxc_array a);             /* a second handle to the same array */
 int mlxc_array_item_f64(mlxc_array a, double* out);
