@@ -26,32 +26,42 @@ func BenchmarkAddOverhead(b *testing.B) {
 		eval bool
 	}{{"build", false}, {"build+eval", true}} {
 		b.Run(v.name, func(b *testing.B) {
-			err := Do(func() error {
-				x := FromSlice([]float32{1}, 1)
-				defer x.Free()
-				chain := func(n int) {
-					s := NewScope()
-					y := x
-					for j := 0; j < n; j++ {
-						y = Add(y, x)
-					}
-					if v.eval {
-						Eval(y)
-					}
-					s.Close()
-				}
-				chain(chainLen) // warm up
-				b.ResetTimer()
-				for done := 0; done < b.N; done += chainLen {
-					chain(min(chainLen, b.N-done))
-				}
-				b.StopTimer()
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+			benchChains(b, v.eval, func() (func(y, x *Array) *Array, func()) { return Add, func() {} })
 		})
+	}
+}
+
+// benchChains times chains of chainLen nodes y = node(y, x) on a [1] float32 x, built in
+// a scope closed after each chain (freeing included) and evaluated at the end when eval is
+// set; ns/op is per node. prepare runs on the MLX thread first and returns the node and
+// what to release afterwards. One chain warms up (and compiles) before the clock starts.
+func benchChains(b *testing.B, eval bool, prepare func() (node func(y, x *Array) *Array, release func())) {
+	err := Do(func() error {
+		node, release := prepare()
+		defer release()
+		x := FromSlice([]float32{1}, 1)
+		defer x.Free()
+		chain := func(n int) {
+			s := NewScope()
+			y := x
+			for j := 0; j < n; j++ {
+				y = node(y, x)
+			}
+			if eval {
+				Eval(y)
+			}
+			s.Close()
+		}
+		chain(chainLen)
+		b.ResetTimer()
+		for done := 0; done < b.N; done += chainLen {
+			chain(min(chainLen, b.N-done))
+		}
+		b.StopTimer()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -70,11 +80,11 @@ func BenchmarkDo(b *testing.B) {
 
 // BenchmarkKernelOverhead is BenchmarkAddOverhead for custom CUDA kernels (a CUDA GPU only):
 // ns/op per node of a chain y = k(y, x) on [1] float32 arrays, next to the same chain of
-// MLX Adds. MLX rebuilds a custom kernel's full source text at every call (header, body,
-// one formatted line per template argument) and keeps it in the node, so the kernels are
-// timed with the test's short body and 2 template arguments ("small") and with a body
-// padded to 12 KB and 10 template arguments ("large", the size of the model's
-// tensor-core product kernel).
+// MLX Adds in the same run. Kernel.Call reuses a launch's primitive, but a node still
+// carries the kernel's source and its template arguments, so the kernels are timed with the
+// test's short body and 2 template arguments ("small"), with a body padded to 12 KB
+// ("large_2args"), with 10 template arguments ("small_10args") and with both ("large", the
+// size of the model's tensor-core product kernel).
 func BenchmarkKernelOverhead(b *testing.B) {
 	if !CUDAKernelsAvailable() {
 		b.Skip("needs a CUDA GPU")
@@ -96,46 +106,21 @@ func BenchmarkKernelOverhead(b *testing.B) {
 		{"large", axpbSource + pad, large},
 	}
 	for _, c := range cases {
+		prepare := func() (func(y, x *Array) *Array, func()) {
+			if c.source == "" {
+				return Add, func() {}
+			}
+			k := NewKernel(KernelSpec{Backend: KernelCUDA, Name: "dflash_bench_" + c.name, Inputs: []string{"a", "b"}, Outputs: []string{"out"}, Source: c.source})
+			call := KernelCall{OutputShapes: [][]int{{1}}, OutputDtypes: []Dtype{Float32}, Grid: [3]int{32, 1, 1}, ThreadGroup: [3]int{32, 1, 1},
+				Template: append([]TemplateArg{{"N", 1}, {"T", Float32}}, c.template...)}
+			return func(y, x *Array) *Array { return k.Call([]*Array{y, x}, call)[0] }, k.Free
+		}
 		for _, eval := range []bool{false, true} {
 			name := c.name + "/build"
 			if eval {
 				name += "+eval"
 			}
-			b.Run(name, func(b *testing.B) {
-				err := Do(func() error {
-					k := NewKernel(KernelSpec{Backend: KernelCUDA, Name: "dflash_bench_" + c.name, Inputs: []string{"a", "b"}, Outputs: []string{"out"}, Source: c.source})
-					defer k.Free()
-					x := FromSlice([]float32{1}, 1)
-					defer x.Free()
-					call := KernelCall{OutputShapes: [][]int{{1}}, OutputDtypes: []Dtype{Float32}, Grid: [3]int{32, 1, 1}, ThreadGroup: [3]int{32, 1, 1},
-						Template: append([]TemplateArg{{"N", 1}, {"T", Float32}}, c.template...)}
-					chain := func(n int) {
-						s := NewScope()
-						y := x
-						for j := 0; j < n; j++ {
-							if c.source == "" {
-								y = Add(y, x)
-							} else {
-								y = k.Call([]*Array{y, x}, call)[0]
-							}
-						}
-						if eval {
-							Eval(y)
-						}
-						s.Close()
-					}
-					chain(chainLen) // warm up (and compile)
-					b.ResetTimer()
-					for done := 0; done < b.N; done += chainLen {
-						chain(min(chainLen, b.N-done))
-					}
-					b.StopTimer()
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			})
+			b.Run(name, func(b *testing.B) { benchChains(b, eval, prepare) })
 		}
 	}
 }
