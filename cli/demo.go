@@ -30,15 +30,15 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	case "demo", "tiny":
 		t = modelgen.Qwen3Spec{Hidden: 64, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 32, Inter: 128, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.08}
-	case "qwen3-4b":
+	case "qwen3-4b", "qwen3-4b-thin":
 		t = modelgen.Qwen3Spec{Hidden: 2560, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 9728, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
-	case "qwen3-4b-thin":
-		// The 4B shape's layers, heads, head size and vocabulary around 256-wide hidden and
-		// MLP matrices: the same graph per cycle at a small fraction of the weight reads, so
-		// its cycle time is close to the host's cost of a cycle.
-		t = modelgen.Qwen3Spec{Hidden: 256, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 256, Vocab: qwen3Vocab,
-			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
+		if shape == "qwen3-4b-thin" {
+			// The 4B shape's layers, heads, head size and vocabulary around 256-wide hidden
+			// and MLP matrices: the same graph per cycle at a small fraction of the weight
+			// reads, so its cycle time is close to the host's cost of a cycle.
+			t.Hidden, t.Inter = 256, 256
+		}
 	case "qwen3-8b":
 		t = modelgen.Qwen3Spec{Hidden: 4096, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 12288, Vocab: qwen3Vocab,
 			Tied: false, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
