@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,6 +23,9 @@ import (
 // Classes: wide (N ≥ 16384: merged gate/up, the vocabulary head), down (K ≥ 8192), mid
 // (N ≥ 4096: merged q/k/v, the drafter's q), narrow (the rest: o, the drafter's k and v). A
 // product that a replacement does not fit keeps tcConfigFor's shape.
+
+// tcClasses are the classes tcClass names, in the order its rules are tried.
+var tcClasses = []string{"wide", "down", "mid", "narrow"}
 
 // tcClass names the class of an [N, K] product for DFLASH_TC_RULE.
 func tcClass(N, K int) string {
@@ -50,8 +54,8 @@ func parseTCRule(v string) (func(N, K int) tcConfig, error) {
 		if !ok {
 			return nil, fmt.Errorf("%q: want CLASS=SHAPE, e.g. wide=4/8/4p", part)
 		}
-		if class != "wide" && class != "down" && class != "mid" && class != "narrow" {
-			return nil, fmt.Errorf("%q: unknown class %q (wide, down, mid, narrow)", part, class)
+		if !slices.Contains(tcClasses, class) {
+			return nil, fmt.Errorf("%q: unknown class %q (%s)", part, class, strings.Join(tcClasses, ", "))
 		}
 		if _, dup := over[class]; dup {
 			return nil, fmt.Errorf("class %q given twice", class)
