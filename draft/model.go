@@ -321,11 +321,15 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
 	l := &d.layers[i]
 	var h *mlxc.Array
-	if oo := l.o.Apply(merged); d.fused.AddNormFits(x, l.postNorm) {
-		x, h = d.fused.AddNorm(x, oo, l.postNorm)
+	if d.fused.AddNormFits(x, l.postNorm) {
+		x, h = d.fused.AddNorm(x, l.o.Apply(merged), l.postNorm)
 	} else {
-		x = mlxc.Add(x, oo)
+		x = l.o.ApplyAdd(merged, x)
 		h = mlxc.RMSNorm(x, l.postNorm, d.Cfg.RMSNormEps)
+	}
+	addNorm := i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm)
+	if d.fused != nil && l.gateUp != nil && !addNorm {
+		return l.down.ApplyGatedAdd(l.gateUp.Whole(h), x, d.fused.GatedAct), nil
 	}
 	var act *mlxc.Array
 	if d.fused != nil && l.gateUp != nil {
@@ -335,7 +339,7 @@ func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Ar
 		act = d.swiglu.Apply(gu[0], gu[1])
 	}
 	dn := l.down.Apply(act)
-	if i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm) {
+	if addNorm {
 		return d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
 	}
 	return mlxc.Add(x, dn), nil

@@ -84,6 +84,16 @@ func constsOf(args []mlxc.TemplateArg) []string {
 	return out
 }
 
+// tcInputs is the tensor-core kernel's inputs: in and the residual r, of type T when the
+// launch adds it and the unread float placeholder otherwise (SkinnyGEMM.applyTC).
+func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
+	r := "float"
+	if c.Resid {
+		r = T
+	}
+	return append(append([][2]string(nil), in...), [2]string{"r", r})
+}
+
 type kernelCheck struct {
 	Name    string      `json:"name"`
 	Header  string      `json:"header"`
@@ -117,13 +127,26 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 			{Tiles: 2, Warps: 8, Stages: 3, KT: 256}, {Tiles: 4, Warps: 8, Stages: 3, KT: 128}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
 			{Tiles: 4, Warps: 8, Unroll: 4, Tiled: true}, {Tiles: 2, Warps: 8, Unroll: 4, Tiled: true}, {Tiles: 2, Warps: 8, Unroll: 4, Pipe: true, Tiled: true}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT, c.Tiled),
-				Header: tcMMA, Inputs: xw, Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
+				Header: tcMMA, Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
 		}
 		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19}, tcConfigFor(2560, 9728),
 			{Tiles: 2, Warps: 8, Unroll: 2, Split: 8, Tiled: true}, {Tiles: 1, Warps: 4, Unroll: 4, Split: 3}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_split_%s_%d_%d_%d_%v_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Tiled),
-				Header: tcMMA, Inputs: [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, Outputs: [][2]string{{"y", T}, {"ws", "float"}},
+				Header: tcMMA, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}},
 				Consts: constsOf(c.template(dt)), Body: tcSplitSource})
+		}
+		// The fusions (ApplyFused) on the model's products: o with the residual add, down
+		// with the gated activation and the add, and each alone; the staged path too.
+		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigFor(1024, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {
+			for _, f := range [][2]bool{{false, true}, {true, true}, {true, false}} {
+				c.Gated, c.Resid = f[0], f[1]
+				body, in, out := tcSource, xw, y
+				if c.Split > 1 {
+					body, in, out = tcSplitSource, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, [][2]string{{"y", T}, {"ws", "float"}}
+				}
+				ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Gated, c.Resid),
+					Header: tcMMA, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
+			}
 		}
 		for _, D := range []int{64, 128, 256} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),

@@ -57,6 +57,26 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	return mlxc.Matmul(x, l.transposed())
 }
 
+// ApplyAdd returns r + x·Wᵀ (r: rows [R, N] of x's type, the residual stream). Where the
+// tensor-core product serves the layer, one kernel adds r as it writes; elsewhere the
+// product and MLX's Add. The same values either way (SkinnyGEMM.ApplyFused).
+func (l *Linear) ApplyAdd(x, r *mlxc.Array) *mlxc.Array {
+	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(x, l.W, r, false) {
+		return l.skinny.ApplyFused(x, l.W, r, false, &l.tc)
+	}
+	return mlxc.Add(r, l.Apply(x))
+}
+
+// ApplyGatedAdd returns r + (silu(gate)·up)·Wᵀ for a merged gate/up product gu [R, 2I]
+// (gate first), act being the activation (GatedAct) for when one kernel cannot do it all:
+// the MLP's down projection and residual add, one node instead of three on the GPU.
+func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
+	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(gu, l.W, r, true) {
+		return l.skinny.ApplyFused(gu, l.W, r, true, &l.tc)
+	}
+	return mlxc.Add(r, l.Apply(act(gu)))
+}
+
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a
 // block of 2..16 rows goes one row at a time, so that each row rounds like the one-token
 // step's product (MLX's block kernels round differently on a GPU).

@@ -295,24 +295,29 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		if merged == nil {
 			merged = mergeHeads(o, rows)
 		}
-		if oo := l.attn.o.Apply(merged); m.fused.AddNormFits(h, l.postNorm) {
-			h, x = m.fused.AddNorm(h, oo, l.postNorm)
+		if m.fused.AddNormFits(h, l.postNorm) {
+			h, x = m.fused.AddNorm(h, l.attn.o.Apply(merged), l.postNorm)
 		} else {
-			h = mlxc.Add(h, oo)
+			h = l.attn.o.ApplyAdd(merged, h)
 			x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
 		}
-		var act *mlxc.Array
-		if m.fused != nil && l.gateUp != nil {
-			act = m.fused.GatedAct(l.gateUp.Whole(x))
-		} else {
-			gu := ApplyParts(l.gateUp, x, l.gate, l.up)
-			act = m.swiglu.Apply(gu[0], gu[1])
-		}
 		next = nil
-		if dn := l.down.Apply(act); i+1 < len(m.layers) && m.fused.AddNormFits(h, m.layers[i+1].inputNorm) {
-			h, next = m.fused.AddNorm(h, dn, m.layers[i+1].inputNorm)
+		addNorm := i+1 < len(m.layers) && m.fused.AddNormFits(h, m.layers[i+1].inputNorm)
+		if m.fused != nil && l.gateUp != nil && !addNorm {
+			h = l.down.ApplyGatedAdd(l.gateUp.Whole(x), h, m.fused.GatedAct)
 		} else {
-			h = mlxc.Add(h, dn)
+			var act *mlxc.Array
+			if m.fused != nil && l.gateUp != nil {
+				act = m.fused.GatedAct(l.gateUp.Whole(x))
+			} else {
+				gu := ApplyParts(l.gateUp, x, l.gate, l.up)
+				act = m.swiglu.Apply(gu[0], gu[1])
+			}
+			if dn := l.down.Apply(act); addNorm {
+				h, next = m.fused.AddNorm(h, dn, m.layers[i+1].inputNorm)
+			} else {
+				h = mlxc.Add(h, dn)
+			}
 		}
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h

@@ -26,6 +26,9 @@ type SkinnyGEMM struct {
 	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
 	// otherwise, see tcrule.go), its split resolved.
 	configFor func(N, K int) tcConfig
+	// fuse: the tensor-core kernel also serves ApplyFused (the gated activation on its
+	// input, the residual add on its output); DFLASH_FUSE_PRODUCTS=0 turns it off.
+	fuse bool
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -134,6 +137,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 	if s != nil {
 		s.configFor = rule
 		s.tiled = s.tensorCores && os.Getenv("DFLASH_TC_TILED") == "1"
+		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
 	}
 	return s, nil
 }
@@ -162,12 +166,13 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 		return &SkinnyGEMM{k: mlxc.NewKernel(spec), minRows: 2, configFor: tcConfigFor}
 	}
 	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
+	spec.Inputs = []string{"x", "w", "r"}
 	split := spec
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
-	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep"}, []string{"y", "ws"}
+	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
@@ -194,10 +199,15 @@ func (st *TCState) Free() {
 // both f16, K a multiple of 8 (16-byte loads); the tensor-core variant also needs K and N
 // K a multiple of 32 and N of 16 (whole tiles; true of every Qwen3 projection and vocabulary).
 func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
+	return s != nil && x.Ndim() == 2 && s.fitsRows(x, w, x.Dim(1))
+}
+
+// fitsRows is Fits for rows x whose product has K = k (x's rows may hold more: FitsFused).
+func (s *SkinnyGEMM) fitsRows(x, w *mlxc.Array, K int) bool {
 	if s == nil || s.k == nil || x.Ndim() != 2 || w.Ndim() != 2 {
 		return false
 	}
-	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
+	M, N := x.Dim(0), w.Dim(0)
 	dt := x.Dtype()
 	if s.tensorCores && !s.configFor(N, K).fits(N, K) {
 		return false
@@ -206,7 +216,35 @@ func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 		(dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 
-// Apply returns x·wᵀ [M, N] (call Fits first). A split launch then makes its counts in
+// FitsFused reports whether ApplyFused serves x and w: the tensor-core kernel with fusion
+// on, x [M, K] or with gated a merged gate/up product [M, 2K], and r (when not nil) [M, N]
+// of x's type.
+func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
+	if s == nil || !s.fuse || !s.tensorCores || x.Ndim() != 2 || w.Ndim() != 2 {
+		return false
+	}
+	K := x.Dim(1)
+	if gated {
+		if K%2 != 0 {
+			return false
+		}
+		K /= 2
+	}
+	if r != nil && (r.Ndim() != 2 || r.Dim(0) != x.Dim(0) || r.Dim(1) != w.Dim(0) || r.Dtype() != x.Dtype()) {
+		return false
+	}
+	return s.fitsRows(x, w, K)
+}
+
+// ApplyFused returns [r +] x'·wᵀ [M, N] in one kernel, where x' is x or, with gated,
+// silu(gate)·up of the merged gate/up rows x (call FitsFused first). Bit for bit what the
+// separate nodes give: the activation rounds where GatedAct rounds, and the product is
+// rounded to the element type before r is added, as MLX's Add of the product would.
+func (s *SkinnyGEMM) ApplyFused(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
+	return s.tcApply(x, w, r, gated, st)
+}
+
+// Apply returns x·wᵀ (call Fits first). A split launch then makes its counts in
 // the call's graph (a fill node more than ApplyOwned's).
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x, w, nil) }
 
@@ -214,18 +252,10 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x
 // layout when DFLASH_TC_TILED=1 (made in the first call's graph, detached: the owner frees
 // it), and the split launch's counts (zeros, made the same way).
 func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
-	M, N := x.Dim(0), w.Dim(0)
 	if s.tensorCores {
-		c := s.configFor(N, w.Dim(1))
-		if s.tiled && st != nil && c.Stages == 0 {
-			if st.tiled == nil {
-				st.tiled = tcTile(w).Detach()
-			}
-			c.Tiled = true
-			return s.applyTC(x, st.tiled, c, N, st)
-		}
-		return s.applyTC(x, w, c, N, st)
+		return s.tcApply(x, w, nil, false, st)
 	}
+	M, N := x.Dim(0), w.Dim(0)
 	mmax := 16
 	switch {
 	case M <= 4:
@@ -244,6 +274,22 @@ func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 	})[0]
 }
 
+// tcApply is the tensor-core product with the weight's launch shape and the fusions asked
+// for (r nil: no residual), through st's tiled copy when DFLASH_TC_TILED=1.
+func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
+	N := w.Dim(0)
+	c := s.configFor(N, w.Dim(1))
+	c.Gated, c.Resid = gated, r != nil
+	if s.tiled && st != nil && c.Stages == 0 {
+		if st.tiled == nil {
+			st.tiled = tcTile(w).Detach()
+		}
+		c.Tiled = true
+		return s.applyTC(x, st.tiled, r, c, N, st)
+	}
+	return s.applyTC(x, w, r, c, N, st)
+}
+
 // skinnyTemplate is the CUDA-core kernel's compile-time arguments (the offline compile
 // check uses it too).
 func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
@@ -253,8 +299,12 @@ func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
 
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
 // weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
-// counts from st (nil: counts made for this call only).
-func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int, st *TCState) *mlxc.Array {
+// counts from st (nil: counts made for this call only). r is the residual when c.Resid
+// (nil otherwise: the kernel then gets an input it never reads).
+func (s *SkinnyGEMM) applyTC(x, w, r *mlxc.Array, c tcConfig, N int, st *TCState) *mlxc.Array {
+	if r == nil {
+		r = s.noDep
+	}
 	M := x.Dim(0)
 	tiles := N / (8 * c.Tiles)
 	call := mlxc.KernelCall{
@@ -265,7 +315,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int, st *TCState) *
 		Template:     c.template(x.Dtype()),
 	}
 	if c.Split <= 1 {
-		return s.k.Call([]*mlxc.Array{x, w}, call)[0]
+		return s.k.Call([]*mlxc.Array{x, w, r}, call)[0]
 	}
 	if st == nil {
 		st = &TCState{}
@@ -282,7 +332,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, c tcConfig, N int, st *TCState) *
 	if dep == nil {
 		dep = s.noDep
 	}
-	out := s.split.Call([]*mlxc.Array{x, w, st.counts, dep}, call)
+	out := s.split.Call([]*mlxc.Array{x, w, st.counts, dep, r}, call)
 	st.prev.Free()
 	st.prev = out[1].Detach()
 	return out[0]

@@ -47,6 +47,11 @@ type tcConfig struct {
 	// chunk order (tcSplitStore). Split < 0 (tcSplitAuto) picks the count per product in
 	// resolve. Register path only.
 	Split int
+	// Gated: x is a merged gate/up product [M, 2K] and the kernel multiplies silu(gate)·up
+	// (the MLP's down projection without a kernel for the activation). Resid: the kernel
+	// adds its input r [M, N] to the product as it writes y (the residual stream's add).
+	// Neither changes the launch shape.
+	Gated, Resid bool
 }
 
 // tcSplitAuto asks resolve for one group of Unroll slices per warp and block.
@@ -78,7 +83,7 @@ func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
 		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
-		{Name: "SPLIT", Value: max(c.Split, 1)}}
+		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}}
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -175,7 +180,8 @@ const tcMain = `
   constexpr int C = 8 * TILES;
   __shared__ float part[WARPS][16][C];
   const int M = x_shape[0];
-  const int K = x_shape[1];
+  const int XK = x_shape[1]; // a row of x: K elements, or gate and up side by side (GATED)
+  const int K = GATED ? XK / 2 : XK;
   const int S = K / 32;
   const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
@@ -188,8 +194,35 @@ const tcMain = `
   const int n0 = ct * C;
   const bool r0 = g < M;
   const bool r1 = g + 8 < M;
-  const T* xa_p = x + (size_t)(r0 ? g : 0) * K + 8 * t + 32 * sb;
-  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * K + 8 * t + 32 * sb;
+  const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
+  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * XK + 8 * t + 32 * sb;
+  // The 8 elements of x at p; with GATED, silu(gate)·up of the gate elements at p and the
+  // up elements K on, rounded at the points where GatedAct rounds, so the product sees the
+  // activation's values bit for bit and the activation costs no kernel of its own.
+  auto ldx = [&](const T* p) -> uint4 {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    if constexpr (GATED) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p + K);
+      T* gv = reinterpret_cast<T*>(&v);
+      const T* uv = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float gf = static_cast<float>(gv[j]);
+        const float sg = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-gf))));
+        const float a = static_cast<float>(static_cast<T>(gf * sg));
+        gv[j] = static_cast<T>(a * static_cast<float>(uv[j]));
+      }
+    }
+    return v;
+  };
+  // y's element i from its float sum s: rounded to T, plus r's element rounded again with
+  // RESID (what MLX's Add of the rounded product and r returns; r unread otherwise).
+  auto out = [&](float s, size_t i) -> T {
+    if constexpr (RESID) {
+      return static_cast<T>(static_cast<float>(static_cast<T>(s)) + static_cast<float>(r[i]));
+    }
+    return static_cast<T>(s);
+  };
   // This lane's 8 weights of slice 0 of the block's first n8 tile; the next tile is
   // "tile" elements on, the next slice SLICE. Row-major: rows n0+g, k from 8t. Tiled
   // [N/8, S, 32 lanes, 8]: the lane's 16 bytes next to its neighbours'.
@@ -214,8 +247,8 @@ const tcMain = `
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      xa[u] = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0 + 32 * u) : zero;
-      xb[u] = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0 + 32 * u) : zero;
+      xa[u] = r0 ? ldx(xa_p + k0 + 32 * u) : zero;
+      xb[u] = r1 ? ldx(xb_p + k0 + 32 * u) : zero;
     }
   };
   auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
@@ -268,8 +301,8 @@ const tcMain = `
       const int buf = tl % NS;
       for (int sl = wid; sl < KT / 32; sl += WARPS) {
         const int k0 = tl * KT + sl * 32;
-        const uint4 xa = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0) : zero;
-        const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;
+        const uint4 xa = r0 ? ldx(xa_p + k0) : zero;
+        const uint4 xb = r1 ? ldx(xb_p + k0) : zero;
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
           const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
@@ -300,8 +333,8 @@ const tcMain = `
   }
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
     const int k0 = s * 32;
-    const uint4 xa = r0 ? *reinterpret_cast<const uint4*>(xa_p + k0) : zero;
-    const uint4 xb = r1 ? *reinterpret_cast<const uint4*>(xb_p + k0) : zero;
+    const uint4 xa = r0 ? ldx(xa_p + k0) : zero;
+    const uint4 xb = r1 ? ldx(xb_p + k0) : zero;
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
       const uint4 wv = LDW(w_p + j * tile + (size_t)s * SLICE);
@@ -329,7 +362,7 @@ const tcStore = `
       float s = 0.0f;
 #pragma unroll
       for (int k = 0; k < WARPS; ++k) s += part[k][m][c];
-      y[(size_t)m * N + n0 + c] = static_cast<T>(s);
+      y[(size_t)m * N + n0 + c] = out(s, (size_t)m * N + n0 + c);
     }
   }
 `
@@ -367,7 +400,7 @@ const tcSplitStore = `
     if (m < M && n0 + c < N) {
       float s = 0.0f;
       for (int j = 0; j < SPLIT; ++j) s += __ldcg(wt + (size_t)j * 16 * C + i);
-      y[(size_t)m * N + n0 + c] = static_cast<T>(s);
+      y[(size_t)m * N + n0 + c] = out(s, (size_t)m * N + n0 + c);
     }
   }
   if (threadIdx.x == 0) *count = 0;

@@ -81,7 +81,7 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 			yt := s.ApplyOwned(x, w, &st)
 			c := s.configFor(N, K).resolve(N, K)
 			c.Pipe, c.Tiled = !c.Pipe, true
-			yp := s.applyTC(x, st.tiled, c, N, &st)
+			yp := s.applyTC(x, st.tiled, nil, c, N, &st)
 			s.tiled = false
 			err := sameBits(fmt.Sprintf("%v M=%d N=%d K=%d tiled", dt, M, N, K), yt, y)
 			if err == nil {
@@ -152,8 +152,8 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 	x16 := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K)))
 	var st TCState
 	defer st.Free()
-	y16 := s.applyTC(x16, w, c, N, &st)
-	again := s.applyTC(x16, w, c, N, &st)
+	y16 := s.applyTC(x16, w, nil, c, N, &st)
+	again := s.applyTC(x16, w, nil, c, N, &st)
 	var ref *mlxc.Array
 	if c.Tiled {
 		ref = mlxc.Matmul(mlxc.AsType(x16, mlxc.Float32), mlxc.AsType(untile(w, N, K), mlxc.Float32))
@@ -170,7 +170,7 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 		return err
 	}
 	for _, M := range []int{1, 2, 5} {
-		y := s.applyTC(mlxc.SliceAxis(x16, 0, 0, M), w, c, N, &st)
+		y := s.applyTC(mlxc.SliceAxis(x16, 0, 0, M), w, nil, c, N, &st)
 		if err := sameBits(fmt.Sprintf("%s rows %d", name, M), y, mlxc.SliceAxis(y16, 0, 0, M)); err != nil {
 			return err
 		}
@@ -178,12 +178,12 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 	// Two products of the weight with no data path between them, evaluated in one graph
 	// (MLX may run such kernels at the same time): each must still be right.
 	xb := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K+1)))
-	ya, yb := s.applyTC(x16, w, c, N, &st), s.applyTC(xb, w, c, N, &st)
+	ya, yb := s.applyTC(x16, w, nil, c, N, &st), s.applyTC(xb, w, nil, c, N, &st)
 	mlxc.Eval(ya, yb)
 	if err := sameBits(name+" beside another product", ya, y16); err != nil {
 		return err
 	}
-	if err := sameBits(name+" the other product", yb, s.applyTC(xb, w, c, N, &st)); err != nil {
+	if err := sameBits(name+" the other product", yb, s.applyTC(xb, w, nil, c, N, &st)); err != nil {
 		return err
 	}
 	return nil
@@ -275,7 +275,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 							}
 							var bad bool
 							err := mlxc.Catch(func() {
-								got := mlxc.AsType(s.applyTC(x, ws[0], c, N, nil), mlxc.Float32).Float32s()
+								got := mlxc.AsType(s.applyTC(x, ws[0], nil, c, N, nil), mlxc.Float32).Float32s()
 								w := want.Float32s()
 								for i := range w {
 									if d := math.Abs(float64(got[i] - w[i])); d > math.Abs(float64(w[i]))/128+1e-3 || math.IsNaN(float64(got[i])) {
@@ -288,7 +288,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 								line += " " + name + " bad"
 								continue
 							}
-							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, c, N, nil) })
+							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, nil, c, N, nil) })
 							if err != nil {
 								line += " " + name + " err"
 								continue
@@ -306,4 +306,68 @@ func TestSkinnyTCSweep(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// On CUDA: the fused products (ApplyFused) give the separate nodes' values bit for bit —
+// r + x·Wᵀ as MLX's Add of the product, and the down projection of silu(gate)·up as the
+// product of GatedAct's output (with and without the add) — on the Qwen3-4B shapes of o,
+// down, q/k/v and the drafter's k/v (split, pipelined and one-tile launches), with 1, 3
+// and 16 rows, in bf16 and f16; and Linear's ApplyAdd and ApplyGatedAdd use them.
+func TestFusedProductsMatchSeparate(t *testing.T) {
+	onCUDA(t, func() error {
+		s := newSkinnyGEMM(true)
+		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
+		if s == nil || f == nil {
+			return fmt.Errorf("no kernels on a CUDA machine")
+		}
+		defer s.Free()
+		defer f.Free()
+		s.minRows = 1
+		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+			for _, nk := range [][2]int{{2560, 4096}, {2560, 9728}, {6144, 2560}, {1024, 2560}, {96, 1056}} {
+				for _, M := range []int{1, 3, 16} {
+					if err := fusedCase(s, f, dt, nk[0], nk[1], M); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
+	so := mlxc.NewScope()
+	defer so.Close()
+	name := fmt.Sprintf("%v N=%d K=%d rows %d", dt, N, K, M)
+	seed := uint64(N*31 + K*7 + M)
+	w := mlxc.Normal([]int{N, K}, dt, 0, 0.05, mlxc.RandomKey(seed))
+	x := mlxc.Normal([]int{M, K}, dt, 0, 1, mlxc.RandomKey(seed+1))
+	gu := mlxc.Normal([]int{M, 2 * K}, dt, 0, 2, mlxc.RandomKey(seed+2))
+	r := mlxc.Normal([]int{M, N}, dt, 0, 4, mlxc.RandomKey(seed+3))
+	var st TCState
+	defer st.Free()
+	if !s.FitsFused(x, w, r, false) || !s.FitsFused(gu, w, r, true) || s.FitsFused(x, w, r, true) {
+		return fmt.Errorf("%s: FitsFused disagrees with the shapes", name)
+	}
+	act := f.GatedAct(gu)
+	add := mlxc.Add(r, s.ApplyOwned(act, w, &st))
+	lin := &Linear{W: w, skinny: s}
+	defer lin.tc.Free()
+	cases := []struct {
+		what      string
+		got, want *mlxc.Array
+	}{
+		{"residual add", s.ApplyFused(x, w, r, false, &st), mlxc.Add(r, s.ApplyOwned(x, w, &st))},
+		{"gated activation", s.ApplyFused(gu, w, nil, true, &st), s.ApplyOwned(act, w, &st)},
+		{"gated activation and add", s.ApplyFused(gu, w, r, true, &st), add},
+		{"Linear.ApplyGatedAdd", lin.ApplyGatedAdd(gu, r, f.GatedAct), add},
+		{"Linear.ApplyAdd", lin.ApplyAdd(x, r), mlxc.Add(r, s.ApplyOwned(x, w, &st))},
+	}
+	for _, c := range cases {
+		if err := sameBits(name+" "+c.what, c.got, c.want); err != nil {
+			return err
+		}
+	}
+	return nil
 }
