@@ -68,13 +68,14 @@ func (l *Linear) ApplyAdd(x, r *mlxc.Array) *mlxc.Array {
 }
 
 // ApplyGatedAdd returns r + (silu(gate)·up)·Wᵀ for a merged gate/up product gu [R, 2I]
-// (gate first), act being the activation (GatedAct) for when one kernel cannot do it all:
-// the MLP's down projection and residual add, one node instead of three on the GPU.
+// (gate first), act being the activation (GatedAct): the MLP's down projection and
+// residual add, with the add in the product's kernel where ApplyAdd does that, and the
+// activation too with DFLASH_FUSE_GATED=1 (one node instead of three).
 func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
 	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(gu, l.W, r, true) {
 		return l.skinny.ApplyFused(gu, l.W, r, true, &l.tc)
 	}
-	return mlxc.Add(r, l.Apply(act(gu)))
+	return l.ApplyAdd(act(gu), r)
 }
 
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a

@@ -26,9 +26,13 @@ type SkinnyGEMM struct {
 	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
 	// otherwise, see tcrule.go), its split resolved.
 	configFor func(N, K int) tcConfig
-	// fuse: the tensor-core kernel also serves ApplyFused (the gated activation on its
-	// input, the residual add on its output); DFLASH_FUSE_PRODUCTS=0 turns it off.
-	fuse bool
+	// fuse: the tensor-core kernel also serves ApplyFused with the residual add on its
+	// output; DFLASH_FUSE_PRODUCTS=0 turns it off. fuseGated (DFLASH_FUSE_GATED=1, an
+	// experiment): the gated activation on its input too. Each block of the down projection
+	// then computes silu·up for all of its K range, so the whole activation is computed
+	// once per column tile (80 times for the 4B shape's down projection): on the H200
+	// (session 8) DFlash cycles were 0.6–0.8 ms slower with it than with GatedAct's kernel.
+	fuse, fuseGated bool
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -138,6 +142,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 		s.configFor = rule
 		s.tiled = s.tensorCores && os.Getenv("DFLASH_TC_TILED") == "1"
 		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
+		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
 	}
 	return s, nil
 }
@@ -217,10 +222,10 @@ func (s *SkinnyGEMM) fitsRows(x, w *mlxc.Array, K int) bool {
 }
 
 // FitsFused reports whether ApplyFused serves x and w: the tensor-core kernel with fusion
-// on, x [M, K] or with gated a merged gate/up product [M, 2K], and r (when not nil) [M, N]
-// of x's type.
+// on (and for gated, the gated fusion), x [M, K] or with gated a merged gate/up product
+// [M, 2K], and r (when not nil) [M, N] of x's type.
 func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
-	if s == nil || !s.fuse || !s.tensorCores || x.Ndim() != 2 || w.Ndim() != 2 {
+	if s == nil || !s.fuse || !s.tensorCores || x.Ndim() != 2 || w.Ndim() != 2 || (gated && !s.fuseGated) {
 		return false
 	}
 	K := x.Dim(1)

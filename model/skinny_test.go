@@ -312,7 +312,8 @@ func TestSkinnyTCSweep(t *testing.T) {
 // r + x·Wᵀ as MLX's Add of the product, and the down projection of silu(gate)·up as the
 // product of GatedAct's output (with and without the add) — on the Qwen3-4B shapes of o,
 // down, q/k/v and the drafter's k/v (split, pipelined and one-tile launches), with 1, 3
-// and 16 rows, in bf16 and f16; and Linear's ApplyAdd and ApplyGatedAdd use them.
+// and 16 rows, in bf16 and f16; and Linear's ApplyAdd and ApplyGatedAdd use them (the
+// latter with and without the gated fusion, DFLASH_FUSE_GATED).
 func TestFusedProductsMatchSeparate(t *testing.T) {
 	onCUDA(t, func() error {
 		s := newSkinnyGEMM(true)
@@ -322,7 +323,7 @@ func TestFusedProductsMatchSeparate(t *testing.T) {
 		}
 		defer s.Free()
 		defer f.Free()
-		s.minRows = 1
+		s.minRows, s.fuseGated = 1, true
 		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 			for _, nk := range [][2]int{{2560, 4096}, {2560, 9728}, {6144, 2560}, {1024, 2560}, {96, 1056}} {
 				for _, M := range []int{1, 3, 16} {
@@ -354,6 +355,9 @@ func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
 	add := mlxc.Add(r, s.ApplyOwned(act, w, &st))
 	lin := &Linear{W: w, skinny: s}
 	defer lin.tc.Free()
+	s.fuseGated = false
+	separate := lin.ApplyGatedAdd(gu, r, f.GatedAct) // GatedAct's node, then the fused add
+	s.fuseGated = true
 	cases := []struct {
 		what      string
 		got, want *mlxc.Array
@@ -362,6 +366,7 @@ func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
 		{"gated activation", s.ApplyFused(gu, w, nil, true, &st), s.ApplyOwned(act, w, &st)},
 		{"gated activation and add", s.ApplyFused(gu, w, r, true, &st), add},
 		{"Linear.ApplyGatedAdd", lin.ApplyGatedAdd(gu, r, f.GatedAct), add},
+		{"Linear.ApplyGatedAdd, activation apart", separate, add},
 		{"Linear.ApplyAdd", lin.ApplyAdd(x, r), mlxc.Add(r, s.ApplyOwned(x, w, &st))},
 	}
 	for _, c := range cases {
