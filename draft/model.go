@@ -218,7 +218,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			if visible == nil {
 				visible = model.OnDevice(model.Visible(n))
 			}
-			merged = d.fqa.Apply(q, keys, values, d.scaleArr, visible, l.o.Dense(), false)
+			merged = d.fqa.Apply(q, keys, values, d.scaleArr, visible, false)
 		} else if padded {
 			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
 			if mask == nil {
@@ -300,7 +300,7 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		}
 		var o, merged *mlxc.Array
 		if d.fqa.Fits(q, kn) {
-			merged = d.fqa.Apply(q, keys, values, d.scaleArr, kseen(), l.o.Dense(), false)
+			merged = d.fqa.Apply(q, keys, values, d.scaleArr, kseen(), false)
 		} else {
 			if mask == nil {
 				mask = model.WindowMask(seen, L, window, false)

@@ -21,21 +21,11 @@ import (
 type FewQueryAttention struct {
 	k          *mlxc.Kernel
 	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too
-	// warm: Apply prefetches the weight it is given into L2 (DFLASH_L2_WARM=0: never).
-	warm bool
 }
 
 const fqaWarps = 4
 
 const fqaSource = `
-  if constexpr (WARM) {
-    // Warm L2 with the weight the next kernel reads (the o projection: 21 MB on the 4B
-    // shape, under half of an H200's L2) while this latency-bound kernel leaves HBM idle.
-    const size_t bytes = (size_t)pf_shape[0] * pf_shape[1] * sizeof(T);
-    const char* base = reinterpret_cast<const char*>(pf);
-    for (size_t b = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 128; b < bytes; b += (size_t)gridDim.x * blockDim.x * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + b));
-  }
   constexpr int DPL = D / 32; // output dimensions per lane
   // One lane's DPL values of a key, read with one load.
   struct alignas(DPL * sizeof(T)) VecT {
@@ -175,9 +165,9 @@ func newFewQueryAttention() *FewQueryAttention {
 	}
 	return &FewQueryAttention{k: mlxc.NewKernel(mlxc.KernelSpec{
 		Backend: mlxc.KernelCUDA, Name: "dflash_few_query_attention",
-		Inputs: []string{"q", "k", "v", "off", "scale", "pf"}, Outputs: []string{"out"},
+		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
 		Source: fqaSource, EnsureRowContiguous: false,
-	}), minQueries: 2, warm: os.Getenv("DFLASH_L2_WARM") != "0"}
+	}), minQueries: 2}
 }
 
 // Fits reports whether q [1, H, L, D] over keys k [1, Hkv, n, D] can use the kernel:
@@ -198,29 +188,21 @@ func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
 // visible is then the position of the block's first row; otherwise every query sees keys
 // [0, visible). visible is a 0-d int32 array (Visible; all layers of a forward share one)
 // and scale a 0-d float32 array (the model's 1/√D).
-//
-// warm, when not nil, is the weight that the next kernel reads (the o projection's, [N, K]
-// of q's type, evaluated): the kernel prefetches it into L2 as it starts, so that its
-// reading overlaps this kernel's latency instead of following it.
-func (a *FewQueryAttention) Apply(q, keys, values, scale, visible, warm *mlxc.Array, causal bool) *mlxc.Array {
+func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, causal bool) *mlxc.Array {
 	H, L, D := q.Dim(1), q.Dim(2), q.Dim(3)
-	pf := q // unread unless warming
-	if warm != nil && a.warm && warm.Ndim() == 2 && warm.Dtype() == q.Dtype() {
-		pf = warm
-	}
-	return a.k.Call([]*mlxc.Array{q, keys, values, visible, scale, pf}, mlxc.KernelCall{
+	return a.k.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
 		OutputShapes: [][]int{{L, H * D}},
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
 		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},
-		Template:     fqaTemplate(q.Dtype(), D, causal, pf != q),
+		Template:     fqaTemplate(q.Dtype(), D, causal),
 	})[0]
 }
 
 // fqaTemplate is the kernel's compile-time arguments (the offline compile check uses it too).
-func fqaTemplate(dt mlxc.Dtype, D int, causal, warm bool) []mlxc.TemplateArg {
+func fqaTemplate(dt mlxc.Dtype, D int, causal bool) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "WARPS", Value: fqaWarps},
-		{Name: "CAUSAL", Value: causal}, {Name: "WARM", Value: warm}}
+		{Name: "CAUSAL", Value: causal}}
 }
 
 // Visible makes Apply's visible-keys argument.

@@ -10,8 +10,7 @@ import (
 
 // On CUDA: causal blocks (verify) and full blocks (drafts), GQA, a key count that is not a
 // multiple of the 32-key tile, queries given as a transposed view and keys as a view into a
-// larger cache buffer, all against MLX's attention; warming L2 with a weight (Apply's warm)
-// leaves the output unchanged bit for bit.
+// larger cache buffer, all against MLX's attention.
 func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 	onCUDA(t, func() error {
 		a := newFewQueryAttention()
@@ -34,26 +33,18 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 					visible = c.n - c.L // the block is the last L keys
 				}
 				sa := mlxc.Scalar(float64(scale), mlxc.Float32)
-				got := mlxc.Reshape(a.Apply(q, k, v, sa, Visible(visible), nil, causal), 1, c.L, -1, q.Dim(3)) // [1, L, H, D]
+				got := mlxc.Reshape(a.Apply(q, k, v, sa, Visible(visible), causal), 1, c.L, -1, q.Dim(3)) // [1, L, H, D]
 				mode := mlxc.MaskNone
 				if causal {
 					mode = mlxc.MaskCausal
 				}
 				want := mlxc.Transpose(mlxc.ScaledDotProductAttention(q, k, v, scale, mode, nil, nil), 0, 2, 1, 3)
-				// Warming L2 with a weight (the o projection's, in the model) changes nothing.
-				wo := mlxc.Normal([]int{c.H * D, c.H * D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(7))
-				mlxc.Eval(wo)
-				warmed := mlxc.Reshape(a.Apply(q, k, v, sa, Visible(visible), wo, causal), 1, c.L, -1, q.Dim(3))
-				if err := sameBits(fmt.Sprintf("%+v causal %v warming L2", c, causal), warmed, got); err != nil {
-					s.Close()
-					return err
-				}
 				if causal && c.L > 1 {
 					// GPU-exact mode: each row of the block equals a one-query call at its
 					// position (the decode step there), bit for bit.
 					a.minQueries = 1
 					for i := 0; i < c.L; i += max(1, c.L/3) {
-						one := mlxc.Reshape(a.Apply(mlxc.SliceAxis(q, 2, i, i+1), k, v, sa, Visible(visible+i), nil, true), 1, 1, -1, q.Dim(3))
+						one := mlxc.Reshape(a.Apply(mlxc.SliceAxis(q, 2, i, i+1), k, v, sa, Visible(visible+i), true), 1, 1, -1, q.Dim(3))
 						if err := sameBits(fmt.Sprintf("%+v row %d alone", c, i), one, mlxc.SliceAxis(got, 1, i, i+1)); err != nil {
 							s.Close()
 							return err

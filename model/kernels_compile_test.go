@@ -158,11 +158,9 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepKVSource})
 			for _, causal := range []bool{true, false} {
-				for _, warm := range []bool{false, true} {
-					ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v_%v", T, D, causal, warm),
-						Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}, {"pf", T}},
-						Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, causal, warm)), Body: fqaSource})
-				}
+				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
+					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
+					Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, causal)), Body: fqaSource})
 			}
 		}
 		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Inputs: [][2]string{{"gu", T}}, Outputs: y,

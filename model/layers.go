@@ -57,15 +57,6 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	return mlxc.Matmul(x, l.transposed())
 }
 
-// Dense returns the layer's weight [N, K] when it is dense (nil when quantized): what a
-// kernel that runs before the layer's product may prefetch (FewQueryAttention.Apply).
-func (l *Linear) Dense() *mlxc.Array {
-	if l == nil || l.Q != nil {
-		return nil
-	}
-	return l.W
-}
-
 // ApplyAdd returns r + x·Wᵀ (r: rows [R, N] of x's type, the residual stream). Where the
 // tensor-core product serves the layer, one kernel adds r as it writes; elsewhere the
 // product and MLX's Add. The same values either way (SkinnyGEMM.ApplyFused).

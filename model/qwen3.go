@@ -268,7 +268,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 				keys, values = lc.WriteAt(k, v, pos, opt.Window)
 			}
 			if fqa && m.fqa.Fits(q, k) {
-				merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), l.attn.o.Dense(), true)
+				merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
 			} else {
 				if padMask == nil {
 					padMask = WindowMask(pos, L, opt.Window, true)
@@ -278,7 +278,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			}
 		} else if fqa && m.fqa.Fits(q, k) {
 			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
-			merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), l.attn.o.Dense(), true)
+			merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
 		} else if rowwise {
 			keys, values := lc.UpdateAndFetch(k, v)
 			o = rowwiseAttention(q, keys, values, m.scale, off0)
