@@ -15,8 +15,10 @@ type layer struct {
 	qNorm, kNorm        *mlxc.Array
 	gate, up, down      *model.Linear
 	// Merged projections for the block rows (model.MergeProjectionsDefault); context rows
-	// use the k and v views.
+	// use the k and v views, or kv, k and v as one view of qkv's stack, when the fused
+	// kernels prepare them (Fused.KVPrep).
 	qkv, gateUp *model.MergedLinear
+	kv          *model.Linear
 }
 
 // Drafter is a loaded DFlash draft model bound to its target.
@@ -39,6 +41,10 @@ type Drafter struct {
 	// and epsilon, on the block rows. H200 (session 4): draft nodes 205 → 146 per cycle,
 	// build + draft encoding 3.9 → 2.6 ms per cycle.
 	fused *model.Fused
+	// ctxPos is the context rows' position for the fused kernels (contextPos), made for
+	// position ctxPosAt.
+	ctxPos   *mlxc.Array
+	ctxPosAt int
 	// KeyBucket > 0: the block's keys are written after the cached context and attended
 	// through a view padded to a multiple of KeyBucket with a mask (see
 	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
@@ -147,6 +153,9 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 			if merge {
 				l.qkv = model.MergeLinears(l.q, l.k, l.v)
 				l.gateUp = model.MergeLinears(l.gate, l.up)
+			}
+			if d.fused != nil && os.Getenv("DFLASH_FUSED_CONTEXT") != "0" {
+				l.kv = l.qkv.Span(1, 3)
 			}
 		}
 	}); err != nil {
@@ -361,7 +370,20 @@ func (d *Drafter) project(ctx *mlxc.Array) *mlxc.Array {
 // keysValues is one layer's keys (k_norm, RoPE from position off) and values for rows
 // x [T, H], as [1, nKV, T, hd]. Block rows and context rows go through the same path.
 func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *mlxc.Array) {
+	if l.kv != nil && d.fused.PrepFits(x, d.Cfg.HeadDim, l.qNorm, l.kNorm) {
+		return d.fused.KVPrep(l.kv.Apply(x), d.Cfg.NumKVHeads, d.Cfg.HeadDim, l.kNorm, d.contextPos(off))
+	}
 	return d.headsKV(l, l.k.Apply(x), l.v.Apply(x), off)
+}
+
+// contextPos is position off as our kernels read it (model.OnDevice): made once per
+// position, so the layers of one call share one node, and kept until the next position.
+func (d *Drafter) contextPos(off int) *mlxc.Array {
+	if d.ctxPos == nil || d.ctxPosAt != off {
+		d.ctxPos.Free()
+		d.ctxPos, d.ctxPosAt = model.OnDevice(model.Visible(off)).Detach(), off
+	}
+	return d.ctxPos
 }
 
 // headsKV turns projected key and value rows [T, nKV·hd] into heads (k_norm, RoPE from
@@ -407,10 +429,12 @@ func (d *Drafter) Free() {
 		}
 		l.qkv.Free()
 		l.gateUp.Free()
+		l.kv.Free()
 	}
 	d.rope.Free()
 	d.swiglu.Free()
 	d.scaleArr.Free()
+	d.ctxPos.Free()
 	d.fused.Free()
 }
 

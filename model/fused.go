@@ -234,8 +234,12 @@ func (f *Fused) launchPrep(k *mlxc.Kernel, inputs []*mlxc.Array, qo, ko, vo, hq,
 	L := inputs[0].Dim(0)
 	dt := inputs[0].Dtype()
 	items := L * (hq + 2*hk)
+	qs := []int{1, hq, L, D}
+	if hq == 0 {
+		qs = []int{1, 1, 1, D} // a placeholder (MLX outputs are not empty): never written
+	}
 	out := k.Call(inputs, mlxc.KernelCall{
-		OutputShapes: [][]int{{1, hq, L, D}, {1, hk, L, D}, {1, hk, L, D}},
+		OutputShapes: [][]int{qs, {1, hk, L, D}, {1, hk, L, D}},
 		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
 		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
@@ -269,6 +273,14 @@ func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *
 // then k, then v.
 func (f *Fused) HeadPrepMerged(y *mlxc.Array, hq, hk, D int, qn, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 	return f.HeadPrep(y, y, y, 0, hq*D, (hq+hk)*D, hq, hk, D, qn, kn, pos)
+}
+
+// KVPrep returns keys (per-head norm kn, rotation from position pos, as HeadPrep) and values
+// [1, hk, T, D] of rows kv [T, 2·hk·D], a k|v product (keys first): the drafter's context
+// rows in one kernel instead of six nodes of MLX ops (the head-prep kernel with no q heads).
+func (f *Fused) KVPrep(kv *mlxc.Array, hk, D int, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+	_, k, v := f.launchPrep(f.prep, []*mlxc.Array{kv, kv, kv, kn, kn, f.inv, f.eps, pos}, 0, 0, hk*D, 0, hk, D)
+	return k, v
 }
 
 // PrepFits reports whether HeadPrep takes rows x [R, H] (whose projections it gets: same

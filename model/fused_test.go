@@ -25,7 +25,8 @@ func TestFusedRefusesUnsupportedRope(t *testing.T) {
 // On CUDA: HeadPrep equals the op path (reshape, per-head RMSNorm, transpose, RoPE) up to
 // bf16 rounding, from one merged product and from three; every row of a block equals the
 // same row prepared alone at its position bit for bit (decode steps and verify blocks
-// agree); GatedAct equals silu(gate)·up.
+// agree); KVPrep of the k|v columns gives HeadPrep's keys and values bit for bit; GatedAct
+// equals silu(gate)·up.
 func TestFusedMatchesOps(t *testing.T) {
 	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
 	onCUDA(t, func() error {
@@ -63,6 +64,16 @@ func TestFusedMatchesOps(t *testing.T) {
 					s.Close()
 					return err
 				}
+			}
+			// The k|v columns alone (KVPrep, the drafter's context rows), with more rows too.
+			ck, cv := f.KVPrep(mlxc.Copy(mlxc.SliceAxis(y, 1, hq*D, (hq+2*hk)*D)), hk, D, kn, pos)
+			if err := sameBits(fmt.Sprintf("L=%d KVPrep k", c.L), ck, gk); err != nil {
+				s.Close()
+				return err
+			}
+			if err := sameBits(fmt.Sprintf("L=%d KVPrep v", c.L), cv, gv); err != nil {
+				s.Close()
+				return err
 			}
 			// Row i of the block alone, at position off+i.
 			for i := 0; i < c.L; i += max(1, c.L/3) {

@@ -153,6 +153,10 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepSource})
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("kv_prep_%s_%d", T, D), // Fused.KVPrep: no q heads
+				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
+				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
+				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: headPrepSource})
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_kv_%s_%d", T, D),
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},

@@ -57,6 +57,29 @@ func MergeLinears(parts ...*Linear) *MergedLinear {
 	return &MergedLinear{all: all, sizes: sizes}
 }
 
+// Span returns parts i..j−1 as one Linear whose weight is a view of the stack (the parts are
+// adjacent rows of it: no copy), for rows that need only those parts (the drafter's context
+// rows need k and v, not q). The caller frees it. MLX thread.
+func (m *MergedLinear) Span(i, j int) *Linear {
+	if m == nil || i < 0 || j > len(m.sizes) || i >= j {
+		return nil
+	}
+	off, end := 0, 0
+	for p, n := range m.sizes {
+		if p < i {
+			off += n
+		}
+		if p < j {
+			end += n
+		}
+	}
+	w := mlxc.SliceAxis(m.all.W, 0, off, end).Detach()
+	mlxc.Eval(w)
+	l := &Linear{W: w, skinny: m.all.skinny}
+	l.prepare()
+	return l
+}
+
 // Apply returns each part's output for rows x [R, K], as column slices of one product.
 func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
 	y := m.all.Apply(x)

@@ -73,3 +73,43 @@ func TestBadTCRuleFailsLoad(t *testing.T) {
 		t.Fatalf("load with a bad DFLASH_TC_RULE: %v", err)
 	}
 }
+
+// A span of a merged projection is a view of the stack's rows: its product equals the
+// parts' products side by side, and it leaves the stack and the parts intact.
+func TestMergedSpanIsTheParts(t *testing.T) {
+	err := mlxc.Do(func() error {
+		s := mlxc.NewScope()
+		defer s.Close()
+		mk := func(n int, seed uint64) *model.Linear {
+			w := mlxc.Normal([]int{n, 32}, mlxc.Float32, 0, 1, mlxc.RandomKey(seed)).Detach()
+			mlxc.Eval(w)
+			return &model.Linear{W: w}
+		}
+		q, k, v := mk(48, 1), mk(16, 2), mk(16, 3)
+		m := model.MergeLinears(q, k, v)
+		defer func() { m.Free(); q.Free(); k.Free(); v.Free() }()
+		kv := m.Span(1, 3)
+		defer kv.Free()
+		x := mlxc.Normal([]int{5, 32}, mlxc.Float32, 0, 1, mlxc.RandomKey(4))
+		want := mlxc.Concatenate([]*mlxc.Array{k.Apply(x), v.Apply(x)}, 1)
+		got := kv.Apply(x)
+		if fmt.Sprint(got.Shape()) != "[5 32]" {
+			return fmt.Errorf("span product shape %v, want [5 32]", got.Shape())
+		}
+		g, w := got.Float32s(), want.Float32s()
+		for i := range w {
+			if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+				return fmt.Errorf("element %d: span %g, parts %g", i, g[i], w[i])
+			}
+		}
+		for _, bad := range [][2]int{{0, 0}, {2, 1}, {-1, 2}, {1, 4}} {
+			if m.Span(bad[0], bad[1]) != nil {
+				return fmt.Errorf("Span(%d, %d) of 3 parts is not nil", bad[0], bad[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
