@@ -338,11 +338,11 @@ func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Ar
 	}
 	addNorm := i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm)
 	if d.fused != nil && l.gateUp != nil && !addNorm {
-		return l.down.ApplyGatedAdd(l.gateUp.Whole(h), x, d.fused.GatedAct), nil
+		return model.GatedDownAdd(l.gateUp, l.down, h, x, d.fused.GatedAct), nil
 	}
 	var act *mlxc.Array
 	if d.fused != nil && l.gateUp != nil {
-		act = d.fused.GatedAct(l.gateUp.Whole(h))
+		act = l.gateUp.Gated(h, d.fused.GatedAct)
 	} else {
 		gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
 		act = d.swiglu.Apply(gu[0], gu[1])

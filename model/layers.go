@@ -78,6 +78,17 @@ func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Ar
 	return l.ApplyAdd(act(gu), r)
 }
 
+// GatedDownAdd returns r + down(silu(gate)·up) for rows x of an MLP with a merged gate/up
+// projection: the activation in the gate/up product's kernel where it can (MergedLinear.
+// Gated), else act's (GatedAct), or with DFLASH_FUSE_GATED=1 in the down projection's; the
+// residual add in the down projection's kernel (ApplyAdd).
+func GatedDownAdd(gateUp *MergedLinear, down *Linear, x, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
+	if s := down.skinny; s != nil && s.fuseGated {
+		return down.ApplyGatedAdd(gateUp.Whole(x), r, act)
+	}
+	return down.ApplyAdd(gateUp.Gated(x, act), r)
+}
+
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a
 // block of 2..16 rows goes one row at a time, so that each row rounds like the one-token
 // step's product (MLX's block kernels round differently on a GPU).

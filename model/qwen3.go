@@ -304,11 +304,11 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		next = nil
 		addNorm := i+1 < len(m.layers) && m.fused.AddNormFits(h, m.layers[i+1].inputNorm)
 		if m.fused != nil && l.gateUp != nil && !addNorm {
-			h = l.down.ApplyGatedAdd(l.gateUp.Whole(x), h, m.fused.GatedAct)
+			h = GatedDownAdd(l.gateUp, l.down, x, h, m.fused.GatedAct)
 		} else {
 			var act *mlxc.Array
 			if m.fused != nil && l.gateUp != nil {
-				act = m.fused.GatedAct(l.gateUp.Whole(x))
+				act = l.gateUp.Gated(x, m.fused.GatedAct)
 			} else {
 				gu := ApplyParts(l.gateUp, x, l.gate, l.up)
 				act = m.swiglu.Apply(gu[0], gu[1])

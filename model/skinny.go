@@ -33,6 +33,9 @@ type SkinnyGEMM struct {
 	// once per column tile (80 times for the 4B shape's down projection): on the H200
 	// (session 8) DFlash cycles were 0.6–0.8 ms slower with it than with GatedAct's kernel.
 	fuse, fuseGated bool
+	// fuseAct: the gate/up product applies the activation as it writes (ApplyAct;
+	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
+	fuseAct bool
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -143,6 +146,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 		s.tiled = s.tensorCores && os.Getenv("DFLASH_TC_TILED") == "1"
 		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
 		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
+		s.fuseAct = s.fuse && os.Getenv("DFLASH_FUSE_ACT") != "0"
 	}
 	return s, nil
 }
@@ -177,7 +181,7 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
@@ -239,6 +243,28 @@ func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
 		return false
 	}
 	return s.fitsRows(x, w, K)
+}
+
+// FitsAct reports whether ApplyAct serves rows x and a merged gate/up weight w [2I, K]: the
+// fused tensor-core kernel, whose launch for w has an even tile count, no split over K and
+// the register path, and I a whole number of its blocks' gate columns.
+func (s *SkinnyGEMM) FitsAct(x, w *mlxc.Array) bool {
+	if s == nil || !s.fuseAct || !s.tensorCores || s.tiled || w.Ndim() != 2 || !s.Fits(x, w) {
+		return false
+	}
+	N := w.Dim(0)
+	c := s.configFor(N, w.Dim(1))
+	return c.Tiles%2 == 0 && c.Split <= 1 && c.Stages == 0 && N%2 == 0 && (N/2)%(4*c.Tiles) == 0
+}
+
+// ApplyAct returns silu(gate)·up [M, I] of x·wᵀ for a merged gate/up weight w [2I, K] (gate
+// rows first) in one kernel (call FitsAct first): the values GatedAct gives for the
+// product, bit for bit, without the product's output or the activation's kernel.
+func (s *SkinnyGEMM) ApplyAct(x, w *mlxc.Array, st *TCState) *mlxc.Array {
+	N := w.Dim(0)
+	c := s.configFor(N, w.Dim(1))
+	c.Act = true
+	return s.applyTC(x, w, nil, c, N, st)
 }
 
 // ApplyFused returns [r +] x'·wᵀ [M, N] in one kernel, where x' is x or, with gated,
@@ -312,8 +338,12 @@ func (s *SkinnyGEMM) applyTC(x, w, r *mlxc.Array, c tcConfig, N int, st *TCState
 	}
 	M := x.Dim(0)
 	tiles := N / (8 * c.Tiles)
+	cols := N
+	if c.Act {
+		cols = N / 2
+	}
 	call := mlxc.KernelCall{
-		OutputShapes: [][]int{{M, N}},
+		OutputShapes: [][]int{{M, cols}},
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},
 		Grid:         [3]int{tiles * max(c.Split, 1) * c.Warps * 32, 1, 1},
 		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},

@@ -50,8 +50,11 @@ type tcConfig struct {
 	// Gated: x is a merged gate/up product [M, 2K] and the kernel multiplies silu(gate)·up
 	// (the MLP's down projection without a kernel for the activation). Resid: the kernel
 	// adds its input r [M, N] to the product as it writes y (the residual stream's add).
-	// Neither changes the launch shape.
-	Gated, Resid bool
+	// Act: w is a merged gate/up weight [2I, K] (gate rows first) and y is silu(gate)·up
+	// [M, I], each block computing 4·Tiles gate columns and the same up columns (the MLP's
+	// activation without a kernel of its own; even Tiles, no split, register path). None of
+	// the three changes the launch shape.
+	Gated, Resid, Act bool
 }
 
 // tcSplitAuto asks resolve for one group of Unroll slices per warp and block.
@@ -83,7 +86,7 @@ func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
 		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
-		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}}
+		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act}}
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -191,7 +194,7 @@ const tcMain = `
   const int chunk = blockIdx.x - ct * SPLIT;
   const int sb = chunk * S / SPLIT;              // this block's first slice
   const int SC = (chunk + 1) * S / SPLIT - sb;   // and its slice count
-  const int n0 = ct * C;
+  const int n0 = ct * (ACT ? C / 2 : C); // the block's first weight row (with ACT: gate row)
   const bool r0 = g < M;
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
@@ -229,6 +232,14 @@ const tcMain = `
   constexpr int SLICE = TILED ? 256 : 32;
   const T* w_p = TILED ? w + ((size_t)ct * TILES * S * 32 + lane) * 8 + (size_t)sb * 256 : w + (size_t)(n0 + g) * K + 8 * t + 32 * sb;
   const size_t tile = TILED ? (size_t)S * 256 : (size_t)8 * K;
+  // Tile j's weights start toff[j] elements after w_p: the next 8 rows each, or with ACT
+  // (a merged gate/up weight, up rows half the weight on) gate rows in the first half of
+  // the tiles and the same rows' up rows in the second.
+  size_t toff[TILES];
+#pragma unroll
+  for (int j = 0; j < TILES; ++j) {
+    toff[j] = ACT && j >= TILES / 2 ? ((size_t)w_shape[0] / 2 + 8 * (j - TILES / 2)) * K : j * tile;
+  }
   float acc[TILES][4];
 #pragma unroll
   for (int j = 0; j < TILES; ++j) {
@@ -243,7 +254,7 @@ const tcMain = `
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int j = 0; j < TILES; ++j) wv[u][j] = LDW(w_p + j * tile + (size_t)(grp * U + u) * SLICE);
+      for (int j = 0; j < TILES; ++j) wv[u][j] = LDW(w_p + toff[j] + (size_t)(grp * U + u) * SLICE);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -337,7 +348,7 @@ const tcMain = `
     const uint4 xb = r1 ? ldx(xb_p + k0) : zero;
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
-      const uint4 wv = LDW(w_p + j * tile + (size_t)s * SLICE);
+      const uint4 wv = LDW(w_p + toff[j] + (size_t)s * SLICE);
       MMA(acc[j], xa.x, xb.x, xa.y, xb.y, wv.x, wv.y);
       MMA(acc[j], xa.z, xb.z, xa.w, xb.w, wv.z, wv.w);
     }
@@ -353,8 +364,33 @@ const tcMain = `
   const int N = TILED ? w_shape[0] * 8 : w_shape[0];
 `
 
-// tcStore sums the warps' partials in warp order and writes y (one block per tile).
+// tcStore sums the warps' partials in warp order and writes y (one block per tile); with
+// ACT, y is silu(gate)·up [M, N/2] of the gate and up columns, each rounded to T first and
+// then as GatedAct rounds: the values GatedAct gives for this product, bit for bit (a
+// column's sum does not depend on which tile slot computed it).
 const tcStore = `
+  if constexpr (ACT) {
+    constexpr int H = C / 2;
+    const int NH = N / 2;
+    for (int i = threadIdx.x; i < 16 * H; i += WARPS * 32) {
+      const int m = i / H;
+      const int c = i - m * H;
+      if (m < M && n0 + c < NH) {
+        float sg = 0.0f, su = 0.0f;
+#pragma unroll
+        for (int k = 0; k < WARPS; ++k) {
+          sg += part[k][m][c];
+          su += part[k][m][c + H];
+        }
+        const float g = static_cast<float>(static_cast<T>(sg));
+        const float u = static_cast<float>(static_cast<T>(su));
+        const float e = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-g))));
+        const float a = static_cast<float>(static_cast<T>(g * e));
+        y[(size_t)m * NH + n0 + c] = static_cast<T>(a * u);
+      }
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     const int c = i - m * C;

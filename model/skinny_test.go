@@ -376,3 +376,46 @@ func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
 	}
 	return nil
 }
+
+// On CUDA: the gate/up product with the activation applied as it writes (ApplyAct) gives
+// GatedAct of the plain product bit for bit, on the 4B shape's merged gate/up weight and a
+// narrower one, with 1, 3 and 16 rows, bf16 and f16; a weight whose launch splits K does
+// not fit.
+func TestActProductMatchesSeparate(t *testing.T) {
+	onCUDA(t, func() error {
+		s := newSkinnyGEMM(true)
+		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
+		if s == nil || f == nil {
+			return fmt.Errorf("no kernels on a CUDA machine")
+		}
+		defer s.Free()
+		defer f.Free()
+		s.minRows = 1
+		so := mlxc.NewScope()
+		defer so.Close()
+		if w, x := mlxc.Zeros([]int{2048, 2560}, mlxc.BFloat16), mlxc.Zeros([]int{4, 2560}, mlxc.BFloat16); s.FitsAct(x, w) {
+			return fmt.Errorf("FitsAct takes a weight whose launch splits K (%+v)", s.configFor(2048, 2560))
+		}
+		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+			for _, nk := range [][2]int{{19456, 2560}, {9728, 2560}} {
+				N, K := nk[0], nk[1]
+				w := mlxc.Normal([]int{N, K}, dt, 0, 0.05, mlxc.RandomKey(uint64(N+K)))
+				for _, M := range []int{1, 3, 16} {
+					x := mlxc.Normal([]int{M, K}, dt, 0, 1, mlxc.RandomKey(uint64(N+M)))
+					if !s.FitsAct(x, w) {
+						return fmt.Errorf("%v N=%d K=%d rows %d: FitsAct false", dt, N, K, M)
+					}
+					var st TCState
+					got := s.ApplyAct(x, w, &st)
+					want := f.GatedAct(s.ApplyOwned(x, w, &st))
+					err := sameBits(fmt.Sprintf("%v N=%d K=%d rows %d", dt, N, K, M), got, want)
+					st.Free()
+					if err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
