@@ -70,8 +70,11 @@ type benchRow struct {
 	PlainTPS     float64 `json:"plain_tok_s"`
 	DFlashTPS    float64 `json:"dflash_tok_s"`
 	// Every timed run, in order (the medians above come from these).
-	PlainRuns   []float64 `json:"plain_runs_tok_s"`
-	DFlashRuns  []float64 `json:"dflash_runs_tok_s"`
+	PlainRuns  []float64 `json:"plain_runs_tok_s"`
+	DFlashRuns []float64 `json:"dflash_runs_tok_s"`
+	// τ of each DFlash run: with --replay-drafts each run replays its own seeded pattern,
+	// so runs differ in τ as well as in time.
+	DFlashTaus  []float64 `json:"dflash_runs_tau"`
 	Speedup     float64   `json:"speedup"`
 	Tau         float64   `json:"tau"`
 	Exact       bool      `json:"exact"`
@@ -271,7 +274,7 @@ func benchAction(c *cli.Context) error {
 		}
 		st, ps := prof.Stats, max(1, prof.Stats.Cycles)
 		row := benchRow{Prompt: i, PromptTokens: len(prompt), Tokens: len(last.Tokens), PlainTPS: median(plainTPS),
-			DFlashTPS: median(dTPS), PlainRuns: plainTPS, DFlashRuns: dTPS, Tau: median(taus), Exact: exact,
+			DFlashTPS: median(dTPS), PlainRuns: plainTPS, DFlashRuns: dTPS, DFlashTaus: taus, Tau: median(taus), Exact: exact,
 			CycleMS: ms(last.Stats.DecodeTime) / float64(max(1, last.Stats.Cycles)),
 			DraftMS: ms(st.DraftTime) / float64(ps), VerifyMS: ms(st.VerifyTime) / float64(ps),
 			BuildMS: ms(st.BuildTime) / float64(ps), RollbackMS: ms(st.RollbackTime) / float64(ps),

@@ -285,6 +285,7 @@ func TestBenchJSON(t *testing.T) {
 		DFlashTPS  float64            `json:"dflash_tok_s"`
 		PlainRuns  []float64          `json:"plain_runs_tok_s"`
 		DFlashRuns []float64          `json:"dflash_runs_tok_s"`
+		DFlashTaus []float64          `json:"dflash_runs_tau"`
 		Tau        float64            `json:"tau"`
 		Exact      bool               `json:"exact"`
 		Tokens     int                `json:"tokens"`
@@ -329,6 +330,9 @@ func TestBenchJSON(t *testing.T) {
 	x := r.Rows[0]
 	if x.Tokens != 12 || len(x.PlainRuns) != 2 || len(x.DFlashRuns) != 2 || x.PlainTPS <= 0 || x.DFlashTPS <= 0 || x.Tau < 1 {
 		t.Errorf("row %+v", x)
+	}
+	if len(x.DFlashTaus) != 2 || min(x.DFlashTaus[0], x.DFlashTaus[1]) > x.Tau || max(x.DFlashTaus[0], x.DFlashTaus[1]) < x.Tau {
+		t.Errorf("per-run τ %v do not bracket the median %g", x.DFlashTaus, x.Tau)
 	}
 	if x.StepNodes <= 0 || x.DraftNodes <= 0 || x.VerNodes <= 0 || len(x.StepOps) == 0 {
 		t.Errorf("profiled graph counts missing: %+v", x)

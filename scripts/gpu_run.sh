@@ -102,7 +102,7 @@ if [ "$STAGE" = ab ]; then
 import json,sys
 r=json.load(open(sys.argv[1])); x=r['rows'][0]
 print({k:round(r[k],2) for k in ['median_plain_tok_s','median_dflash_tok_s','median_speedup','median_tau']})
-print('runs plain', [round(v) for v in x['plain_runs_tok_s']], 'dflash', [round(v) for v in x['dflash_runs_tok_s']])
+print('runs plain', [round(v) for v in x['plain_runs_tok_s']], 'dflash', [round(v) for v in x['dflash_runs_tok_s']], 'tau', [round(v, 2) for v in x.get('dflash_runs_tau') or []])
 print({k:round(v,2) for k,v in x.items() if isinstance(v,float) and (k.endswith('ms') or 'nodes' in k or k.endswith('cycle'))})
 print('pipelined', x.get('pipelined'))
 if x.get('other_loop'): print('other loop', x['other_loop'], round(x['other_loop_tok_s']), [round(v) for v in x['other_loop_runs_tok_s']])
