@@ -10,7 +10,8 @@
 //
 // On CUDA the package also holds what shapes the graph and the device work for MLX's
 // backend: 2-D activations (no Flatten/Unflatten around matmuls), our own kernels for
-// few-row products (SkinnyGEMM: tensor cores, K split over blocks for narrow weights),
+// few-row products (SkinnyGEMM: tensor cores, K split over blocks for narrow weights, the
+// residual add and the MLP activation done as the product is written),
 // multi-token attention (FewQueryAttention) and fused layer steps (Fused: head prep that
 // also writes a device-placed block into the KV cache, gated activation), small inputs
 // kept in device memory (OnDevice: MLX keeps small arrays in unified memory), and the
