@@ -336,22 +336,11 @@ func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Ar
 		x = l.o.ApplyAdd(merged, x)
 		h = mlxc.RMSNorm(x, l.postNorm, d.Cfg.RMSNormEps)
 	}
-	addNorm := i+1 < len(d.layers) && d.fused.AddNormFits(x, d.layers[i+1].inputNorm)
-	if d.fused != nil && l.gateUp != nil && !addNorm {
-		return model.GatedDownAdd(l.gateUp, l.down, h, x, d.fused.GatedAct), nil
+	var nextNorm *mlxc.Array
+	if i+1 < len(d.layers) {
+		nextNorm = d.layers[i+1].inputNorm
 	}
-	var act *mlxc.Array
-	if d.fused != nil && l.gateUp != nil {
-		act = l.gateUp.Gated(h, d.fused.GatedAct)
-	} else {
-		gu := model.ApplyParts(l.gateUp, h, l.gate, l.up)
-		act = d.swiglu.Apply(gu[0], gu[1])
-	}
-	dn := l.down.Apply(act)
-	if addNorm {
-		return d.fused.AddNorm(x, dn, d.layers[i+1].inputNorm)
-	}
-	return mlxc.Add(x, dn), nil
+	return model.MLPAdd(d.fused, d.swiglu, l.gateUp, l.gate, l.up, l.down, h, x, nextNorm)
 }
 
 // logits are the block's draft logits [1, L−1, V] from the last layer's rows x [L, H]

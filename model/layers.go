@@ -78,11 +78,35 @@ func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Ar
 	return l.ApplyAdd(act(gu), r)
 }
 
-// GatedDownAdd returns r + down(silu(gate)·up) for rows x of an MLP with a merged gate/up
+// MLPAdd is a layer's MLP and residual add for rows x and residual r: r + down(silu(gate)·
+// up), the target's and the drafter's alike. With the fused kernels and merged gate/up
+// weights the activation and the add go into the products' kernels where they can
+// (gatedDownAdd); when nextNorm (the next layer's input norm, or nil) suits the fused
+// add-norm kernel, the add goes there and normed is its norm (nil otherwise).
+func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, x, r, nextNorm *mlxc.Array) (h, normed *mlxc.Array) {
+	addNorm := nextNorm != nil && f.AddNormFits(r, nextNorm)
+	if f != nil && gateUp != nil && !addNorm {
+		return gatedDownAdd(gateUp, down, x, r, f.GatedAct), nil
+	}
+	var act *mlxc.Array
+	if f != nil && gateUp != nil {
+		act = gateUp.Gated(x, f.GatedAct)
+	} else {
+		gu := ApplyParts(gateUp, x, gate, up)
+		act = sw.Apply(gu[0], gu[1])
+	}
+	dn := down.Apply(act)
+	if addNorm {
+		return f.AddNorm(r, dn, nextNorm)
+	}
+	return mlxc.Add(r, dn), nil
+}
+
+// gatedDownAdd returns r + down(silu(gate)·up) for rows x of an MLP with a merged gate/up
 // projection: the activation in the gate/up product's kernel where it can (MergedLinear.
 // Gated), else act's (GatedAct), or with DFLASH_FUSE_GATED=1 in the down projection's; the
 // residual add in the down projection's kernel (ApplyAdd).
-func GatedDownAdd(gateUp *MergedLinear, down *Linear, x, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
+func gatedDownAdd(gateUp *MergedLinear, down *Linear, x, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
 	if s := down.skinny; s != nil && s.fuseGated {
 		return down.ApplyGatedAdd(gateUp.Whole(x), r, act)
 	}

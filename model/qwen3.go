@@ -301,24 +301,11 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			h = l.attn.o.ApplyAdd(merged, h)
 			x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
 		}
-		next = nil
-		addNorm := i+1 < len(m.layers) && m.fused.AddNormFits(h, m.layers[i+1].inputNorm)
-		if m.fused != nil && l.gateUp != nil && !addNorm {
-			h = GatedDownAdd(l.gateUp, l.down, x, h, m.fused.GatedAct)
-		} else {
-			var act *mlxc.Array
-			if m.fused != nil && l.gateUp != nil {
-				act = l.gateUp.Gated(x, m.fused.GatedAct)
-			} else {
-				gu := ApplyParts(l.gateUp, x, l.gate, l.up)
-				act = m.swiglu.Apply(gu[0], gu[1])
-			}
-			if dn := l.down.Apply(act); addNorm {
-				h, next = m.fused.AddNorm(h, dn, m.layers[i+1].inputNorm)
-			} else {
-				h = mlxc.Add(h, dn)
-			}
+		var nextNorm *mlxc.Array
+		if i+1 < len(m.layers) {
+			nextNorm = m.layers[i+1].inputNorm
 		}
+		h, next = MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm)
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
