@@ -124,16 +124,25 @@ var headPrepKVSource = strings.Replace(headPrepSource, "  T* dst2 = nullptr; // 
   }
 `, 1)
 
+// gatedDevice is silu(g)·u as GatedAct computes it, rounding to T after the sigmoid, after
+// g·sigmoid and after the product (the points where mlx-lm's ops round). Every kernel that
+// computes the activation (GatedAct, the tensor-core product's GATED and ACT fusions)
+// includes this one definition: their values must agree bit for bit.
+const gatedDevice = `
+template <typename T>
+__device__ __forceinline__ T dflash_gated(float g, float u) {
+  const float s = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-g))));
+  const float a = static_cast<float>(static_cast<T>(g * s));
+  return static_cast<T>(a * u);
+}
+`
+
 const gatedActSource = `
   const size_t n = (size_t)gu_shape[0] * I;
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const size_t row = e / I;
     const size_t c = e - row * I;
-    const float g = static_cast<float>(gu[row * 2 * I + c]);
-    const float u = static_cast<float>(gu[row * 2 * I + I + c]);
-    const float s = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-g))));
-    const float a = static_cast<float>(static_cast<T>(g * s));
-    y[e] = static_cast<T>(a * u);
+    y[e] = dflash_gated<T>(static_cast<float>(gu[row * 2 * I + c]), static_cast<float>(gu[row * 2 * I + I + c]));
   }
 `
 
@@ -205,7 +214,7 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off"}, Outputs: []string{"qo", "ko", "vo"},
 			Source: headPrepSource, EnsureRowContiguous: true}),
 		act: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_gated_act",
-			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: gatedActSource, EnsureRowContiguous: true}),
+			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: gatedActSource, Header: gatedDevice, EnsureRowContiguous: true}),
 		prepKV: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_kv",
 			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo", "ko", "vo"},
 			Source: headPrepKVSource, EnsureRowContiguous: false}),

@@ -171,7 +171,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 					Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, causal)), Body: fqaSource})
 			}
 		}
-		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Inputs: [][2]string{{"gu", T}}, Outputs: y,
+		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: gatedDevice, Inputs: [][2]string{{"gu", T}}, Outputs: y,
 			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: gatedActSource})
 		for _, H := range []int{2560, 4096, 1000} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("add_norm_%s_%d", T, H),

@@ -200,7 +200,7 @@ const tcMain = `
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
   const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * XK + 8 * t + 32 * sb;
   // The 8 elements of x at p; with GATED, silu(gate)·up of the gate elements at p and the
-  // up elements K on, rounded at the points where GatedAct rounds, so the product sees the
+  // up elements K on (dflash_gated, GatedAct's own rounding), so the product sees the
   // activation's values bit for bit and the activation costs no kernel of its own.
   auto ldx = [&](const T* p) -> uint4 {
     uint4 v = *reinterpret_cast<const uint4*>(p);
@@ -209,12 +209,7 @@ const tcMain = `
       T* gv = reinterpret_cast<T*>(&v);
       const T* uv = reinterpret_cast<const T*>(&u);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float gf = static_cast<float>(gv[j]);
-        const float sg = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-gf))));
-        const float a = static_cast<float>(static_cast<T>(gf * sg));
-        gv[j] = static_cast<T>(a * static_cast<float>(uv[j]));
-      }
+      for (int j = 0; j < 8; ++j) gv[j] = dflash_gated<T>(static_cast<float>(gv[j]), static_cast<float>(uv[j]));
     }
     return v;
   };
@@ -384,9 +379,7 @@ const tcStore = `
         }
         const float g = static_cast<float>(static_cast<T>(sg));
         const float u = static_cast<float>(static_cast<T>(su));
-        const float e = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-g))));
-        const float a = static_cast<float>(static_cast<T>(g * e));
-        y[(size_t)m * NH + n0 + c] = static_cast<T>(a * u);
+        y[(size_t)m * NH + n0 + c] = dflash_gated<T>(g, u);
       }
     }
     return;
@@ -449,9 +442,10 @@ var (
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
-// element type picked by the BF16 template argument; and LDW(p), a 16-byte weight load
-// that bypasses L1 (weights are read once; L1 is left to x).
-const tcMMA = `
+// element type picked by the BF16 template argument; LDW(p), a 16-byte weight load that
+// bypasses L1 (weights are read once; L1 is left to x); and GatedAct's activation
+// (gatedDevice) for the GATED and ACT fusions.
+const tcMMA = gatedDevice + `
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                        \
   do {                                                                                        \
     if (BF16) {                                                                               \
