@@ -316,14 +316,13 @@ func TestSkinnyTCSweep(t *testing.T) {
 // latter with and without the gated fusion, DFLASH_FUSE_GATED).
 func TestFusedProductsMatchSeparate(t *testing.T) {
 	onCUDA(t, func() error {
-		s := newSkinnyGEMM(true)
-		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
-		if s == nil || f == nil {
-			return fmt.Errorf("no kernels on a CUDA machine")
+		s, f, err := fusionKernels()
+		if err != nil {
+			return err
 		}
 		defer s.Free()
 		defer f.Free()
-		s.minRows, s.fuseGated = 1, true
+		s.fuseGated = true
 		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 			for _, nk := range [][2]int{{2560, 4096}, {2560, 9728}, {6144, 2560}, {1024, 2560}, {96, 1056}} {
 				for _, M := range []int{1, 3, 16} {
@@ -335,6 +334,20 @@ func TestFusedProductsMatchSeparate(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// fusionKernels makes the tensor-core product kernel, serving one-row products too (as in
+// GPU-exact mode), and the fused layer kernels (GatedAct) for a 128-wide head.
+func fusionKernels() (*SkinnyGEMM, *Fused, error) {
+	s := newSkinnyGEMM(true)
+	f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
+	if s == nil || f == nil {
+		s.Free()
+		f.Free()
+		return nil, nil, fmt.Errorf("no kernels on a CUDA machine")
+	}
+	s.minRows = 1
+	return s, f, nil
 }
 
 func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
@@ -383,14 +396,12 @@ func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
 // not fit.
 func TestActProductMatchesSeparate(t *testing.T) {
 	onCUDA(t, func() error {
-		s := newSkinnyGEMM(true)
-		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
-		if s == nil || f == nil {
-			return fmt.Errorf("no kernels on a CUDA machine")
+		s, f, err := fusionKernels()
+		if err != nil {
+			return err
 		}
 		defer s.Free()
 		defer f.Free()
-		s.minRows = 1
 		so := mlxc.NewScope()
 		defer so.Close()
 		if w, x := mlxc.Zeros([]int{2048, 2560}, mlxc.BFloat16), mlxc.Zeros([]int{4, 2560}, mlxc.BFloat16); s.FitsAct(x, w) {
