@@ -329,13 +329,7 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 // the caller norms).
 func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
 	l := &d.layers[i]
-	var h *mlxc.Array
-	if d.fused.AddNormFits(x, l.postNorm) {
-		x, h = d.fused.AddNorm(x, l.o.Apply(merged), l.postNorm)
-	} else {
-		x = l.o.ApplyAdd(merged, x)
-		h = mlxc.RMSNorm(x, l.postNorm, d.Cfg.RMSNormEps)
-	}
+	x, h := model.OutAdd(d.fused, l.o, merged, x, l.postNorm, d.Cfg.RMSNormEps)
 	var nextNorm *mlxc.Array
 	if i+1 < len(d.layers) {
 		nextNorm = d.layers[i+1].inputNorm

@@ -78,6 +78,17 @@ func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Ar
 	return l.ApplyAdd(act(gu), r)
 }
 
+// OutAdd is a layer's attention output for the target and the drafter alike: h = r +
+// o(merged), the add in the o projection's kernel where it can be (ApplyAdd), and x, the
+// post-attention norm of h (both from the fused add-norm kernel when it takes norm).
+func OutAdd(f *Fused, o *Linear, merged, r, norm *mlxc.Array, eps float32) (h, x *mlxc.Array) {
+	if f.AddNormFits(r, norm) {
+		return f.AddNorm(r, o.Apply(merged), norm)
+	}
+	h = o.ApplyAdd(merged, r)
+	return h, mlxc.RMSNorm(h, norm, eps)
+}
+
 // MLPAdd is a layer's MLP and residual add for rows x and residual r: r + down(silu(gate)·
 // up), the target's and the drafter's alike. With the fused kernels and merged gate/up
 // weights the activation and the add go into the products' kernels where they can

@@ -295,12 +295,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		if merged == nil {
 			merged = mergeHeads(o, rows)
 		}
-		if m.fused.AddNormFits(h, l.postNorm) {
-			h, x = m.fused.AddNorm(h, l.attn.o.Apply(merged), l.postNorm)
-		} else {
-			h = l.attn.o.ApplyAdd(merged, h)
-			x = mlxc.RMSNorm(h, l.postNorm, a.RMSNormEps)
-		}
+		h, x = OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
 		var nextNorm *mlxc.Array
 		if i+1 < len(m.layers) {
 			nextNorm = m.layers[i+1].inputNorm
