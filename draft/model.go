@@ -190,23 +190,23 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 	}
 	var mask, visible, pos *mlxc.Array // padded keys, fqa, fused: shared by all layers (same positions)
 	padded := d.KeyBucket > 0 && L <= 64
-	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
+	var next *model.Normed // this layer's input norm, when the previous layer's MLP made it
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
 		off := lc.Offset()
 		h := next
 		if h == nil {
-			h = mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
+			h = model.NormOf(x, l.inputNorm, c0.RMSNormEps)
 		}
 		var q, kn, vn *mlxc.Array
-		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
+		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
 			if pos == nil {
 				pos = model.OnDevice(model.Visible(off + T))
 			}
-			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
-			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
+			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 			q = d.rope.Apply(q, off+T)
 			kn, vn = d.headsKV(l, qkv[1], qkv[2], off+T)
@@ -248,7 +248,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		}
 		x, next = d.layerTail(i, x, merged)
 	}
-	return d.logits(x)
+	return d.logits(next)
 }
 
 // ForwardAt drafts a block when only the device knows how much of the new context is
@@ -281,25 +281,26 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		}
 		return ks
 	}
-	var mask, next *mlxc.Array
+	var mask *mlxc.Array
+	var next *model.Normed
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
 		h := next
 		if h == nil {
-			h = mlxc.RMSNorm(x, l.inputNorm, c0.RMSNormEps)
+			h = model.NormOf(x, l.inputNorm, c0.RMSNormEps)
 		}
 		var q, kn, vn *mlxc.Array
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote the block into them
 		lc.Append(d.keysValues(l, proj, lc.Offset()))
-		if l.qkv != nil && d.fused.PrepFits(h, c0.HeadDim, l.qNorm, l.kNorm) {
-			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.Dtype()); keys != nil {
-				q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
+			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
+				q, kn, vn = d.fused.HeadPrepInto(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
 			} else {
-				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
+				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {
-			qkv := model.ApplyParts(l.qkv, h, l.q, l.k, l.v)
+			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 			q = d.rope.ApplyAt(q, pos)
 			kn, vn = d.heads(l, qkv[1], qkv[2], func(k *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(k, pos) })
@@ -320,29 +321,28 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		}
 		x, next = d.layerTail(i, x, merged)
 	}
-	return d.logits(x)
+	return d.logits(next)
 }
 
 // layerTail finishes layer i after attention (merged: its heads as rows [L, ·]): the o
 // projection and residual, the post-attention norm, the MLP and its residual. It returns
-// the residual stream and, when the fused add-norm made it, layer i+1's input norm (nil:
-// the caller norms).
-func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+// the residual stream and its norm for what follows: layer i+1's input norm, or after the
+// last layer the final norm (row scales from the down projection's kernel where it can).
+func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *model.Normed) {
 	l := &d.layers[i]
 	x, h := model.OutAdd(d.fused, l.o, merged, x, l.postNorm, d.Cfg.RMSNormEps)
-	var nextNorm *mlxc.Array
+	nextNorm := d.norm
 	if i+1 < len(d.layers) {
 		nextNorm = d.layers[i+1].inputNorm
 	}
-	return model.MLPAdd(d.fused, d.swiglu, l.gateUp, l.gate, l.up, l.down, h, x, nextNorm)
+	return model.MLPAdd(d.fused, d.swiglu, l.gateUp, l.gate, l.up, l.down, h, x, nextNorm, d.Cfg.RMSNormEps)
 }
 
-// logits are the block's draft logits [1, L−1, V] from the last layer's rows x [L, H]
-// (slots 1..L−1), through the final norm and the target's head.
-func (d *Drafter) logits(x *mlxc.Array) *mlxc.Array {
-	L := x.Dim(0)
-	out := mlxc.RMSNorm(mlxc.SliceAxis(x, 0, 1, L), d.norm, d.Cfg.RMSNormEps)
-	return mlxc.Reshape(d.target.Head(out), 1, L-1, -1)
+// logits are the block's draft logits [1, L−1, V] from the final norm of the last layer's
+// rows [L, H] (slots 1..L−1), through the target's head.
+func (d *Drafter) logits(final *model.Normed) *mlxc.Array {
+	L := final.H.Dim(0)
+	return mlxc.Reshape(d.target.Head(final.Rows(1, L)), 1, L-1, -1)
 }
 
 // project maps tapped target hidden rows [T, n·H] to the drafter's context [T, H].

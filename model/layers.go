@@ -80,48 +80,65 @@ func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Ar
 
 // OutAdd is a layer's attention output for the target and the drafter alike: h = r +
 // o(merged), the add in the o projection's kernel where it can be (ApplyAdd), and x, the
-// post-attention norm of h (both from the fused add-norm kernel when it takes norm).
-func OutAdd(f *Fused, o *Linear, merged, r, norm *mlxc.Array, eps float32) (h, x *mlxc.Array) {
+// post-attention norm of h: its row scales from the same kernel where the product can
+// write them (ApplyAddNorm), or made by the fused add-norm kernel when it takes norm.
+func OutAdd(f *Fused, o *Linear, merged, r, norm *mlxc.Array, eps float32) (h *mlxc.Array, x *Normed) {
 	if f.AddNormFits(r, norm) {
-		return f.AddNorm(r, o.Apply(merged), norm)
+		h, xa := f.AddNorm(r, o.Apply(merged), norm)
+		return h, NormedAs(h, xa)
 	}
-	h = o.ApplyAdd(merged, r)
-	return h, mlxc.RMSNorm(h, norm, eps)
+	return o.ApplyAddNorm(merged, r, norm, eps)
 }
 
-// MLPAdd is a layer's MLP and residual add for rows x and residual r: r + down(silu(gate)·
-// up), the target's and the drafter's alike. With the fused kernels and merged gate/up
-// weights the activation and the add go into the products' kernels where they can
-// (gatedDownAdd); when nextNorm (the next layer's input norm, or nil) suits the fused
-// add-norm kernel, the add goes there and normed is its norm (nil otherwise).
-func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, x, r, nextNorm *mlxc.Array) (h, normed *mlxc.Array) {
+// MLPAdd is a layer's MLP and residual add for normed rows x and residual r: h = r +
+// down(silu(gate)·up), the target's and the drafter's alike, and next, h's norm with
+// weight nextNorm (the next layer's input norm or the final norm; nil: none). With the
+// fused kernels and merged gate/up weights the norm, the activation and the add go into
+// the products' kernels where they can (gatedDownAdd); when nextNorm suits the fused
+// add-norm kernel, the add and the norm go there.
+func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, x *Normed, r, nextNorm *mlxc.Array, eps float32) (h *mlxc.Array, next *Normed) {
 	addNorm := nextNorm != nil && f.AddNormFits(r, nextNorm)
 	if f != nil && gateUp != nil && !addNorm {
-		return gatedDownAdd(gateUp, down, x, r, f.GatedAct), nil
+		return gatedDownAdd(gateUp, down, x, r, f.GatedAct, nextNorm, eps)
 	}
 	var act *mlxc.Array
 	if f != nil && gateUp != nil {
 		act = gateUp.Gated(x, f.GatedAct)
 	} else {
-		gu := ApplyParts(gateUp, x, gate, up)
+		gu := ApplyParts(gateUp, x.X(), gate, up)
 		act = sw.Apply(gu[0], gu[1])
 	}
 	dn := down.Apply(act)
 	if addNorm {
-		return f.AddNorm(r, dn, nextNorm)
+		h, xa := f.AddNorm(r, dn, nextNorm)
+		return h, NormedAs(h, xa)
 	}
-	return mlxc.Add(r, dn), nil
+	h = mlxc.Add(r, dn)
+	if nextNorm != nil {
+		next = NormOf(h, nextNorm, eps)
+	}
+	return h, next
 }
 
-// gatedDownAdd returns r + down(silu(gate)·up) for rows x of an MLP with a merged gate/up
-// projection: the activation in the gate/up product's kernel where it can (MergedLinear.
-// Gated), else act's (GatedAct), or with DFLASH_FUSE_GATED=1 in the down projection's; the
-// residual add in the down projection's kernel (ApplyAdd).
-func gatedDownAdd(gateUp *MergedLinear, down *Linear, x, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
-	if s := down.skinny; s != nil && s.fuseGated {
-		return down.ApplyGatedAdd(gateUp.Whole(x), r, act)
+// gatedDownAdd returns r + down(silu(gate)·up) for normed rows x of an MLP with a merged
+// gate/up projection, and its norm with weight nextNorm (nil: none): the activation in
+// the gate/up product's kernel where it can (MergedLinear.Gated), else act's (GatedAct),
+// or with DFLASH_FUSE_GATED=1 in the down projection's; the residual add and the next
+// norm's row scales in the down projection's kernel (ApplyAdd, ApplyAddNorm).
+func gatedDownAdd(gateUp *MergedLinear, down *Linear, x *Normed, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array, nextNorm *mlxc.Array, eps float32) (*mlxc.Array, *Normed) {
+	var h *mlxc.Array
+	switch {
+	case down.skinny != nil && down.skinny.fuseGated:
+		h = down.ApplyGatedAdd(gateUp.WholeNormed(x), r, act)
+	case nextNorm != nil:
+		return down.ApplyAddNorm(gateUp.Gated(x, act), r, nextNorm, eps)
+	default:
+		h = down.ApplyAdd(gateUp.Gated(x, act), r)
 	}
-	return down.ApplyAdd(gateUp.Gated(x, act), r)
+	if nextNorm == nil {
+		return h, nil
+	}
+	return h, NormOf(h, nextNorm, eps)
 }
 
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a
@@ -205,6 +222,15 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 		return mlxc.Dequantize(q, -1)
 	}
 	return mlxc.Take(e.W, ids, 0)
+}
+
+// AsLinearNormed is AsLinear of x's norm, the norm in the product's kernel where it can be
+// (Linear.ApplyNormed).
+func (e *Embedding) AsLinearNormed(x *Normed) *mlxc.Array {
+	if x.x == nil && e.Q == nil && e.skinny.FitsNormIn(x.H, e.W, x.Scales, x.W) {
+		return e.skinny.ApplyNormed(x.H, e.W, x.Scales, x.W, &e.tc)
+	}
+	return e.AsLinear(x.X())
 }
 
 // AsLinear is x·Eᵀ (a tied output head), quantized with the embedding's own parameters.

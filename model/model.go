@@ -77,8 +77,9 @@ type Model interface {
 	Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output
 	// Embed looks up token embeddings (the drafter embeds its block with these).
 	Embed(ids *mlxc.Array) *mlxc.Array
-	// Head maps final-normed hidden states to logits (tied embedding or lm_head).
-	Head(h *mlxc.Array) *mlxc.Array
+	// Head maps normed hidden rows to logits (tied embedding or lm_head): x carries the
+	// rows and the norm to apply (the caller's: the target's final norm, a drafter's own).
+	Head(x *Normed) *mlxc.Array
 	// Free releases the weights.
 	Free()
 }

@@ -160,17 +160,15 @@ func (m *Qwen3) NewCache() Cache { return NewKVCaches(len(m.layers)) }
 
 func (m *Qwen3) Embed(ids *mlxc.Array) *mlxc.Array { return m.embed.Lookup(ids) }
 
-func (m *Qwen3) Head(h *mlxc.Array) *mlxc.Array {
+func (m *Qwen3) Head(x *Normed) *mlxc.Array {
 	if m.lmHead != nil {
-		return m.lmHead.Apply(h)
+		return m.lmHead.ApplyNormed(x)
 	}
-	return m.embed.AsLinear(h)
+	return m.embed.AsLinearNormed(x)
 }
 
-// FinalNorm applies the model's final RMSNorm.
-func (m *Qwen3) FinalNorm(h *mlxc.Array) *mlxc.Array {
-	return mlxc.RMSNorm(h, m.norm, m.arch.RMSNormEps)
-}
+// FinalNorm is the model's final RMSNorm of rows h.
+func (m *Qwen3) FinalNorm(h *mlxc.Array) *Normed { return NormOf(h, m.norm, m.arch.RMSNormEps) }
 
 // Forward follows mlx-lm's qwen3.py op for op.
 func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
@@ -229,28 +227,28 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		return kpos
 	}
-	var next *mlxc.Array // this layer's input norm, when the previous layer's AddNorm made it
+	var next *Normed // this layer's input norm, when the previous layer's MLP made it
 	for i := range m.layers {
 		l := &m.layers[i]
 		lc := kv.Layers[i]
 		x := next
 		if x == nil {
-			x = mlxc.RMSNorm(h, l.inputNorm, a.RMSNormEps)
+			x = NormOf(h, l.inputNorm, a.RMSNormEps)
 		}
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote this block into them
-		if B == 1 && m.fused.PrepFits(x, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
+		if B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
 			if at && l.qkv != nil {
-				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.Dtype())
+				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 			}
 			if keys != nil {
-				q, k, v = m.fused.HeadPrepInto(l.qkv.Whole(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
+				q, k, v = m.fused.HeadPrepInto(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
 			} else {
 				q, k, v = m.headPrep(l, x, kernelPos())
 			}
 		} else {
-			qkv := ApplyParts(l.qkv, x, l.attn.q, l.attn.k, l.attn.v)
+			qkv := ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
 			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
 			k = splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
 			v = splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
@@ -297,10 +295,13 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		}
 		h, x = OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
 		var nextNorm *mlxc.Array
-		if i+1 < len(m.layers) {
+		switch {
+		case i+1 < len(m.layers):
 			nextNorm = m.layers[i+1].inputNorm
+		case opt.Logits != LogitsNone:
+			nextNorm = m.norm // the last layer's rows go through the final norm
 		}
-		h, next = MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm)
+		h, next = MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm, a.RMSNormEps)
 		if j, ok := tapAt[i]; ok {
 			taps[j] = h
 		}
@@ -315,12 +316,16 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	}
 	switch opt.Logits {
 	case LogitsAll:
-		out.Logits = mlxc.Reshape(m.Head(m.FinalNorm(h)), B, L, -1)
+		out.Logits = mlxc.Reshape(m.Head(next), B, L, -1)
 	case LogitsLast:
-		if L > 1 {
-			h = mlxc.Reshape(mlxc.SliceAxis(mlxc.Reshape(h, B, L, -1), 1, L-1, L), B, -1)
+		final := next
+		switch {
+		case L > 1 && B == 1:
+			final = next.Rows(L-1, L)
+		case L > 1:
+			final = m.FinalNorm(mlxc.Reshape(mlxc.SliceAxis(mlxc.Reshape(h, B, L, -1), 1, L-1, L), B, -1))
 		}
-		out.Logits = mlxc.Reshape(m.Head(m.FinalNorm(h)), B, 1, -1)
+		out.Logits = mlxc.Reshape(m.Head(final), B, 1, -1)
 	}
 	return out
 }
@@ -370,13 +375,13 @@ func (m *Qwen3) Free() {
 
 // headPrep runs the fused head preparation on one layer's projections of rows x (B = 1):
 // one merged q/k/v product when the layer has it, three otherwise.
-func (m *Qwen3) headPrep(l *qwen3Layer, x, pos *mlxc.Array) (q, k, v *mlxc.Array) {
+func (m *Qwen3) headPrep(l *qwen3Layer, x *Normed, pos *mlxc.Array) (q, k, v *mlxc.Array) {
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
-		return m.fused.HeadPrepMerged(l.qkv.Whole(x), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
+		return m.fused.HeadPrepMerged(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
 	}
-	return m.fused.HeadPrep(l.attn.q.Apply(x), l.attn.k.Apply(x), l.attn.v.Apply(x), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
+	return m.fused.HeadPrep(l.attn.q.ApplyNormed(x), l.attn.k.ApplyNormed(x), l.attn.v.ApplyNormed(x), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
 		l.attn.qNorm, l.attn.kNorm, pos)
 }
 

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"os"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -19,6 +20,7 @@ import (
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
+	splitNorm   *mlxc.Kernel // split, also writing its output's RMSNorm row scales (tcConfig.NormOut)
 	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
 	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
@@ -36,6 +38,13 @@ type SkinnyGEMM struct {
 	// fuseAct: the gate/up product applies the activation as it writes (ApplyAct;
 	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
 	fuseAct bool
+	// fuseNorm: RMSNorm goes into the products (DFLASH_FUSE_NORM=0 or DFLASH_FUSE_PRODUCTS=0
+	// turns it off): the o and down projections (split launches) write their output's row
+	// scales as well (ApplyAddNorm), and the products that read the norm of that output
+	// apply it as they load their rows (ApplyNormed, ApplyAct): no RMSNorm node, two per
+	// layer. The scale's sum of squares runs in another order than MLX's RMSNorm, so a row
+	// may differ from MLX's norm by a rounding (TestNormFusion).
+	fuseNorm bool
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -147,6 +156,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
 		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
 		s.fuseAct = s.fuse && os.Getenv("DFLASH_FUSE_ACT") != "0"
+		s.fuseNorm = s.fuse && os.Getenv("DFLASH_FUSE_NORM") != "0"
 	}
 	return s, nil
 }
@@ -175,13 +185,17 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 		return &SkinnyGEMM{k: mlxc.NewKernel(spec), minRows: 2, configFor: tcConfigFor}
 	}
 	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
-	spec.Inputs = []string{"x", "w", "r"}
+	spec.Inputs = []string{"x", "w", "r", "xs", "xw"}
 	split := spec
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
-	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
+	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r", "xs", "xw"}, []string{"y", "ws"}
+	splitNorm := split
+	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
+	splitNorm.Outputs = []string{"y", "ws", "ys"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm), noDep: noDep,
+		tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
@@ -245,6 +259,39 @@ func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
 	return s.fitsRows(x, w, K)
 }
 
+// FitsNormOut reports whether ApplyAddNorm serves x·wᵀ with the residual r: ApplyFused's
+// kernel with the norm fusion on (DFLASH_FUSE_NORM, default on) and a launch that splits K
+// (only a split launch has a last block that sees every column).
+func (s *SkinnyGEMM) FitsNormOut(x, w, r *mlxc.Array) bool {
+	if !s.FitsFused(x, w, r, false) || !s.fuseNorm || r == nil {
+		return false
+	}
+	c := s.configFor(w.Dim(0), w.Dim(1))
+	return c.Split > 1 && c.Stages == 0
+}
+
+// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values) and each row's RMSNorm scale
+// rsqrt(mean(h²) + eps) as float32 [M], for products that read RMSNorm(h) through
+// ApplyNormed (call FitsNormOut first).
+func (s *SkinnyGEMM) ApplyAddNorm(x, w, r *mlxc.Array, eps float32, st *TCState) (h, scales *mlxc.Array) {
+	return s.launchTC(x, w, tcFusion{r: r, normOut: true, eps: eps}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
+}
+
+// FitsNormIn reports whether the product of w can read RMSNorm(h) from rows h [M, K], row
+// scales [M] (float32, ApplyAddNorm's) and the norm's weight nw [K] of h's type.
+func (s *SkinnyGEMM) FitsNormIn(h, w, scales, nw *mlxc.Array) bool {
+	return s != nil && s.fuseNorm && s.tensorCores && scales != nil && nw != nil && s.Fits(h, w) &&
+		scales.Ndim() == 1 && scales.Dim(0) == h.Dim(0) && scales.Dtype() == mlxc.Float32 &&
+		nw.Ndim() == 1 && nw.Dim(0) == h.Dim(1) && nw.Dtype() == h.Dtype()
+}
+
+// ApplyNormed returns x·wᵀ for x = RMSNorm(h) with weight nw, x's elements rounded as MLX's
+// RMSNorm rounds them with these scales (call FitsNormIn first): no norm kernel, no x.
+func (s *SkinnyGEMM) ApplyNormed(h, w, scales, nw *mlxc.Array, st *TCState) *mlxc.Array {
+	y, _ := s.launchTC(h, w, tcFusion{xs: scales, xw: nw}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
+	return y
+}
+
 // FitsAct reports whether ApplyAct serves rows x and a merged gate/up weight w [2I, K]: the
 // fused tensor-core kernel, whose launch for w has an even tile count, no split over K and
 // the register path, and I a whole number of its blocks' gate columns.
@@ -259,12 +306,14 @@ func (s *SkinnyGEMM) FitsAct(x, w *mlxc.Array) bool {
 
 // ApplyAct returns silu(gate)·up [M, I] of x·wᵀ for a merged gate/up weight w [2I, K] (gate
 // rows first) in one kernel (call FitsAct first): the values GatedAct gives for the
-// product, bit for bit, without the product's output or the activation's kernel.
-func (s *SkinnyGEMM) ApplyAct(x, w *mlxc.Array, st *TCState) *mlxc.Array {
+// product, bit for bit, without the product's output or the activation's kernel. With
+// scales (not nil; FitsNormIn) x is RMSNorm(x) with weight nw, as ApplyNormed reads it.
+func (s *SkinnyGEMM) ApplyAct(x, w, scales, nw *mlxc.Array, st *TCState) *mlxc.Array {
 	N := w.Dim(0)
 	c := s.configFor(N, w.Dim(1))
 	c.Act = true
-	return s.applyTC(x, w, nil, c, N, st)
+	y, _ := s.launchTC(x, w, tcFusion{xs: scales, xw: nw}, c, N, st)
+	return y
 }
 
 // ApplyFused returns [r +] x'·wᵀ [M, N] in one kernel, where x' is x or, with gated,
@@ -308,17 +357,8 @@ func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 // tcApply is the tensor-core product with the weight's launch shape and the fusions asked
 // for (r nil: no residual), through st's tiled copy when DFLASH_TC_TILED=1.
 func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
-	N := w.Dim(0)
-	c := s.configFor(N, w.Dim(1))
-	c.Gated, c.Resid = gated, r != nil
-	if s.tiled && st != nil && c.Stages == 0 {
-		if st.tiled == nil {
-			st.tiled = tcTile(w).Detach()
-		}
-		c.Tiled = true
-		return s.applyTC(x, st.tiled, r, c, N, st)
-	}
-	return s.applyTC(x, w, r, c, N, st)
+	y, _ := s.launchTC(x, w, tcFusion{r: r, gated: gated}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
+	return y
 }
 
 // skinnyTemplate is the CUDA-core kernel's compile-time arguments (the offline compile
@@ -328,13 +368,51 @@ func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
 		{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}}
 }
 
+// tcFusion is what a launch computes besides x·wᵀ: the residual r added (nil: none), x
+// read as a merged gate/up product (gated), x read through RMSNorm with row scales xs and
+// weight xw (nil: none), and y's row scales for the next norm (normOut, with eps).
+type tcFusion struct {
+	r       *mlxc.Array
+	gated   bool
+	xs, xw  *mlxc.Array
+	normOut bool
+	eps     float32
+}
+
+// launchTC is the tensor-core product of rows x and an N-row weight w with launch shape c
+// and the fusions f, through st's tiled copy when DFLASH_TC_TILED=1 (register path). It
+// returns y and, with f.normOut, y's row scales.
+func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) (y, scales *mlxc.Array) {
+	c.Gated, c.Resid, c.NormIn, c.NormOut = f.gated, f.r != nil, f.xs != nil, f.normOut
+	if f.normOut {
+		c.EpsBits = int(math.Float32bits(f.eps))
+	}
+	if s.tiled && st != nil && c.Stages == 0 && !c.Act {
+		if st.tiled == nil {
+			st.tiled = tcTile(w).Detach()
+		}
+		c.Tiled = true
+		w = st.tiled
+	}
+	out := s.applyTC(x, w, f, c, N, st)
+	if f.normOut {
+		return out[0], out[2]
+	}
+	return out[0], nil
+}
+
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
 // weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
-// counts from st (nil: counts made for this call only). r is the residual when c.Resid
-// (nil otherwise: the kernel then gets an input it never reads).
-func (s *SkinnyGEMM) applyTC(x, w, r *mlxc.Array, c tcConfig, N int, st *TCState) *mlxc.Array {
+// counts from st (nil: counts made for this call only). The fusions' inputs that c does
+// not use are the unread placeholder. Outputs: y, then for a split launch its partials,
+// then with c.NormOut y's row scales.
+func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
+	r, xs, xw := f.r, f.xs, f.xw
 	if r == nil {
 		r = s.noDep
+	}
+	if xs == nil || xw == nil {
+		xs, xw = s.noDep, s.noDep
 	}
 	M := x.Dim(0)
 	tiles := N / (8 * c.Tiles)
@@ -350,7 +428,7 @@ func (s *SkinnyGEMM) applyTC(x, w, r *mlxc.Array, c tcConfig, N int, st *TCState
 		Template:     c.template(x.Dtype()),
 	}
 	if c.Split <= 1 {
-		return s.k.Call([]*mlxc.Array{x, w, r}, call)[0]
+		return s.k.Call([]*mlxc.Array{x, w, r, xs, xw}, call)
 	}
 	if st == nil {
 		st = &TCState{}
@@ -358,19 +436,26 @@ func (s *SkinnyGEMM) applyTC(x, w, r *mlxc.Array, c tcConfig, N int, st *TCState
 	}
 	if st.counts == nil {
 		// One count per n8 tile: enough for any launch shape (a rule may change between
-		// calls: TestTCInModelSweep).
-		st.counts = mlxc.Zeros([]int{N / 8}, mlxc.Int32).Detach()
+		// calls: TestTCInModelSweep); then the count of finished tiles (NormOut).
+		st.counts = mlxc.Zeros([]int{N/8 + 1}, mlxc.Int32).Detach()
 	}
-	call.OutputShapes = append(call.OutputShapes, []int{tiles * c.Split * 16 * 8 * c.Tiles})
-	call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32)
+	k, partials := s.split, tiles*c.Split*16*8*c.Tiles
+	if c.NormOut {
+		k, partials = s.splitNorm, partials+tiles*16 // and the tiles' sums of squares
+		call.OutputShapes = append(call.OutputShapes, []int{partials}, []int{M})
+		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32, mlxc.Float32)
+	} else {
+		call.OutputShapes = append(call.OutputShapes, []int{partials})
+		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32)
+	}
 	dep := st.prev
 	if dep == nil {
 		dep = s.noDep
 	}
-	out := s.split.Call([]*mlxc.Array{x, w, st.counts, dep, r}, call)
+	out := k.Call([]*mlxc.Array{x, w, st.counts, dep, r, xs, xw}, call)
 	st.prev.Free()
 	st.prev = out[1].Detach()
-	return out[0]
+	return out
 }
 
 // Free releases the kernel.
@@ -378,6 +463,7 @@ func (s *SkinnyGEMM) Free() {
 	if s != nil {
 		s.k.Free()
 		s.split.Free()
+		s.splitNorm.Free()
 		s.noDep.Free()
 	}
 }

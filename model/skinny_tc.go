@@ -55,6 +55,14 @@ type tcConfig struct {
 	// activation without a kernel of its own; even Tiles, no split, register path). None of
 	// the three changes the launch shape.
 	Gated, Resid, Act bool
+	// NormIn: x is the residual stream h and the product reads RMSNorm(h) instead, each
+	// element rounded as MLX's RMSNorm rounds it (h·s to T, then times the norm weight xw to
+	// T), with s = xs[m], the row's scale that a NormOut launch wrote. NormOut (split
+	// launches only): the launch also writes ys[m] = rsqrt(mean(y[m]²) + eps) for its
+	// output y, with eps = EpsBits' float32; the sums run in a fixed order (each tile's
+	// columns, then the tiles in order), so a row's scale does not depend on other rows.
+	NormIn, NormOut bool
+	EpsBits         int
 }
 
 // tcSplitAuto asks resolve for one group of Unroll slices per warp and block.
@@ -86,7 +94,8 @@ func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
 		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
-		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act}}
+		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act},
+		{Name: "NORMIN", Value: c.NormIn}, {Name: "NORMOUT", Value: c.NormOut}, {Name: "EPSBITS", Value: c.EpsBits}}
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -199,6 +208,11 @@ const tcMain = `
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
   const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * XK + 8 * t + 32 * sb;
+  // NORMIN: the rows' scales and the norm weight at this lane's k (unread otherwise: xs and
+  // xw are then a float placeholder).
+  const float sa = NORMIN && r0 ? static_cast<float>(xs[g]) : 0.0f;
+  const float sbx = NORMIN && r1 ? static_cast<float>(xs[g + 8]) : 0.0f;
+  const T* xw_p = reinterpret_cast<const T*>(xw) + 8 * t + 32 * sb;
   // The 8 elements of x at p; with GATED, silu(gate)·up of the gate elements at p and the
   // up elements K on (dflash_gated, GatedAct's own rounding), so the product sees the
   // activation's values bit for bit and the activation costs no kernel of its own.
@@ -212,6 +226,17 @@ const tcMain = `
       for (int j = 0; j < 8; ++j) gv[j] = dflash_gated<T>(static_cast<float>(gv[j]), static_cast<float>(uv[j]));
     }
     return v;
+  };
+  // Rows g and g+8 of x at k offset o (from the lane's first k), zeros for missing rows,
+  // through the norm with NORMIN.
+  auto ldx2 = [&](int o, uint4& a, uint4& b) {
+    a = r0 ? ldx(xa_p + o) : make_uint4(0u, 0u, 0u, 0u);
+    b = r1 ? ldx(xb_p + o) : make_uint4(0u, 0u, 0u, 0u);
+    if constexpr (NORMIN) {
+      const uint4 nw = *reinterpret_cast<const uint4*>(xw_p + o);
+      a = dflash_rms8<T>(a, nw, sa);
+      b = dflash_rms8<T>(b, nw, sbx);
+    }
   };
   // y's element i from its float sum s: rounded to T, plus r's element rounded again with
   // RESID (what MLX's Add of the rounded product and r returns; r unread otherwise).
@@ -241,7 +266,6 @@ const tcMain = `
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
   }
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const int G = SC / U;
   // One group: U·TILES weight loads and 2·U loads of x, issued before any mma uses them.
   auto load = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
@@ -252,10 +276,7 @@ const tcMain = `
       for (int j = 0; j < TILES; ++j) wv[u][j] = LDW(w_p + toff[j] + (size_t)(grp * U + u) * SLICE);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      xa[u] = r0 ? ldx(xa_p + k0 + 32 * u) : zero;
-      xb[u] = r1 ? ldx(xb_p + k0 + 32 * u) : zero;
-    }
+    for (int u = 0; u < U; ++u) ldx2(k0 + 32 * u, xa[u], xb[u]);
   };
   auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
 #pragma unroll
@@ -306,9 +327,8 @@ const tcMain = `
       asm volatile("cp.async.commit_group;" ::);
       const int buf = tl % NS;
       for (int sl = wid; sl < KT / 32; sl += WARPS) {
-        const int k0 = tl * KT + sl * 32;
-        const uint4 xa = r0 ? ldx(xa_p + k0) : zero;
-        const uint4 xb = r1 ? ldx(xb_p + k0) : zero;
+        uint4 xa, xb;
+        ldx2(tl * KT + sl * 32, xa, xb);
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
           const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
@@ -338,9 +358,8 @@ const tcMain = `
     }
   }
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
-    const int k0 = s * 32;
-    const uint4 xa = r0 ? ldx(xa_p + k0) : zero;
-    const uint4 xb = r1 ? ldx(xb_p + k0) : zero;
+    uint4 xa, xb;
+    ldx2(s * 32, xa, xb);
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
       const uint4 wv = LDW(w_p + toff[j] + (size_t)s * SLICE);
@@ -426,19 +445,64 @@ const tcSplitStore = `
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     const int c = i - m * C;
+    float v = 0.0f; // the written element as the next norm reads it (NORMOUT)
     if (m < M && n0 + c < N) {
       float s = 0.0f;
       for (int j = 0; j < SPLIT; ++j) s += __ldcg(wt + (size_t)j * 16 * C + i);
-      y[(size_t)m * N + n0 + c] = out(s, (size_t)m * N + n0 + c);
+      const T o = out(s, (size_t)m * N + n0 + c);
+      y[(size_t)m * N + n0 + c] = o;
+      v = static_cast<float>(o);
     }
+    if constexpr (NORMOUT) part[0][m][c] = v; // only this thread reads or writes element i here
   }
   if (threadIdx.x == 0) *count = 0;
 `
 
-// tcSource and tcSplitSource are the two kernels' bodies.
+// tcNormOut (the split kernel with NormOut) follows tcSplitStore in the tile's last block:
+// the tile's sums of squares per row (its columns in order) go to ws after the partials;
+// the last tile to finish (a second count, after the per-tile ones) sums them per row in
+// tile order (16 rows × 8 lanes, then the 8 in order) and writes ys = rsqrt(Σ/N + eps), as
+// MLX's RMSNorm computes its scale (rsqrt of the mean plus eps, in float32).
+const tcNormOut = `
+  __syncthreads();
+  const int tiles = gridDim.x / SPLIT;
+  float* ss = ws + (size_t)gridDim.x * 16 * C;
+  if (threadIdx.x < 16) {
+    float a = 0.0f;
+    for (int c = 0; c < C; ++c) a += part[0][threadIdx.x][c] * part[0][threadIdx.x][c];
+    ss[(size_t)ct * 16 + threadIdx.x] = a;
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool lastTile;
+  int* all = reinterpret_cast<int*>(const_cast<int32_t*>(cnt)) + N / 8;
+  if (threadIdx.x == 0) lastTile = atomicAdd(all, 1) == tiles - 1;
+  __syncthreads();
+  if (!lastTile) return;
+  __threadfence();
+  __shared__ float rsum[16][8];
+  if (threadIdx.x < 128) {
+    const int m = threadIdx.x >> 3;
+    const int j = threadIdx.x & 7;
+    float a = 0.0f;
+    for (int q = j; q < tiles; q += 8) a += __ldcg(ss + (size_t)q * 16 + m);
+    rsum[m][j] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x < M) {
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a += rsum[threadIdx.x][j];
+    ys[threadIdx.x] = rsqrtf(a / static_cast<float>(N) + __int_as_float(EPSBITS));
+  }
+  if (threadIdx.x == 0) *all = 0;
+`
+
+// tcSource, tcSplitSource and tcSplitNormSource are the three kernels' bodies.
 var (
-	tcSource      = tcMain + tcStore
-	tcSplitSource = tcMain + tcSplitStore
+	tcSource          = tcMain + tcStore
+	tcSplitSource     = tcMain + tcSplitStore
+	tcSplitNormSource = tcMain + tcSplitStore + tcNormOut
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
@@ -469,6 +533,21 @@ __device__ __forceinline__ uint4 dflash_ldw(const void* p) {
   return v;
 }
 #define LDW(p) dflash_ldw(p)
+
+// Eight elements of a row of h through RMSNorm with the row's scale s and the norm weight's
+// eight elements nw, rounded as MLX's RMSNorm rounds: T(h·s), then T(nw·that) (the product
+// of two T values is exact in float, so one rounding, as T's own multiply).
+template <typename T>
+__device__ __forceinline__ uint4 dflash_rms8(uint4 v, uint4 nw, float s) {
+  T* e = reinterpret_cast<T*>(&v);
+  const T* w = reinterpret_cast<const T*>(&nw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float n = static_cast<float>(static_cast<T>(static_cast<float>(e[j]) * s));
+    e[j] = static_cast<T>(static_cast<float>(w[j]) * n);
+  }
+  return v;
+}
 `
 
 // tcTile lays a row-major weight [N, K] out as the tensor-core kernel's lanes read it:

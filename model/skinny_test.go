@@ -81,7 +81,7 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 			yt := s.ApplyOwned(x, w, &st)
 			c := s.configFor(N, K).resolve(N, K)
 			c.Pipe, c.Tiled = !c.Pipe, true
-			yp := s.applyTC(x, st.tiled, nil, c, N, &st)
+			yp := s.applyTC(x, st.tiled, tcFusion{}, c, N, &st)[0]
 			s.tiled = false
 			err := sameBits(fmt.Sprintf("%v M=%d N=%d K=%d tiled", dt, M, N, K), yt, y)
 			if err == nil {
@@ -152,8 +152,8 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 	x16 := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K)))
 	var st TCState
 	defer st.Free()
-	y16 := s.applyTC(x16, w, nil, c, N, &st)
-	again := s.applyTC(x16, w, nil, c, N, &st)
+	y16 := s.applyTC(x16, w, tcFusion{}, c, N, &st)[0]
+	again := s.applyTC(x16, w, tcFusion{}, c, N, &st)[0]
 	var ref *mlxc.Array
 	if c.Tiled {
 		ref = mlxc.Matmul(mlxc.AsType(x16, mlxc.Float32), mlxc.AsType(untile(w, N, K), mlxc.Float32))
@@ -170,7 +170,7 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 		return err
 	}
 	for _, M := range []int{1, 2, 5} {
-		y := s.applyTC(mlxc.SliceAxis(x16, 0, 0, M), w, nil, c, N, &st)
+		y := s.applyTC(mlxc.SliceAxis(x16, 0, 0, M), w, tcFusion{}, c, N, &st)[0]
 		if err := sameBits(fmt.Sprintf("%s rows %d", name, M), y, mlxc.SliceAxis(y16, 0, 0, M)); err != nil {
 			return err
 		}
@@ -178,12 +178,12 @@ func splitCase(s *SkinnyGEMM, c tcConfig, dt mlxc.Dtype, N, K int) error {
 	// Two products of the weight with no data path between them, evaluated in one graph
 	// (MLX may run such kernels at the same time): each must still be right.
 	xb := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(uint64(K+1)))
-	ya, yb := s.applyTC(x16, w, nil, c, N, &st), s.applyTC(xb, w, nil, c, N, &st)
+	ya, yb := s.applyTC(x16, w, tcFusion{}, c, N, &st)[0], s.applyTC(xb, w, tcFusion{}, c, N, &st)[0]
 	mlxc.Eval(ya, yb)
 	if err := sameBits(name+" beside another product", ya, y16); err != nil {
 		return err
 	}
-	if err := sameBits(name+" the other product", yb, s.applyTC(xb, w, nil, c, N, &st)); err != nil {
+	if err := sameBits(name+" the other product", yb, s.applyTC(xb, w, tcFusion{}, c, N, &st)[0]); err != nil {
 		return err
 	}
 	return nil
@@ -275,7 +275,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 							}
 							var bad bool
 							err := mlxc.Catch(func() {
-								got := mlxc.AsType(s.applyTC(x, ws[0], nil, c, N, nil), mlxc.Float32).Float32s()
+								got := mlxc.AsType(s.applyTC(x, ws[0], tcFusion{}, c, N, nil)[0], mlxc.Float32).Float32s()
 								w := want.Float32s()
 								for i := range w {
 									if d := math.Abs(float64(got[i] - w[i])); d > math.Abs(float64(w[i]))/128+1e-3 || math.IsNaN(float64(got[i])) {
@@ -288,7 +288,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 								line += " " + name + " bad"
 								continue
 							}
-							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, nil, c, N, nil) })
+							g, err := run(func(w *mlxc.Array) *mlxc.Array { return s.applyTC(x, w, tcFusion{}, c, N, nil)[0] })
 							if err != nil {
 								line += " " + name + " err"
 								continue
@@ -417,7 +417,7 @@ func TestActProductMatchesSeparate(t *testing.T) {
 						return fmt.Errorf("%v N=%d K=%d rows %d: FitsAct false", dt, N, K, M)
 					}
 					var st TCState
-					got := s.ApplyAct(x, w, &st)
+					got := s.ApplyAct(x, w, nil, nil, &st)
 					want := f.GatedAct(s.ApplyOwned(x, w, &st))
 					err := sameBits(fmt.Sprintf("%v N=%d K=%d rows %d", dt, N, K, M), got, want)
 					st.Free()
@@ -429,4 +429,127 @@ func TestActProductMatchesSeparate(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// On CUDA: the norm fusion. The o and down projections' split launches write h = r + x·Wᵀ
+// bit for bit as ApplyFused does, plus each row's RMSNorm scale within float32 rounding of
+// rsqrt(mean(h²) + eps) computed in float64, and a row's h and scale do not depend on the
+// other rows (1, 3 and 16 rows of the same block). Products that read the norm through the
+// scales (q/k/v's shape, and the gate/up product with its activation) equal the plain
+// products of the normed rows built from the same scales with MLX's ops and MLX's
+// RMSNorm's roundings, bit for bit; and those rows are MLX's RMSNorm within one rounding
+// (its sum of squares runs in another order), nearly all of them exactly.
+func TestNormFusion(t *testing.T) {
+	onCUDA(t, func() error {
+		s, f, err := fusionKernels()
+		if err != nil {
+			return err
+		}
+		defer s.Free()
+		defer f.Free()
+		const eps = 1e-6
+		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+			for _, nk := range [][2]int{{2560, 4096}, {2560, 9728}} {
+				if err := normFusionCase(s, dt, nk[0], nk[1], eps); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func normFusionCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int, eps float32) error {
+	so := mlxc.NewScope()
+	defer so.Close()
+	seed := uint64(N*13 + K)
+	w := mlxc.Normal([]int{N, K}, dt, 0, 0.05, mlxc.RandomKey(seed))
+	x16 := mlxc.Normal([]int{16, K}, dt, 0, 1, mlxc.RandomKey(seed+1))
+	r16 := mlxc.Normal([]int{16, N}, dt, 0, 4, mlxc.RandomKey(seed+2))
+	nw := mlxc.Normal([]int{N}, dt, 1, 0.2, mlxc.RandomKey(seed+3))
+	wqkv := mlxc.Normal([]int{6144, N}, dt, 0, 0.05, mlxc.RandomKey(seed+4))
+	wgu := mlxc.Normal([]int{19456, N}, dt, 0, 0.05, mlxc.RandomKey(seed+5))
+	var st, stq, stg TCState
+	defer st.Free()
+	defer stq.Free()
+	defer stg.Free()
+	var h16, ys16 *mlxc.Array
+	ulp := float32(1.0 / 64) // two roundings apart at most
+	if dt == mlxc.Float16 {
+		ulp = 1.0 / 512
+	}
+	for _, M := range []int{16, 3, 1} {
+		name := fmt.Sprintf("%v N=%d K=%d rows %d", dt, N, K, M)
+		x, r := mlxc.SliceAxis(x16, 0, 0, M), mlxc.SliceAxis(r16, 0, 0, M)
+		if !s.FitsNormOut(x, w, r) || s.FitsNormOut(x, w, nil) {
+			return fmt.Errorf("%s: FitsNormOut disagrees (launch %+v)", name, s.configFor(N, K))
+		}
+		h, ys := s.ApplyAddNorm(x, w, r, eps, &st)
+		if err := sameBits(name+" h", h, s.ApplyFused(x, w, r, false, &st)); err != nil {
+			return err
+		}
+		if M == 16 {
+			h16, ys16 = h, ys
+		} else {
+			if err := sameBits(name+" h of the first rows", h, mlxc.SliceAxis(h16, 0, 0, M)); err != nil {
+				return err
+			}
+			if err := sameBits(name+" scales of the first rows", ys, mlxc.SliceAxis(ys16, 0, 0, M)); err != nil {
+				return err
+			}
+		}
+		hv, sv := mlxc.AsType(h, mlxc.Float32).Float32s(), ys.Float32s()
+		for m := 0; m < M; m++ {
+			var ss float64
+			for _, v := range hv[m*N : (m+1)*N] {
+				ss += float64(v) * float64(v)
+			}
+			want := 1 / math.Sqrt(ss/float64(N)+float64(eps))
+			if d := math.Abs(float64(sv[m]) - want); d > 2e-6*want {
+				return fmt.Errorf("%s: row %d scale %g, want %g", name, m, sv[m], want)
+			}
+		}
+		// The normed rows as the kernels read them: T(h·s), then T(nw·that).
+		hs := mlxc.AsType(mlxc.Multiply(mlxc.AsType(h, mlxc.Float32), mlxc.Reshape(ys, M, 1)), dt)
+		xn := mlxc.AsType(mlxc.Multiply(mlxc.AsType(hs, mlxc.Float32), mlxc.AsType(nw, mlxc.Float32)), dt)
+		if !s.FitsNormIn(h, wqkv, ys, nw) || !s.FitsAct(h, wgu) {
+			return fmt.Errorf("%s: FitsNormIn or FitsAct false", name)
+		}
+		if err := sameBits(name+" q/k/v through the norm", s.ApplyNormed(h, wqkv, ys, nw, &stq), s.ApplyOwned(xn, wqkv, &stq)); err != nil {
+			return err
+		}
+		if err := sameBits(name+" gate/up activation through the norm", s.ApplyAct(h, wgu, ys, nw, &stg), s.ApplyAct(xn, wgu, nil, nil, &stg)); err != nil {
+			return err
+		}
+		lin := &Linear{W: w, skinny: s}
+		lh, normed := lin.ApplyAddNorm(x, r, nw, eps)
+		if normed.Scales == nil {
+			lin.tc.Free()
+			return fmt.Errorf("%s: Linear.ApplyAddNorm made no scales", name)
+		}
+		err := sameBits(name+" Linear.ApplyAddNorm", lh, h)
+		if err == nil {
+			err = sameBits(name+" Linear.ApplyNormed", (&Linear{W: wqkv, skinny: s}).ApplyNormed(normed), s.ApplyOwned(xn, wqkv, &stq))
+		}
+		lin.tc.Free()
+		if err != nil {
+			return err
+		}
+		// Against MLX's RMSNorm: within one rounding, and nearly always equal.
+		got, want := mlxc.AsType(xn, mlxc.Float32).Float32s(), mlxc.AsType(mlxc.RMSNorm(h, nw, eps), mlxc.Float32).Float32s()
+		differ := 0
+		for i := range got {
+			if got[i] == want[i] {
+				continue
+			}
+			differ++
+			if d := got[i] - want[i]; d > ulp*abs32(want[i]) || -d > ulp*abs32(want[i]) {
+				return fmt.Errorf("%s: normed element %d %g, MLX's RMSNorm %g", name, i, got[i], want[i])
+			}
+		}
+		if differ > len(got)/50 {
+			return fmt.Errorf("%s: %d of %d normed elements differ from MLX's RMSNorm", name, differ, len(got))
+		}
+	}
+	return nil
 }
