@@ -84,18 +84,18 @@ func constsOf(args []mlxc.TemplateArg) []string {
 	return out
 }
 
-// tcInputs is the tensor-core kernel's inputs: in, the residual r (of type T when the
-// launch adds it) and the norm's row scales xs and weight xw (float32 and T with NormIn),
-// the unread float placeholder where unused (SkinnyGEMM.applyTC).
+// tcInputs is the tensor-core kernel's inputs: in and the residual r, of type T when the
+// launch adds it and the unread float placeholder otherwise, or with NormIn (the normIn
+// kernel) the norm's row scales xs and weight xw instead of r (SkinnyGEMM.applyTC).
 func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
-	r, xw := "float", "float"
+	if c.NormIn {
+		return append(append([][2]string(nil), in...), [2]string{"xs", "float"}, [2]string{"xw", T})
+	}
+	r := "float"
 	if c.Resid {
 		r = T
 	}
-	if c.NormIn {
-		xw = T
-	}
-	return append(append([][2]string(nil), in...), [2]string{"r", r}, [2]string{"xs", "float"}, [2]string{"xw", xw})
+	return append(append([][2]string(nil), in...), [2]string{"r", r})
 }
 
 type kernelCheck struct {
@@ -157,27 +157,23 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 			}
 		}
 		// The norm fusions: o and down writing their output's row scales (split, with the
-		// residual add), q/k/v, gate/up with the activation and the head reading them, and
-		// a split launch doing both.
+		// residual add), and q/k/v, gate/up with the activation and the head reading them
+		// (the normIn kernel).
 		split := [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728)} {
 			c.Resid, c.NormOut, c.EpsBits = true, true, 0x358637bd
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d", T, c.Tiles, c.Split), Header: tcMMA,
 				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}, {"ys", "float"}},
 				Consts: constsOf(c.template(dt)), Body: tcSplitNormSource})
-			c.NormIn = true
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normboth_%s_%d_%d", T, c.Tiles, c.Split), Header: tcMMA,
-				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}, {"ys", "float"}},
-				Consts: constsOf(c.template(dt)), Body: tcSplitNormSource})
 		}
 		for _, c := range []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(19456, 2560), tcConfigFor(151936, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {
 			c.NormIn = true
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normin_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Stages), Header: tcMMA,
-				Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
+				Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcNormInSource})
 			if c.Stages == 0 && c.Tiles%2 == 0 {
 				c.Act = true
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normin_act_%s_%d_%d", T, c.Tiles, c.Warps), Header: tcMMA,
-					Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
+					Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcNormInSource})
 			}
 		}
 		for _, D := range []int{64, 128, 256} {

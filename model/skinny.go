@@ -21,6 +21,7 @@ type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
 	splitNorm   *mlxc.Kernel // split, also writing its output's RMSNorm row scales (tcConfig.NormOut)
+	normIn      *mlxc.Kernel // k reading x through RMSNorm (tcConfig.NormIn; no residual)
 	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
 	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
@@ -185,17 +186,19 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 		return &SkinnyGEMM{k: mlxc.NewKernel(spec), minRows: 2, configFor: tcConfigFor}
 	}
 	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
-	spec.Inputs = []string{"x", "w", "r", "xs", "xw"}
+	spec.Inputs = []string{"x", "w", "r"}
+	normIn := spec
+	normIn.Name, normIn.Source, normIn.Inputs = "dflash_skinny_gemm_tc_normin", tcNormInSource, []string{"x", "w", "xs", "xw"}
 	split := spec
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
-	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r", "xs", "xw"}, []string{"y", "ws"}
+	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
 	splitNorm := split
 	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
 	splitNorm.Outputs = []string{"y", "ws", "ys"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm), noDep: noDep,
-		tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), normIn: mlxc.NewKernel(normIn), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm),
+		noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
@@ -278,10 +281,16 @@ func (s *SkinnyGEMM) ApplyAddNorm(x, w, r *mlxc.Array, eps float32, st *TCState)
 }
 
 // FitsNormIn reports whether the product of w can read RMSNorm(h) from rows h [M, K], row
-// scales [M] (float32, ApplyAddNorm's) and the norm's weight nw [K] of h's type.
+// scales [M] (float32, ApplyAddNorm's) and the norm's weight nw [K] of h's type: a launch
+// that does not split K, and K ≤ tcNormMaxK.
 func (s *SkinnyGEMM) FitsNormIn(h, w, scales, nw *mlxc.Array) bool {
-	return s != nil && s.fuseNorm && s.tensorCores && scales != nil && nw != nil && s.Fits(h, w) &&
-		scales.Ndim() == 1 && scales.Dim(0) == h.Dim(0) && scales.Dtype() == mlxc.Float32 &&
+	if s == nil || !s.fuseNorm || !s.tensorCores || scales == nil || nw == nil || !s.Fits(h, w) || h.Dim(1) > tcNormMaxK {
+		return false
+	}
+	if c := s.configFor(w.Dim(0), w.Dim(1)); c.Split > 1 {
+		return false // the split kernels take no norm input
+	}
+	return scales.Ndim() == 1 && scales.Dim(0) == h.Dim(0) && scales.Dtype() == mlxc.Float32 &&
 		nw.Ndim() == 1 && nw.Dim(0) == h.Dim(1) && nw.Dtype() == h.Dtype()
 }
 
@@ -404,15 +413,13 @@ func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, s
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
 // weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
 // counts from st (nil: counts made for this call only). The fusions' inputs that c does
-// not use are the unread placeholder. Outputs: y, then for a split launch its partials,
-// then with c.NormOut y's row scales.
+// not use are the unread placeholder (the residual) or not passed (the norm's, which only
+// the normIn kernel takes). Outputs: y, then for a split launch its partials, then with
+// c.NormOut y's row scales.
 func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
-	r, xs, xw := f.r, f.xs, f.xw
+	r := f.r
 	if r == nil {
 		r = s.noDep
-	}
-	if xs == nil || xw == nil {
-		xs, xw = s.noDep, s.noDep
 	}
 	M := x.Dim(0)
 	tiles := N / (8 * c.Tiles)
@@ -427,8 +434,11 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},
 		Template:     c.template(x.Dtype()),
 	}
-	if c.Split <= 1 {
-		return s.k.Call([]*mlxc.Array{x, w, r, xs, xw}, call)
+	switch {
+	case c.Split <= 1 && c.NormIn:
+		return s.normIn.Call([]*mlxc.Array{x, w, f.xs, f.xw}, call)
+	case c.Split <= 1:
+		return s.k.Call([]*mlxc.Array{x, w, r}, call)
 	}
 	if st == nil {
 		st = &TCState{}
@@ -452,7 +462,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 	if dep == nil {
 		dep = s.noDep
 	}
-	out := k.Call([]*mlxc.Array{x, w, st.counts, dep, r, xs, xw}, call)
+	out := k.Call([]*mlxc.Array{x, w, st.counts, dep, r}, call)
 	st.prev.Free()
 	st.prev = out[1].Detach()
 	return out
@@ -464,6 +474,7 @@ func (s *SkinnyGEMM) Free() {
 		s.k.Free()
 		s.split.Free()
 		s.splitNorm.Free()
+		s.normIn.Free()
 		s.noDep.Free()
 	}
 }

@@ -1,6 +1,10 @@
 package model
 
-import "github.com/dflash-mlx/dflash-mlx/mlxc"
+import (
+	"fmt"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
 
 // The tensor-core variant of the few-row product (DFLASH_SKINNY_GEMM=tc). The CUDA-core
 // kernel needs 16 FMAs per weight element for a 16-row block, about the H200's whole fp32
@@ -208,11 +212,21 @@ const tcMain = `
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
   const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * XK + 8 * t + 32 * sb;
-  // NORMIN: the rows' scales and the norm weight at this lane's k (unread otherwise: xs and
-  // xw are then a float placeholder).
+  // NORMIN: the rows' scales, and the norm weight staged in shared memory once per block
+  // (fillNorm) so that applying the norm costs no global load next to the mmas (a kernel
+  // without NORMIN declares xs and xw as null pointers and never reads them).
   const float sa = NORMIN && r0 ? static_cast<float>(xs[g]) : 0.0f;
   const float sbx = NORMIN && r1 ? static_cast<float>(xs[g + 8]) : 0.0f;
-  const T* xw_p = reinterpret_cast<const T*>(xw) + 8 * t + 32 * sb;
+  __shared__ __align__(16) T nws[NORMIN ? NORMMAXK : 8];
+  auto fillNorm = [&]() {
+    if constexpr (NORMIN) {
+      const T* src = reinterpret_cast<const T*>(xw);
+      for (int i = threadIdx.x; i < K / 8; i += WARPS * 32) {
+        *reinterpret_cast<uint4*>(&nws[8 * i]) = *reinterpret_cast<const uint4*>(src + 8 * i);
+      }
+      __syncthreads();
+    }
+  };
   // The 8 elements of x at p; with GATED, silu(gate)·up of the gate elements at p and the
   // up elements K on (dflash_gated, GatedAct's own rounding), so the product sees the
   // activation's values bit for bit and the activation costs no kernel of its own.
@@ -227,13 +241,16 @@ const tcMain = `
     }
     return v;
   };
-  // Rows g and g+8 of x at k offset o (from the lane's first k), zeros for missing rows,
-  // through the norm with NORMIN.
+  // Rows g and g+8 of x at k offset o (from the lane's first k), zeros for missing rows.
   auto ldx2 = [&](int o, uint4& a, uint4& b) {
     a = r0 ? ldx(xa_p + o) : make_uint4(0u, 0u, 0u, 0u);
     b = r1 ? ldx(xb_p + o) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  // With NORMIN, rows g and g+8 at k offset o through the norm: applied where the mmas use
+  // them, not where they are loaded, so that the loads stay in flight.
+  auto norm2 = [&](int o, uint4& a, uint4& b) {
     if constexpr (NORMIN) {
-      const uint4 nw = *reinterpret_cast<const uint4*>(xw_p + o);
+      const uint4 nw = *reinterpret_cast<const uint4*>(&nws[8 * t + 32 * sb + o]);
       a = dflash_rms8<T>(a, nw, sa);
       b = dflash_rms8<T>(b, nw, sbx);
     }
@@ -278,9 +295,10 @@ const tcMain = `
 #pragma unroll
     for (int u = 0; u < U; ++u) ldx2(k0 + 32 * u, xa[u], xb[u]);
   };
-  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
+  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
+      norm2(grp * U * 32 + 32 * u, xa[u], xb[u]);
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
         MMA(acc[j], xa[u].x, xb[u].x, xa[u].y, xb[u].y, wv[u][j].x, wv[u][j].y);
@@ -290,6 +308,7 @@ const tcMain = `
   };
   uint4 w0[U][TILES], xa0[U], xb0[U];
   if constexpr (STAGES > 0) {
+    fillNorm();
     // Weight tiles [C rows, KT] staged through shared memory with cp.async, STAGES deep:
     // one warp-wide copy reads 512 contiguous bytes of a row (the register path reads 64
     // bytes of 8 rows). Rows are padded by 64 bytes so that the fragment reads of rows g
@@ -329,6 +348,7 @@ const tcMain = `
       for (int sl = wid; sl < KT / 32; sl += WARPS) {
         uint4 xa, xb;
         ldx2(tl * KT + sl * 32, xa, xb);
+        norm2(tl * KT + sl * 32, xa, xb);
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
           const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
@@ -344,22 +364,25 @@ const tcMain = `
     uint4 w1[U][TILES], xa1[U], xb1[U];
     int grp = wid;
     if (grp < G) load(w0, xa0, xb0, grp);
+    fillNorm(); // while the first group's loads are in flight
     for (; grp < G; grp += 2 * WARPS) {
       if (grp + WARPS < G) load(w1, xa1, xb1, grp + WARPS);
-      mma(w0, xa0, xb0);
+      mma(w0, xa0, xb0, grp);
       if (grp + WARPS >= G) break;
       if (grp + 2 * WARPS < G) load(w0, xa0, xb0, grp + 2 * WARPS);
-      mma(w1, xa1, xb1);
+      mma(w1, xa1, xb1, grp + WARPS);
     }
   } else {
+    fillNorm();
     for (int grp = wid; grp < G; grp += WARPS) {
       load(w0, xa0, xb0, grp);
-      mma(w0, xa0, xb0);
+      mma(w0, xa0, xb0, grp);
     }
   }
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
     uint4 xa, xb;
     ldx2(s * 32, xa, xb);
+    norm2(s * 32, xa, xb);
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
       const uint4 wv = LDW(w_p + toff[j] + (size_t)s * SLICE);
@@ -498,11 +521,23 @@ const tcNormOut = `
   if (threadIdx.x == 0) *all = 0;
 `
 
-// tcSource, tcSplitSource and tcSplitNormSource are the three kernels' bodies.
+// tcNormMaxK bounds K for NormIn: the norm weight is staged in shared memory.
+const tcNormMaxK = 8192
+
+// The kernels' bodies. Inputs a kernel does not take are declared as null pointers that it
+// never reads (the fusions that read them are off in its instantiations), so that each
+// launch passes only what it uses: MLX spends host time per input.
+const (
+	tcNoNorm  = "  const float* xs = nullptr;\n  const float* xw = nullptr;\n"
+	tcNoResid = "  const float* r = nullptr;\n"
+)
+
 var (
-	tcSource          = tcMain + tcStore
-	tcSplitSource     = tcMain + tcSplitStore
-	tcSplitNormSource = tcMain + tcSplitStore + tcNormOut
+	tcNormMaxKDecl    = fmt.Sprintf("  constexpr int NORMMAXK = %d;\n", tcNormMaxK)
+	tcSource          = tcNormMaxKDecl + tcNoNorm + tcMain + tcStore      // x, w, r
+	tcNormInSource    = tcNormMaxKDecl + tcNoResid + tcMain + tcStore     // x, w, xs, xw
+	tcSplitSource     = tcNormMaxKDecl + tcNoNorm + tcMain + tcSplitStore // x, w, cnt, dep, r
+	tcSplitNormSource = tcSplitSource + tcNormOut                         // x, w, cnt, dep, r → y, ws, ys
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
