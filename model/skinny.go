@@ -39,12 +39,16 @@ type SkinnyGEMM struct {
 	// fuseAct: the gate/up product applies the activation as it writes (ApplyAct;
 	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
 	fuseAct bool
-	// fuseNorm: RMSNorm goes into the products (DFLASH_FUSE_NORM=0 or DFLASH_FUSE_PRODUCTS=0
-	// turns it off): the o and down projections (split launches) write their output's row
-	// scales as well (ApplyAddNorm), and the products that read the norm of that output
-	// apply it as they load their rows (ApplyNormed, ApplyAct): no RMSNorm node, two per
-	// layer. The scale's sum of squares runs in another order than MLX's RMSNorm, so a row
-	// may differ from MLX's norm by a rounding (TestNormFusion).
+	// fuseNorm (DFLASH_FUSE_NORM=1, an experiment): RMSNorm goes into the products: the o
+	// and down projections (split launches) write their output's row scales as well
+	// (ApplyAddNorm), and the products that read the norm of that output apply it as they
+	// load their rows (ApplyNormed, ApplyAct): no RMSNorm node, two per layer. The scale's
+	// sum of squares runs in another order than MLX's RMSNorm, so a row may differ from
+	// MLX's norm by a rounding (TestNormFusion). On the H200 (session 9) it cut 82 nodes
+	// and 84 norm kernels (0.34 ms) per DFlash cycle but made the kernels 0.58 ms slower:
+	// every block of a consumer normalizes all of its K range of x (608 blocks of the
+	// gate/up product: 32.7 → 41.3 µs; q/k/v 14.7 → 20.8; the head 200 → 256), and the
+	// producers' last-tile sums add 2.2–2.5 µs each. Off by default.
 	fuseNorm bool
 }
 
@@ -157,7 +161,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
 		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
 		s.fuseAct = s.fuse && os.Getenv("DFLASH_FUSE_ACT") != "0"
-		s.fuseNorm = s.fuse && os.Getenv("DFLASH_FUSE_NORM") != "0"
+		s.fuseNorm = s.fuse && os.Getenv("DFLASH_FUSE_NORM") == "1"
 	}
 	return s, nil
 }
