@@ -44,8 +44,8 @@ type SkinnyGEMM struct {
 	// (ApplyAddNorm), and the products that read the norm of that output apply it as they
 	// load their rows (ApplyNormed, ApplyAct): no RMSNorm node, two per layer. The scale's
 	// sum of squares runs in another order than MLX's RMSNorm, so a row may differ from
-	// MLX's norm by a rounding (TestNormFusion). On the H200 (session 9) it cut 82 nodes
-	// and 84 norm kernels (0.34 ms) per DFlash cycle but made the kernels 0.58 ms slower:
+	// MLX's norm by a rounding (TestNormFusion). On the H200 (session 9) it cut 80 nodes
+	// and 82 of 84 norm kernels (0.33 ms) per DFlash cycle but made the kernels 0.58 ms slower:
 	// every block of a consumer normalizes all of its K range of x (608 blocks of the
 	// gate/up product: 32.7 → 41.3 µs; q/k/v 14.7 → 20.8; the head 200 → 256), and the
 	// producers' last-tile sums add 2.2–2.5 µs each. Off by default.
