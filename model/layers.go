@@ -114,10 +114,7 @@ func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, 
 		return h, NormedAs(h, xa)
 	}
 	h = mlxc.Add(r, dn)
-	if nextNorm != nil {
-		next = NormOf(h, nextNorm, eps)
-	}
-	return h, next
+	return h, normOrNil(h, nextNorm, eps)
 }
 
 // gatedDownAdd returns r + down(silu(gate)·up) for normed rows x of an MLP with a merged
@@ -135,10 +132,7 @@ func gatedDownAdd(gateUp *MergedLinear, down *Linear, x *Normed, r *mlxc.Array, 
 	default:
 		h = down.ApplyAdd(gateUp.Gated(x, act), r)
 	}
-	if nextNorm == nil {
-		return h, nil
-	}
-	return h, NormOf(h, nextNorm, eps)
+	return h, normOrNil(h, nextNorm, eps)
 }
 
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a
@@ -227,7 +221,7 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 // AsLinearNormed is AsLinear of x's norm, the norm in the product's kernel where it can be
 // (Linear.ApplyNormed).
 func (e *Embedding) AsLinearNormed(x *Normed) *mlxc.Array {
-	if x.x == nil && e.Q == nil && e.skinny.FitsNormIn(x.H, e.W, x.Scales, x.W) {
+	if e.Q == nil && x.fusedInto(e.skinny, e.W) {
 		return e.skinny.ApplyNormed(x.H, e.W, x.Scales, x.W, &e.tc)
 	}
 	return e.AsLinear(x.X())

@@ -106,7 +106,7 @@ func (m *MergedLinear) WholeNormed(x *Normed) *mlxc.Array { return m.all.ApplyNo
 // where it can (ApplyNormed), else act (GatedAct) of the merged product.
 func (m *MergedLinear) Gated(x *Normed, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
 	if l := m.all; len(m.sizes) == 2 && m.sizes[0] == m.sizes[1] && l.Q == nil && l.Bias == nil && l.skinny.FitsAct(x.H, l.W) {
-		if x.x == nil && l.skinny.FitsNormIn(x.H, l.W, x.Scales, x.W) {
+		if x.fusedInto(l.skinny, l.W) {
 			return l.skinny.ApplyAct(x.H, l.W, x.Scales, x.W, &l.tc)
 		}
 		return l.skinny.ApplyAct(x.X(), l.W, nil, nil, &l.tc)

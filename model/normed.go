@@ -20,6 +20,20 @@ func NormOf(h, w *mlxc.Array, eps float32) *Normed { return &Normed{H: h, W: w, 
 // NormedAs wraps rows x that are already RMSNorm(h) (the fused add-norm kernel's).
 func NormedAs(h, x *mlxc.Array) *Normed { return &Normed{H: h, x: x} }
 
+// normOrNil is NormOf, or nil when no norm follows (w nil).
+func normOrNil(h, w *mlxc.Array, eps float32) *Normed {
+	if w == nil {
+		return nil
+	}
+	return NormOf(h, w, eps)
+}
+
+// fusedInto reports whether s's product of weight w can apply n's norm as it reads n.H
+// (n's rows not yet normed, and row scales that s can read: SkinnyGEMM.FitsNormIn).
+func (n *Normed) fusedInto(s *SkinnyGEMM, w *mlxc.Array) bool {
+	return n.x == nil && s.FitsNormIn(n.H, w, n.Scales, n.W)
+}
+
 // X returns RMSNorm(H)·W as an array (MLX's RMSNorm, made on the first call).
 func (n *Normed) X() *mlxc.Array {
 	if n.x == nil {
@@ -43,7 +57,7 @@ func (n *Normed) Rows(i, j int) *Normed {
 // ApplyNormed returns x·Wᵀ for x = n's norm: in the tensor-core kernel straight from n.H
 // when n has scales and the kernel serves the layer, else Apply(n.X()).
 func (l *Linear) ApplyNormed(n *Normed) *mlxc.Array {
-	if n.x == nil && l.Q == nil && l.Bias == nil && l.skinny.FitsNormIn(n.H, l.W, n.Scales, n.W) {
+	if l.Q == nil && l.Bias == nil && n.fusedInto(l.skinny, l.W) {
 		return l.skinny.ApplyNormed(n.H, l.W, n.Scales, n.W, &l.tc)
 	}
 	return l.Apply(n.X())

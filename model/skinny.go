@@ -267,7 +267,7 @@ func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
 }
 
 // FitsNormOut reports whether ApplyAddNorm serves x·wᵀ with the residual r: ApplyFused's
-// kernel with the norm fusion on (DFLASH_FUSE_NORM, default on) and a launch that splits K
+// kernel with the norm fusion on (DFLASH_FUSE_NORM=1) and a launch that splits K
 // (only a split launch has a last block that sees every column).
 func (s *SkinnyGEMM) FitsNormOut(x, w, r *mlxc.Array) bool {
 	if !s.FitsFused(x, w, r, false) || !s.fuseNorm || r == nil {

@@ -315,13 +315,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 // and 16 rows, in bf16 and f16; and Linear's ApplyAdd and ApplyGatedAdd use them (the
 // latter with and without the gated fusion, DFLASH_FUSE_GATED).
 func TestFusedProductsMatchSeparate(t *testing.T) {
-	onCUDA(t, func() error {
-		s, f, err := fusionKernels()
-		if err != nil {
-			return err
-		}
-		defer s.Free()
-		defer f.Free()
+	onFusionKernels(t, func(s *SkinnyGEMM, f *Fused) error {
 		s.fuseGated = true
 		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 			for _, nk := range [][2]int{{2560, 4096}, {2560, 9728}, {6144, 2560}, {1024, 2560}, {96, 1056}} {
@@ -336,18 +330,22 @@ func TestFusedProductsMatchSeparate(t *testing.T) {
 	})
 }
 
-// fusionKernels makes the tensor-core product kernel, serving one-row products too (as in
-// GPU-exact mode), and the fused layer kernels (GatedAct) for a 128-wide head.
-func fusionKernels() (*SkinnyGEMM, *Fused, error) {
-	s := newSkinnyGEMM(true)
-	f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
-	if s == nil || f == nil {
-		s.Free()
-		f.Free()
-		return nil, nil, fmt.Errorf("no kernels on a CUDA machine")
-	}
-	s.minRows = 1
-	return s, f, nil
+// onFusionKernels runs test on the MLX thread (skipped off CUDA, see onCUDA) with the
+// tensor-core product kernel, serving one-row products too (as in GPU-exact mode), and
+// the fused layer kernels (GatedAct) for a 128-wide head; it frees them after.
+func onFusionKernels(t *testing.T, test func(s *SkinnyGEMM, f *Fused) error) {
+	t.Helper()
+	onCUDA(t, func() error {
+		s := newSkinnyGEMM(true)
+		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
+		defer s.Free()
+		defer f.Free()
+		if s == nil || f == nil {
+			return fmt.Errorf("no kernels on a CUDA machine")
+		}
+		s.minRows = 1
+		return test(s, f)
+	})
 }
 
 func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
@@ -395,13 +393,7 @@ func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
 // narrower one, with 1, 3 and 16 rows, bf16 and f16; a weight whose launch splits K does
 // not fit.
 func TestActProductMatchesSeparate(t *testing.T) {
-	onCUDA(t, func() error {
-		s, f, err := fusionKernels()
-		if err != nil {
-			return err
-		}
-		defer s.Free()
-		defer f.Free()
+	onFusionKernels(t, func(s *SkinnyGEMM, f *Fused) error {
 		so := mlxc.NewScope()
 		defer so.Close()
 		if w, x := mlxc.Zeros([]int{2048, 2560}, mlxc.BFloat16), mlxc.Zeros([]int{4, 2560}, mlxc.BFloat16); s.FitsAct(x, w) {
@@ -440,13 +432,7 @@ func TestActProductMatchesSeparate(t *testing.T) {
 // RMSNorm's roundings, bit for bit; and those rows are MLX's RMSNorm within one rounding
 // (its sum of squares runs in another order), nearly all of them exactly.
 func TestNormFusion(t *testing.T) {
-	onCUDA(t, func() error {
-		s, f, err := fusionKernels()
-		if err != nil {
-			return err
-		}
-		defer s.Free()
-		defer f.Free()
+	onFusionKernels(t, func(s *SkinnyGEMM, _ *Fused) error {
 		const eps = 1e-6
 		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 			for _, nk := range [][2]int{{2560, 4096}, {2560, 9728}} {
