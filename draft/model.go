@@ -327,7 +327,7 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 // layerTail finishes layer i after attention (merged: its heads as rows [L, ·]): the o
 // projection and residual, the post-attention norm, the MLP and its residual. It returns
 // the residual stream and its norm for what follows: layer i+1's input norm, or after the
-// last layer the final norm (row scales from the down projection's kernel where it can).
+// last layer the final norm (written by the down projection's kernel where it can).
 func (d *Drafter) layerTail(i int, x, merged *mlxc.Array) (*mlxc.Array, *model.Normed) {
 	l := &d.layers[i]
 	x, h := model.OutAdd(d.fused, l.o, merged, x, l.postNorm, d.Cfg.RMSNormEps)

@@ -23,6 +23,10 @@ const (
 // CUDAKernelsAvailable reports whether fast::cuda_kernel can run here (CUDA libmlx + a GPU).
 func CUDAKernelsAvailable() bool { return C.mlxc_cuda_available() != 0 }
 
+// CUDAMultiprocessors is the number of streaming multiprocessors of the default GPU, 0
+// when it cannot be read (no CUDA backend or driver).
+func CUDAMultiprocessors() int { return int(C.mlxc_cuda_multiprocessors()) }
+
 // MetalKernelsAvailable reports whether fast::metal_kernel can run here.
 func MetalKernelsAvailable() bool { return C.mlxc_metal_available() != 0 }
 

@@ -214,3 +214,17 @@ func TestReadKeepsDeviceMemory(t *testing.T) {
 		}
 	})
 }
+
+// The SM count comes from the driver on CUDA (132 on an H200) and is 0 elsewhere.
+func TestCUDAMultiprocessors(t *testing.T) {
+	onMLX(t, func() {
+		n := CUDAMultiprocessors()
+		switch {
+		case CUDAKernelsAvailable() && n <= 0:
+			t.Errorf("CUDAMultiprocessors = %d on a CUDA GPU", n)
+		case !CUDAKernelsAvailable() && n != 0:
+			t.Errorf("CUDAMultiprocessors = %d without CUDA kernels", n)
+		}
+		t.Logf("%d multiprocessors", n)
+	})
+}

@@ -85,17 +85,18 @@ func constsOf(args []mlxc.TemplateArg) []string {
 }
 
 // tcInputs is the tensor-core kernel's inputs: in and the residual r, of type T when the
-// launch adds it and the unread float placeholder otherwise, or with NormIn (the normIn
-// kernel) the norm's row scales xs and weight xw instead of r (SkinnyGEMM.applyTC).
+// launch adds it and the unread float placeholder otherwise, then with NormOut the norm's
+// weight xw (SkinnyGEMM.applyTC).
 func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
-	if c.NormIn {
-		return append(append([][2]string(nil), in...), [2]string{"xs", "float"}, [2]string{"xw", T})
-	}
 	r := "float"
 	if c.Resid {
 		r = T
 	}
-	return append(append([][2]string(nil), in...), [2]string{"r", r})
+	out := append(append([][2]string(nil), in...), [2]string{"r", r})
+	if c.NormOut {
+		out = append(out, [2]string{"xw", T})
+	}
+	return out
 }
 
 type kernelCheck struct {
@@ -156,25 +157,14 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 					Header: tcMMA, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
 			}
 		}
-		// The norm fusions: o and down writing their output's row scales (split, with the
-		// residual add), and q/k/v, gate/up with the activation and the head reading them
-		// (the normIn kernel).
+		// The norm fusion: o and down writing their output's RMSNorm (split, with the
+		// residual add).
 		split := [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}
-		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728)} {
+		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), {Tiles: 1, Warps: 2, Unroll: 4, Split: 7}} {
 			c.Resid, c.NormOut, c.EpsBits = true, true, 0x358637bd
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d", T, c.Tiles, c.Split), Header: tcMMA,
-				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}, {"ys", "float"}},
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Split), Header: tcMMA,
+				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}, {"ys", "float"}, {"xn", T}},
 				Consts: constsOf(c.template(dt)), Body: tcSplitNormSource})
-		}
-		for _, c := range []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(19456, 2560), tcConfigFor(151936, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {
-			c.NormIn = true
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normin_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Stages), Header: tcMMA,
-				Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcNormInSource})
-			if c.Stages == 0 && c.Tiles%2 == 0 {
-				c.Act = true
-				ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normin_act_%s_%d_%d", T, c.Tiles, c.Warps), Header: tcMMA,
-					Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcNormInSource})
-			}
 		}
 		for _, D := range []int{64, 128, 256} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),

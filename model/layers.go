@@ -80,8 +80,8 @@ func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Ar
 
 // OutAdd is a layer's attention output for the target and the drafter alike: h = r +
 // o(merged), the add in the o projection's kernel where it can be (ApplyAdd), and x, the
-// post-attention norm of h: its row scales from the same kernel where the product can
-// write them (ApplyAddNorm), or made by the fused add-norm kernel when it takes norm.
+// post-attention norm of h: written by the same kernel where the product can
+// (ApplyAddNorm), or made by the fused add-norm kernel when it takes norm.
 func OutAdd(f *Fused, o *Linear, merged, r, norm *mlxc.Array, eps float32) (h *mlxc.Array, x *Normed) {
 	if f.AddNormFits(r, norm) {
 		h, xa := f.AddNorm(r, o.Apply(merged), norm)
@@ -121,7 +121,7 @@ func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, 
 // gate/up projection, and its norm with weight nextNorm (nil: none): the activation in
 // the gate/up product's kernel where it can (MergedLinear.Gated), else act's (GatedAct),
 // or with DFLASH_FUSE_GATED=1 in the down projection's; the residual add and the next
-// norm's row scales in the down projection's kernel (ApplyAdd, ApplyAddNorm).
+// norm in the down projection's kernel (ApplyAdd, ApplyAddNorm).
 func gatedDownAdd(gateUp *MergedLinear, down *Linear, x *Normed, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array, nextNorm *mlxc.Array, eps float32) (*mlxc.Array, *Normed) {
 	var h *mlxc.Array
 	switch {
@@ -218,14 +218,8 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 	return mlxc.Take(e.W, ids, 0)
 }
 
-// AsLinearNormed is AsLinear of x's norm, the norm in the product's kernel where it can be
-// (Linear.ApplyNormed).
-func (e *Embedding) AsLinearNormed(x *Normed) *mlxc.Array {
-	if e.Q == nil && x.fusedInto(e.skinny, e.W) {
-		return e.skinny.ApplyNormed(x.H, e.W, x.Scales, x.W, &e.tc)
-	}
-	return e.AsLinear(x.X())
-}
+// AsLinearNormed is AsLinear of x's norm.
+func (e *Embedding) AsLinearNormed(x *Normed) *mlxc.Array { return e.AsLinear(x.X()) }
 
 // AsLinear is x·Eᵀ (a tied output head), quantized with the embedding's own parameters.
 func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {

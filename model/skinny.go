@@ -20,8 +20,7 @@ import (
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
-	splitNorm   *mlxc.Kernel // split, also writing its output's RMSNorm row scales (tcConfig.NormOut)
-	normIn      *mlxc.Kernel // k reading x through RMSNorm (tcConfig.NormIn; no residual)
+	splitNorm   *mlxc.Kernel // split, also writing its output's RMSNorm (tcConfig.NormOut)
 	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
 	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
@@ -39,17 +38,19 @@ type SkinnyGEMM struct {
 	// fuseAct: the gate/up product applies the activation as it writes (ApplyAct;
 	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
 	fuseAct bool
-	// fuseNorm (DFLASH_FUSE_NORM=1, an experiment): RMSNorm goes into the products: the o
-	// and down projections (split launches) write their output's row scales as well
-	// (ApplyAddNorm), and the products that read the norm of that output apply it as they
-	// load their rows (ApplyNormed, ApplyAct): no RMSNorm node, two per layer. The scale's
-	// sum of squares runs in another order than MLX's RMSNorm, so a row may differ from
-	// MLX's norm by a rounding (TestNormFusion). On the H200 (session 9) it cut 80 nodes
-	// and 82 of 84 norm kernels (0.33 ms) per DFlash cycle but made the kernels 0.58 ms slower:
-	// every block of a consumer normalizes all of its K range of x (608 blocks of the
-	// gate/up product: 32.7 → 41.3 µs; q/k/v 14.7 → 20.8; the head 200 → 256), and the
-	// producers' last-tile sums add 2.2–2.5 µs each. Off by default.
+	// fuseNorm (on; DFLASH_FUSE_NORM=0 turns it off): the o and down projections (split
+	// launches) also write the RMSNorm of their output (ApplyAddNorm): no RMSNorm node, two
+	// per layer.
+	// The tiles' last blocks wait for each other to sum the rows' squares, then each
+	// normalizes its own columns (tcNormOut). The sum of squares runs in another order than
+	// MLX's RMSNorm, so a row may differ from MLX's norm by a rounding (TestNormFusion).
+	// Session 9 had the consumers (q/k/v, gate/up, the head) normalize the rows as they
+	// read them instead: every block of a consumer normalized all of its K range (608
+	// blocks of the gate/up product: 32.7 → 41.3 µs), 0.58 ms per cycle slower.
 	fuseNorm bool
+	// sms is the GPU's multiprocessor count, which bounds the blocks of a NormOut launch
+	// that may wait for each other (normOutFits).
+	sms int
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -161,7 +162,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
 		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
 		s.fuseAct = s.fuse && os.Getenv("DFLASH_FUSE_ACT") != "0"
-		s.fuseNorm = s.fuse && os.Getenv("DFLASH_FUSE_NORM") == "1"
+		s.fuseNorm = s.fuse && os.Getenv("DFLASH_FUSE_NORM") != "0"
 	}
 	return s, nil
 }
@@ -191,18 +192,18 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	}
 	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
 	spec.Inputs = []string{"x", "w", "r"}
-	normIn := spec
-	normIn.Name, normIn.Source, normIn.Inputs = "dflash_skinny_gemm_tc_normin", tcNormInSource, []string{"x", "w", "xs", "xw"}
 	split := spec
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
 	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
 	splitNorm := split
 	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
-	splitNorm.Outputs = []string{"y", "ws", "ys"}
+	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "xw"}
+	splitNorm.Outputs = []string{"y", "ws", "ys", "xn"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
-	return &SkinnyGEMM{k: mlxc.NewKernel(spec), normIn: mlxc.NewKernel(normIn), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm),
-		noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true}
+	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm),
+		noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true,
+		sms: mlxc.CUDAMultiprocessors()}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
@@ -266,43 +267,40 @@ func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
 	return s.fitsRows(x, w, K)
 }
 
-// FitsNormOut reports whether ApplyAddNorm serves x·wᵀ with the residual r: ApplyFused's
-// kernel with the norm fusion on (DFLASH_FUSE_NORM=1) and a launch that splits K
-// (only a split launch has a last block that sees every column).
-func (s *SkinnyGEMM) FitsNormOut(x, w, r *mlxc.Array) bool {
-	if !s.FitsFused(x, w, r, false) || !s.fuseNorm || r == nil {
+// FitsNormOut reports whether ApplyAddNorm serves x·wᵀ with the residual r and the norm
+// weight nw: ApplyFused's kernel with the norm fusion on, a launch that splits K (only a
+// split launch has last blocks that see every column) into few enough column tiles for
+// this GPU (normOutFits), and nw [N] of x's type.
+func (s *SkinnyGEMM) FitsNormOut(x, w, r, nw *mlxc.Array) bool {
+	if !s.FitsFused(x, w, r, false) || !s.fuseNorm || r == nil || nw == nil {
+		return false
+	}
+	if nw.Ndim() != 1 || nw.Dim(0) != w.Dim(0) || nw.Dtype() != x.Dtype() {
 		return false
 	}
 	c := s.configFor(w.Dim(0), w.Dim(1))
-	return c.Split > 1 && c.Stages == 0
+	return c.Split > 1 && c.Stages == 0 && normOutFits(w.Dim(0)/(8*c.Tiles), c.Warps, s.sms)
 }
 
-// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values) and each row's RMSNorm scale
-// rsqrt(mean(h²) + eps) as float32 [M], for products that read RMSNorm(h) through
-// ApplyNormed (call FitsNormOut first).
-func (s *SkinnyGEMM) ApplyAddNorm(x, w, r *mlxc.Array, eps float32, st *TCState) (h, scales *mlxc.Array) {
-	return s.launchTC(x, w, tcFusion{r: r, normOut: true, eps: eps}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
+// normOutFits reports whether a NormOut launch of tiles column tiles and blocks of warps
+// warps is safe on a GPU of sms multiprocessors. Each tile's last block waits until every
+// tile has a last block (tcNormOut), so up to tiles−1 blocks sit on their SMs waiting,
+// and the launch could never finish if they took every block slot while blocks remained
+// to run. At 255 registers a thread (the most a kernel may use) a warp takes 8 K of an
+// SM's 64 K registers, so an SM holds at least 8/warps blocks (1 at least, or the kernel
+// could not launch at all); the launch is safe when its waiters are fewer than those
+// slots over all SMs. The 4B shape's o projection (160 tiles of 4-warp blocks) and down
+// projection (80) fit an H200's 132 SMs.
+func normOutFits(tiles, warps, sms int) bool {
+	return sms > 0 && warps > 0 && tiles-1 < sms*max(1, 8/warps)
 }
 
-// FitsNormIn reports whether the product of w can read RMSNorm(h) from rows h [M, K], row
-// scales [M] (float32, ApplyAddNorm's) and the norm's weight nw [K] of h's type: a launch
-// that does not split K, and K ≤ tcNormMaxK.
-func (s *SkinnyGEMM) FitsNormIn(h, w, scales, nw *mlxc.Array) bool {
-	if s == nil || !s.fuseNorm || !s.tensorCores || scales == nil || nw == nil || !s.Fits(h, w) || h.Dim(1) > tcNormMaxK {
-		return false
-	}
-	if c := s.configFor(w.Dim(0), w.Dim(1)); c.Split > 1 {
-		return false // the split kernels take no norm input
-	}
-	return scales.Ndim() == 1 && scales.Dim(0) == h.Dim(0) && scales.Dtype() == mlxc.Float32 &&
-		nw.Ndim() == 1 && nw.Dim(0) == h.Dim(1) && nw.Dtype() == h.Dtype()
-}
-
-// ApplyNormed returns x·wᵀ for x = RMSNorm(h) with weight nw, x's elements rounded as MLX's
-// RMSNorm rounds them with these scales (call FitsNormIn first): no norm kernel, no x.
-func (s *SkinnyGEMM) ApplyNormed(h, w, scales, nw *mlxc.Array, st *TCState) *mlxc.Array {
-	y, _ := s.launchTC(h, w, tcFusion{xs: scales, xw: nw}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
-	return y
+// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values), xn = RMSNorm(h) with weight nw
+// and eps, and each row's scale rsqrt(mean(h²) + eps) as float32 [M], from one kernel
+// (call FitsNormOut first).
+func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCState) (h, xn, scales *mlxc.Array) {
+	out := s.launchTC(x, w, tcFusion{r: r, normW: nw, eps: eps}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
+	return out[0], out[3], out[2]
 }
 
 // FitsAct reports whether ApplyAct serves rows x and a merged gate/up weight w [2I, K]: the
@@ -319,14 +317,12 @@ func (s *SkinnyGEMM) FitsAct(x, w *mlxc.Array) bool {
 
 // ApplyAct returns silu(gate)·up [M, I] of x·wᵀ for a merged gate/up weight w [2I, K] (gate
 // rows first) in one kernel (call FitsAct first): the values GatedAct gives for the
-// product, bit for bit, without the product's output or the activation's kernel. With
-// scales (not nil; FitsNormIn) x is RMSNorm(x) with weight nw, as ApplyNormed reads it.
-func (s *SkinnyGEMM) ApplyAct(x, w, scales, nw *mlxc.Array, st *TCState) *mlxc.Array {
+// product, bit for bit, without the product's output or the activation's kernel.
+func (s *SkinnyGEMM) ApplyAct(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 	N := w.Dim(0)
 	c := s.configFor(N, w.Dim(1))
 	c.Act = true
-	y, _ := s.launchTC(x, w, tcFusion{xs: scales, xw: nw}, c, N, st)
-	return y
+	return s.launchTC(x, w, tcFusion{}, c, N, st)[0]
 }
 
 // ApplyFused returns [r +] x'·wᵀ [M, N] in one kernel, where x' is x or, with gated,
@@ -370,8 +366,7 @@ func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 // tcApply is the tensor-core product with the weight's launch shape and the fusions asked
 // for (r nil: no residual), through st's tiled copy when DFLASH_TC_TILED=1.
 func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
-	y, _ := s.launchTC(x, w, tcFusion{r: r, gated: gated}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
-	return y
+	return s.launchTC(x, w, tcFusion{r: r, gated: gated}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)[0]
 }
 
 // skinnyTemplate is the CUDA-core kernel's compile-time arguments (the offline compile
@@ -382,22 +377,21 @@ func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
 }
 
 // tcFusion is what a launch computes besides x·wᵀ: the residual r added (nil: none), x
-// read as a merged gate/up product (gated), x read through RMSNorm with row scales xs and
-// weight xw (nil: none), and y's row scales for the next norm (normOut, with eps).
+// read as a merged gate/up product (gated), and y's RMSNorm with weight normW (nil: none)
+// and eps.
 type tcFusion struct {
-	r       *mlxc.Array
-	gated   bool
-	xs, xw  *mlxc.Array
-	normOut bool
-	eps     float32
+	r     *mlxc.Array
+	gated bool
+	normW *mlxc.Array
+	eps   float32
 }
 
 // launchTC is the tensor-core product of rows x and an N-row weight w with launch shape c
 // and the fusions f, through st's tiled copy when DFLASH_TC_TILED=1 (register path). It
-// returns y and, with f.normOut, y's row scales.
-func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) (y, scales *mlxc.Array) {
-	c.Gated, c.Resid, c.NormIn, c.NormOut = f.gated, f.r != nil, f.xs != nil, f.normOut
-	if f.normOut {
+// returns applyTC's outputs: y first.
+func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
+	c.Gated, c.Resid, c.NormOut = f.gated, f.r != nil, f.normW != nil
+	if c.NormOut {
 		c.EpsBits = int(math.Float32bits(f.eps))
 	}
 	if s.tiled && st != nil && c.Stages == 0 && !c.Act {
@@ -407,19 +401,14 @@ func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, s
 		c.Tiled = true
 		w = st.tiled
 	}
-	out := s.applyTC(x, w, f, c, N, st)
-	if f.normOut {
-		return out[0], out[2]
-	}
-	return out[0], nil
+	return s.applyTC(x, w, f, c, N, st)
 }
 
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
 // weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
-// counts from st (nil: counts made for this call only). The fusions' inputs that c does
-// not use are the unread placeholder (the residual) or not passed (the norm's, which only
-// the normIn kernel takes). Outputs: y, then for a split launch its partials, then with
-// c.NormOut y's row scales.
+// counts from st (nil: counts made for this call only). Without a residual the kernel
+// gets an unread placeholder. Outputs: y, then for a split launch its partials, then with
+// c.NormOut y's row scales and y's norm.
 func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
 	r := f.r
 	if r == nil {
@@ -439,8 +428,6 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		Template:     c.template(x.Dtype()),
 	}
 	switch {
-	case c.Split <= 1 && c.NormIn:
-		return s.normIn.Call([]*mlxc.Array{x, w, f.xs, f.xw}, call)
 	case c.Split <= 1:
 		return s.k.Call([]*mlxc.Array{x, w, r}, call)
 	}
@@ -450,14 +437,15 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 	}
 	if st.counts == nil {
 		// One count per n8 tile: enough for any launch shape (a rule may change between
-		// calls: TestTCInModelSweep); then the count of finished tiles (NormOut).
-		st.counts = mlxc.Zeros([]int{N/8 + 1}, mlxc.Int32).Detach()
+		// calls: TestTCInModelSweep); then NormOut's barrier, a 64-bit word at the next
+		// even index.
+		st.counts = mlxc.Zeros([]int{N/8 + 4}, mlxc.Int32).Detach()
 	}
 	k, partials := s.split, tiles*c.Split*16*8*c.Tiles
 	if c.NormOut {
 		k, partials = s.splitNorm, partials+tiles*16 // and the tiles' sums of squares
-		call.OutputShapes = append(call.OutputShapes, []int{partials}, []int{M})
-		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32, mlxc.Float32)
+		call.OutputShapes = append(call.OutputShapes, []int{partials}, []int{M}, []int{M, N})
+		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32, mlxc.Float32, x.Dtype())
 	} else {
 		call.OutputShapes = append(call.OutputShapes, []int{partials})
 		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32)
@@ -466,7 +454,11 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 	if dep == nil {
 		dep = s.noDep
 	}
-	out := k.Call([]*mlxc.Array{x, w, st.counts, dep, r}, call)
+	in := []*mlxc.Array{x, w, st.counts, dep, r}
+	if c.NormOut {
+		in = append(in, f.normW)
+	}
+	out := k.Call(in, call)
 	st.prev.Free()
 	st.prev = out[1].Detach()
 	return out
@@ -478,7 +470,6 @@ func (s *SkinnyGEMM) Free() {
 		s.k.Free()
 		s.split.Free()
 		s.splitNorm.Free()
-		s.normIn.Free()
 		s.noDep.Free()
 	}
 }

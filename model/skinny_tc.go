@@ -1,8 +1,6 @@
 package model
 
 import (
-	"fmt"
-
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
@@ -59,14 +57,13 @@ type tcConfig struct {
 	// activation without a kernel of its own; even Tiles, no split, register path). None of
 	// the three changes the launch shape.
 	Gated, Resid, Act bool
-	// NormIn: x is the residual stream h and the product reads RMSNorm(h) instead, each
-	// element rounded as MLX's RMSNorm rounds it (h·s to T, then times the norm weight xw to
-	// T), with s = xs[m], the row's scale that a NormOut launch wrote. NormOut (split
-	// launches only): the launch also writes ys[m] = rsqrt(mean(y[m]²) + eps) for its
-	// output y, with eps = EpsBits' float32; the sums run in a fixed order (each tile's
-	// columns, then the tiles in order), so a row's scale does not depend on other rows.
-	NormIn, NormOut bool
-	EpsBits         int
+	// NormOut (split launches only): the launch also writes its output's RMSNorm, xn =
+	// RMSNorm(y) with the norm weight xw and eps = EpsBits' float32, and the rows' scales
+	// ys[m] = rsqrt(mean(y[m]²) + eps). The sums of squares run in a fixed order (each
+	// tile's columns, then the tiles in order), so a row's norm does not depend on other
+	// rows; each element is rounded as MLX's RMSNorm rounds it (tcNormOut).
+	NormOut bool
+	EpsBits int
 }
 
 // tcSplitAuto asks resolve for one group of Unroll slices per warp and block.
@@ -99,7 +96,7 @@ func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
 		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
 		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act},
-		{Name: "NORMIN", Value: c.NormIn}, {Name: "NORMOUT", Value: c.NormOut}, {Name: "EPSBITS", Value: c.EpsBits}}
+		{Name: "NORMOUT", Value: c.NormOut}, {Name: "EPSBITS", Value: c.EpsBits}}
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -212,21 +209,6 @@ const tcMain = `
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
   const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * XK + 8 * t + 32 * sb;
-  // NORMIN: the rows' scales, and the norm weight staged in shared memory once per block
-  // (fillNorm) so that applying the norm costs no global load next to the mmas (a kernel
-  // without NORMIN declares xs and xw as null pointers and never reads them).
-  const float sa = NORMIN && r0 ? static_cast<float>(xs[g]) : 0.0f;
-  const float sbx = NORMIN && r1 ? static_cast<float>(xs[g + 8]) : 0.0f;
-  __shared__ __align__(16) T nws[NORMIN ? NORMMAXK : 8];
-  auto fillNorm = [&]() {
-    if constexpr (NORMIN) {
-      const T* src = reinterpret_cast<const T*>(xw);
-      for (int i = threadIdx.x; i < K / 8; i += WARPS * 32) {
-        *reinterpret_cast<uint4*>(&nws[8 * i]) = *reinterpret_cast<const uint4*>(src + 8 * i);
-      }
-      __syncthreads();
-    }
-  };
   // The 8 elements of x at p; with GATED, silu(gate)·up of the gate elements at p and the
   // up elements K on (dflash_gated, GatedAct's own rounding), so the product sees the
   // activation's values bit for bit and the activation costs no kernel of its own.
@@ -245,15 +227,6 @@ const tcMain = `
   auto ldx2 = [&](int o, uint4& a, uint4& b) {
     a = r0 ? ldx(xa_p + o) : make_uint4(0u, 0u, 0u, 0u);
     b = r1 ? ldx(xb_p + o) : make_uint4(0u, 0u, 0u, 0u);
-  };
-  // With NORMIN, rows g and g+8 at k offset o through the norm: applied where the mmas use
-  // them, not where they are loaded, so that the loads stay in flight.
-  auto norm2 = [&](int o, uint4& a, uint4& b) {
-    if constexpr (NORMIN) {
-      const uint4 nw = *reinterpret_cast<const uint4*>(&nws[8 * t + 32 * sb + o]);
-      a = dflash_rms8<T>(a, nw, sa);
-      b = dflash_rms8<T>(b, nw, sbx);
-    }
   };
   // y's element i from its float sum s: rounded to T, plus r's element rounded again with
   // RESID (what MLX's Add of the rounded product and r returns; r unread otherwise).
@@ -298,7 +271,6 @@ const tcMain = `
   auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      norm2(grp * U * 32 + 32 * u, xa[u], xb[u]);
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
         MMA(acc[j], xa[u].x, xb[u].x, xa[u].y, xb[u].y, wv[u][j].x, wv[u][j].y);
@@ -308,7 +280,6 @@ const tcMain = `
   };
   uint4 w0[U][TILES], xa0[U], xb0[U];
   if constexpr (STAGES > 0) {
-    fillNorm();
     // Weight tiles [C rows, KT] staged through shared memory with cp.async, STAGES deep:
     // one warp-wide copy reads 512 contiguous bytes of a row (the register path reads 64
     // bytes of 8 rows). Rows are padded by 64 bytes so that the fragment reads of rows g
@@ -348,7 +319,6 @@ const tcMain = `
       for (int sl = wid; sl < KT / 32; sl += WARPS) {
         uint4 xa, xb;
         ldx2(tl * KT + sl * 32, xa, xb);
-        norm2(tl * KT + sl * 32, xa, xb);
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
           const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
@@ -364,7 +334,6 @@ const tcMain = `
     uint4 w1[U][TILES], xa1[U], xb1[U];
     int grp = wid;
     if (grp < G) load(w0, xa0, xb0, grp);
-    fillNorm(); // while the first group's loads are in flight
     for (; grp < G; grp += 2 * WARPS) {
       if (grp + WARPS < G) load(w1, xa1, xb1, grp + WARPS);
       mma(w0, xa0, xb0, grp);
@@ -373,7 +342,6 @@ const tcMain = `
       mma(w1, xa1, xb1, grp + WARPS);
     }
   } else {
-    fillNorm();
     for (int grp = wid; grp < G; grp += WARPS) {
       load(w0, xa0, xb0, grp);
       mma(w0, xa0, xb0, grp);
@@ -382,7 +350,6 @@ const tcMain = `
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
     uint4 xa, xb;
     ldx2(s * 32, xa, xb);
-    norm2(s * 32, xa, xb);
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
       const uint4 wv = LDW(w_p + toff[j] + (size_t)s * SLICE);
@@ -481,63 +448,92 @@ const tcSplitStore = `
   if (threadIdx.x == 0) *count = 0;
 `
 
-// tcNormOut (the split kernel with NormOut) follows tcSplitStore in the tile's last block:
-// the tile's sums of squares per row (its columns in order) go to ws after the partials;
-// the last tile to finish (a second count, after the per-tile ones) sums them per row in
-// tile order (16 rows × 8 lanes, then the 8 in order) and writes ys = rsqrt(Σ/N + eps), as
-// MLX's RMSNorm computes its scale (rsqrt of the mean plus eps, in float32).
+// tcNormOut (the split kernel with NormOut) follows tcSplitStore in each tile's last
+// block. The block stages its columns of the norm weight xw, writes the tile's sums of
+// squares per row to ws after the partials (8 lanes per row, then a fixed butterfly), and
+// waits until every tile's last block has: a barrier of the tiles' last blocks on one
+// 64-bit word of cnt, arrivals in the low half and a generation in the high half; the last
+// arriver clears the arrivals and bumps the generation in one atomic add, the others poll
+// the generation. Each of them then sums the tiles' sums per row (lanes over tiles, then a
+// fixed butterfly: the same float sums in every block), takes the row's scale
+// s = rsqrt(Σ/N + eps) as MLX's RMSNorm does (float32), and writes its own columns of
+// xn = T(xw·T(y·s)), MLX's RMSNorm's roundings, from the values it has just written to y.
+// Only tiles' last blocks wait, at most one per column tile (160 for the 4B shape's o
+// projection), far fewer than the blocks an H200 holds at once, so the blocks still to
+// run always find room. Tile 0's block writes the scales (ys).
 const tcNormOut = `
+  __shared__ float nwt[C];
+  if (threadIdx.x < C) nwt[threadIdx.x] = n0 + threadIdx.x < N ? static_cast<float>(xw[n0 + threadIdx.x]) : 0.0f;
   __syncthreads();
   const int tiles = gridDim.x / SPLIT;
-  float* ss = ws + (size_t)gridDim.x * 16 * C;
-  if (threadIdx.x < 16) {
+  float* ss = ws + (size_t)gridDim.x * 16 * C; // [16][tiles]
+  for (int i = threadIdx.x; i < 128; i += WARPS * 32) {
+    const int m = i >> 3;
+    const int l = i & 7;
     float a = 0.0f;
-    for (int c = 0; c < C; ++c) a += part[0][threadIdx.x][c] * part[0][threadIdx.x][c];
-    ss[(size_t)ct * 16 + threadIdx.x] = a;
+    for (int c = l; c < C; c += 8) a += part[0][m][c] * part[0][m][c];
+    a += __shfl_xor_sync(0xffffffffu, a, 4);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    if (l == 0) ss[(size_t)m * tiles + ct] = a;
   }
   __threadfence();
   __syncthreads();
-  __shared__ bool lastTile;
-  int* all = reinterpret_cast<int*>(const_cast<int32_t*>(cnt)) + N / 8;
-  if (threadIdx.x == 0) lastTile = atomicAdd(all, 1) == tiles - 1;
-  __syncthreads();
-  if (!lastTile) return;
-  __threadfence();
-  __shared__ float rsum[16][8];
-  if (threadIdx.x < 128) {
-    const int m = threadIdx.x >> 3;
-    const int j = threadIdx.x & 7;
-    float a = 0.0f;
-    for (int q = j; q < tiles; q += 8) a += __ldcg(ss + (size_t)q * 16 + m);
-    rsum[m][j] = a;
+  if (threadIdx.x == 0) {
+    unsigned long long* bar = reinterpret_cast<unsigned long long*>(const_cast<int32_t*>(cnt) + ((N / 8 + 1) & ~1));
+    const unsigned long long old = atomicAdd(bar, 1ull);
+    if ((old & 0xffffffffull) == (unsigned long long)(tiles - 1)) {
+      atomicAdd(bar, (1ull << 32) - (unsigned long long)tiles); // arrivals back to 0, next generation
+    } else {
+      const unsigned int gen = (unsigned int)(old >> 32);
+      while ((unsigned int)(*reinterpret_cast<volatile unsigned long long*>(bar) >> 32) == gen) __nanosleep(20);
+    }
+    __threadfence();
   }
   __syncthreads();
-  if (threadIdx.x < M) {
-    float a = 0.0f;
+  __shared__ float scale[16];
+  constexpr int RPW = (16 + WARPS - 1) / WARPS; // rows per warp
+  float rs[RPW];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) a += rsum[threadIdx.x][j];
-    ys[threadIdx.x] = rsqrtf(a / static_cast<float>(N) + __int_as_float(EPSBITS));
+  for (int j = 0; j < RPW; ++j) {
+    const int m = wid + j * WARPS;
+    rs[j] = 0.0f;
+    for (int q0 = 0; m < 16 && q0 < tiles; q0 += 256) {
+      float v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int q = q0 + lane + 32 * k;
+        v[k] = q < tiles ? __ldcg(ss + (size_t)m * tiles + q) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) rs[j] += v[k];
+    }
   }
-  if (threadIdx.x == 0) *all = 0;
+#pragma unroll
+  for (int j = 0; j < RPW; ++j) {
+    float a = rs[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    const int m = wid + j * WARPS;
+    if (lane == 0 && m < 16) scale[m] = rsqrtf(a / static_cast<float>(N) + __int_as_float(EPSBITS));
+  }
+  __syncthreads();
+  if (ct == 0 && threadIdx.x < M) ys[threadIdx.x] = scale[threadIdx.x];
+  for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
+    const int m = i / C;
+    const int c = i - m * C;
+    if (m < M && n0 + c < N) {
+      const float n = static_cast<float>(static_cast<T>(part[0][m][c] * scale[m]));
+      xn[(size_t)m * N + n0 + c] = static_cast<T>(nwt[c] * n);
+    }
+  }
 `
 
-// tcNormMaxK bounds K for NormIn: the norm weight is staged in shared memory.
-const tcNormMaxK = 8192
-
-// The kernels' bodies. Inputs a kernel does not take are declared as null pointers that it
-// never reads (the fusions that read them are off in its instantiations), so that each
-// launch passes only what it uses: MLX spends host time per input.
-const (
-	tcNoNorm  = "  const float* xs = nullptr;\n  const float* xw = nullptr;\n"
-	tcNoResid = "  const float* r = nullptr;\n"
-)
-
+// The kernels' bodies.
 var (
-	tcNormMaxKDecl    = fmt.Sprintf("  constexpr int NORMMAXK = %d;\n", tcNormMaxK)
-	tcSource          = tcNormMaxKDecl + tcNoNorm + tcMain + tcStore      // x, w, r
-	tcNormInSource    = tcNormMaxKDecl + tcNoResid + tcMain + tcStore     // x, w, xs, xw
-	tcSplitSource     = tcNormMaxKDecl + tcNoNorm + tcMain + tcSplitStore // x, w, cnt, dep, r
-	tcSplitNormSource = tcSplitSource + tcNormOut                         // x, w, cnt, dep, r → y, ws, ys
+	tcSource          = tcMain + tcStore          // x, w, r
+	tcSplitSource     = tcMain + tcSplitStore     // x, w, cnt, dep, r
+	tcSplitNormSource = tcSplitSource + tcNormOut // x, w, cnt, dep, r, xw → y, ws, ys, xn
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
@@ -569,20 +565,6 @@ __device__ __forceinline__ uint4 dflash_ldw(const void* p) {
 }
 #define LDW(p) dflash_ldw(p)
 
-// Eight elements of a row of h through RMSNorm with the row's scale s and the norm weight's
-// eight elements nw, rounded as MLX's RMSNorm rounds: T(h·s), then T(nw·that) (the product
-// of two T values is exact in float, so one rounding, as T's own multiply).
-template <typename T>
-__device__ __forceinline__ uint4 dflash_rms8(uint4 v, uint4 nw, float s) {
-  T* e = reinterpret_cast<T*>(&v);
-  const T* w = reinterpret_cast<const T*>(&nw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float n = static_cast<float>(static_cast<T>(static_cast<float>(e[j]) * s));
-    e[j] = static_cast<T>(static_cast<float>(w[j]) * n);
-  }
-  return v;
-}
 `
 
 // tcTile lays a row-major weight [N, K] out as the tensor-core kernel's lanes read it:

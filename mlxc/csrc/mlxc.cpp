@@ -780,6 +780,25 @@ int mlxc_cuda_available(void) {
   return ok ? 1 : 0;
 }
 
+// mlxc_cuda_multiprocessors reads the SM count of MLX's default GPU from the libcuda that
+// libmlx loaded (0 when that is not possible). Kernels whose blocks wait for each other
+// size themselves by it.
+int mlxc_cuda_multiprocessors(void) {
+  using device_get_fn = int (*)(int*, int);
+  using attribute_fn = int (*)(int*, int, int);
+  constexpr int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  int n = 0;
+  guard([&] {
+    if (!mx::cu::is_available() || mx::device_count(mx::Device::gpu) == 0) return;
+    static const auto get = reinterpret_cast<device_get_fn>(dlsym(RTLD_DEFAULT, "cuDeviceGet"));
+    static const auto attr = reinterpret_cast<attribute_fn>(dlsym(RTLD_DEFAULT, "cuDeviceGetAttribute"));
+    int dev = 0;
+    if (!get || !attr || get(&dev, mx::default_device().index) != 0) return;
+    if (attr(&n, kMultiprocessorCount, dev) != 0) n = 0;
+  });
+  return n;
+}
+
 int mlxc_metal_available(void) {
   bool ok = false;
   guard([&] { ok = mx::metal::is_available(); });

@@ -175,6 +175,7 @@ int mlxc_random_normal(mlxc_array* out, const int* shape, int ndim, int dtype, f
 /* ---- custom kernels ---- */
 typedef void* mlxc_kernel;
 int mlxc_cuda_available(void);
+int mlxc_cuda_multiprocessors(void);
 int mlxc_metal_available(void);
 /* backend: 1 cuda, 2 metal. names are NUL-separated lists with counts. */
 int mlxc_kernel_new(mlxc_kernel* out, int backend, const char* name, const char* const* inputs, int nin,
