@@ -40,9 +40,8 @@ type SkinnyGEMM struct {
 	fuseAct bool
 	// fuseNorm (on; DFLASH_FUSE_NORM=0 turns it off): the o and down projections (split
 	// launches) also write the RMSNorm of their output (ApplyAddNorm): no RMSNorm node, two
-	// per layer.
-	// The tiles' last blocks wait for each other to sum the rows' squares, then each
-	// normalizes its own columns (tcNormOut). The sum of squares runs in another order than
+	// per layer. The tiles' last blocks wait for each other to sum the rows' squares, then
+	// each normalizes its own columns (tcNormOut). The sum of squares runs in another order than
 	// MLX's RMSNorm, so a row may differ from MLX's norm by a rounding (TestNormFusion).
 	// Session 9 had the consumers (q/k/v, gate/up, the head) normalize the rows as they
 	// read them instead: every block of a consumer normalized all of its K range (608
