@@ -123,6 +123,15 @@ func newArray(h C.mlxc_array) *Array {
 	return a
 }
 
+// Ref returns a second handle to the same array (no graph node), owned by the caller and
+// in no scope: for holding on to an array that someone else frees, such as a kernel
+// output that a later launch takes as an ordering input.
+func (a *Array) Ref() *Array {
+	var h C.mlxc_array
+	check("clone", C.mlxc_array_clone(&h, a.handle("clone")))
+	return &Array{h: h}
+}
+
 func (a *Array) release() {
 	if a.h != nil {
 		C.mlxc_array_free(a.h)

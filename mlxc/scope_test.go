@@ -152,6 +152,37 @@ func TestScopeDetach(t *testing.T) {
 	})
 }
 
+// Ref is a second handle: it outlives the scope that frees the first one, sees the same
+// values (an unevaluated array included: its graph runs once for both handles), adds no
+// graph node, and is one live array of its own until freed.
+func TestArrayRef(t *testing.T) {
+	doMLX(t, func() {
+		base := LiveArrays()
+		s := NewScope()
+		x := f32([]float32{1, 2, 3}, 3)
+		y := Multiply(x, x)
+		r := y.Ref()
+		if r.scope != nil {
+			t.Errorf("Ref is in a scope")
+		}
+		if n := GraphNodes(r); n != 1 {
+			t.Errorf("GraphNodes(Ref of one multiply) = %d, want 1", n)
+		}
+		s.Close()
+		if y.Valid() || !r.Valid() {
+			t.Fatalf("after the scope: first handle valid %v, Ref valid %v", y.Valid(), r.Valid())
+		}
+		if LiveArrays() != base+1 {
+			t.Errorf("live arrays %d with one Ref, want %d", LiveArrays(), base+1)
+		}
+		closeTo(t, "Ref of an unevaluated array", r.Float32s(), []float32{1, 4, 9}, 0)
+		r.Free()
+		if LiveArrays() != base {
+			t.Errorf("live arrays %d after freeing the Ref, want %d", LiveArrays(), base)
+		}
+	})
+}
+
 func TestScopeOutOfOrderClose(t *testing.T) {
 	doMLX(t, func() {
 		base := LiveArrays()

@@ -86,7 +86,7 @@ func constsOf(args []mlxc.TemplateArg) []string {
 
 // tcInputs is the tensor-core kernel's inputs: in and the residual r, of type T when the
 // launch adds it and the unread float placeholder otherwise, then with NormOut the norm's
-// weight xw (SkinnyGEMM.applyTC).
+// weight xw and the unread ordering input ndep (SkinnyGEMM.applyTC).
 func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
 	r := "float"
 	if c.Resid {
@@ -94,7 +94,7 @@ func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
 	}
 	out := append(append([][2]string(nil), in...), [2]string{"r", r})
 	if c.NormOut {
-		out = append(out, [2]string{"xw", T})
+		out = append(out, [2]string{"xw", T}, [2]string{"ndep", "float"})
 	}
 	return out
 }

@@ -50,6 +50,11 @@ type SkinnyGEMM struct {
 	// sms is the GPU's multiprocessor count, which bounds the blocks of a NormOut launch
 	// that may wait for each other (normOutFits).
 	sms int
+	// lastNorm is the last NormOut launch's scales (a second handle, see applyTC): every
+	// NormOut launch takes the previous one's as an unread input, so that no two of them,
+	// whatever their weights, ever run at once, each with its tiles' last blocks waiting
+	// (normOutFits bounds one launch's waiters, not two launches').
+	lastNorm *mlxc.Array
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -196,7 +201,7 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
 	splitNorm := split
 	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
-	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "xw"}
+	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "xw", "ndep"}
 	splitNorm.Outputs = []string{"y", "ws", "ys", "xn"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
@@ -455,9 +460,17 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 	}
 	in := []*mlxc.Array{x, w, st.counts, dep, r}
 	if c.NormOut {
-		in = append(in, f.normW)
+		nd := s.lastNorm
+		if nd == nil {
+			nd = s.noDep
+		}
+		in = append(in, f.normW, nd)
 	}
 	out := k.Call(in, call)
+	if c.NormOut {
+		s.lastNorm.Free()
+		s.lastNorm = out[2].Ref() // the caller owns out[2]; this handle is ours
+	}
 	st.prev.Free()
 	st.prev = out[1].Detach()
 	return out
@@ -469,6 +482,7 @@ func (s *SkinnyGEMM) Free() {
 		s.k.Free()
 		s.split.Free()
 		s.splitNorm.Free()
+		s.lastNorm.Free()
 		s.noDep.Free()
 	}
 }

@@ -458,10 +458,13 @@ const tcSplitStore = `
 // fixed butterfly: the same float sums in every block), takes the row's scale
 // s = rsqrt(Σ/N + eps) as MLX's RMSNorm does (float32), and writes its own columns of
 // xn = T(xw·T(y·s)), MLX's RMSNorm's roundings, from the values it has just written to y.
-// Only tiles' last blocks wait, at most one per column tile (160 for the 4B shape's o
-// projection), far fewer than the blocks an H200 holds at once, so the blocks still to
-// run always find room. Tile 0's block writes the scales (ys).
+// Only tiles' last blocks wait, at most one per column tile but the last; normOutFits
+// keeps them fewer than the block slots the GPU guarantees (159 for the 4B shape's o
+// projection against 264 on an H200), so the blocks still to run always find one, and
+// ndep (unread: the previous NormOut launch's scales) keeps two such launches from running
+// at once. Tile 0's block writes the scales (ys).
 const tcNormOut = `
+  static_assert(C <= WARPS * 32, "one thread per column stages the norm weight");
   __shared__ float nwt[C];
   if (threadIdx.x < C) nwt[threadIdx.x] = n0 + threadIdx.x < N ? static_cast<float>(xw[n0 + threadIdx.x]) : 0.0f;
   __syncthreads();
@@ -533,7 +536,7 @@ const tcNormOut = `
 var (
 	tcSource          = tcMain + tcStore          // x, w, r
 	tcSplitSource     = tcMain + tcSplitStore     // x, w, cnt, dep, r
-	tcSplitNormSource = tcSplitSource + tcNormOut // x, w, cnt, dep, r, xw → y, ws, ys, xn
+	tcSplitNormSource = tcSplitSource + tcNormOut // x, w, cnt, dep, r, xw, ndep → y, ws, ys, xn
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
