@@ -183,6 +183,43 @@ func TestArrayRef(t *testing.T) {
 	})
 }
 
+// The model keeps a second handle (Ref) to one output of a multi-output node and feeds it
+// to the next step's graph (SkinnyGEMM.lastNorm, TCState.prev). Once that node has run,
+// the held output must not keep the node's inputs alive, or every step would keep the
+// previous steps' inputs: memory after 40 steps equals memory after 4.
+func TestRefOfSiblingKeepsNoGraph(t *testing.T) {
+	doMLX(t, func() {
+		const rows = 256 // each step's input: 256 × 1024 float32, 1 MiB
+		var held *Array
+		step := func() {
+			s := NewScope()
+			defer s.Close()
+			big := Normal([]int{rows, 1024}, Float32, 0, 1, nil)
+			w := big
+			if held != nil {
+				w = Add(big, Multiply(Sum(held, nil, false), Scalar(0, Float32)))
+			}
+			q := Quantize(w, 64, 4, "affine")
+			Eval(q.W) // the sibling outputs are computed with it
+			held.Free()
+			held = q.Scales.Ref()
+		}
+		memoryAfter := func(n int) uint64 {
+			for range n {
+				step()
+			}
+			ClearCache()
+			return ActiveMemory()
+		}
+		after4 := memoryAfter(4)
+		after40 := memoryAfter(36)
+		held.Free()
+		if after40 > after4+(1<<20) {
+			t.Errorf("active memory %d bytes after 40 steps against %d after 4: held outputs keep their graphs", after40, after4)
+		}
+	})
+}
+
 func TestScopeOutOfOrderClose(t *testing.T) {
 	doMLX(t, func() {
 		base := LiveArrays()
