@@ -204,7 +204,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			if pos == nil {
 				pos = model.OnDevice(model.Visible(off + T))
 			}
-			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
 			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
@@ -295,9 +295,9 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		lc.Append(d.keysValues(l, proj, lc.Offset()))
 		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
 			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
-				q, kn, vn = d.fused.HeadPrepInto(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+				q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
 			} else {
-				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
+				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {
 			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)

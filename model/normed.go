@@ -45,9 +45,6 @@ func (n *Normed) Rows(i, j int) *Normed {
 	return out
 }
 
-// ApplyNormed returns x·Wᵀ for x = n's norm.
-func (l *Linear) ApplyNormed(n *Normed) *mlxc.Array { return l.Apply(n.X()) }
-
 // ApplyAddNorm returns h = r + x·Wᵀ (ApplyAdd) and h's RMSNorm with weight norm: written by
 // the same kernel where the tensor-core product can (SkinnyGEMM.ApplyAddNorm), else for X
 // to make.

@@ -162,9 +162,9 @@ func (m *Qwen3) Embed(ids *mlxc.Array) *mlxc.Array { return m.embed.Lookup(ids) 
 
 func (m *Qwen3) Head(x *Normed) *mlxc.Array {
 	if m.lmHead != nil {
-		return m.lmHead.ApplyNormed(x)
+		return m.lmHead.Apply(x.X())
 	}
-	return m.embed.AsLinearNormed(x)
+	return m.embed.AsLinear(x.X())
 }
 
 // FinalNorm is the model's final RMSNorm of rows h.
@@ -243,7 +243,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 			}
 			if keys != nil {
-				q, k, v = m.fused.HeadPrepInto(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
+				q, k, v = m.fused.HeadPrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
 			} else {
 				q, k, v = m.headPrep(l, x, kernelPos())
 			}
@@ -379,9 +379,10 @@ func (m *Qwen3) headPrep(l *qwen3Layer, x *Normed, pos *mlxc.Array) (q, k, v *ml
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
-		return m.fused.HeadPrepMerged(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
+		return m.fused.HeadPrepMerged(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
 	}
-	return m.fused.HeadPrep(l.attn.q.ApplyNormed(x), l.attn.k.ApplyNormed(x), l.attn.v.ApplyNormed(x), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
+	xn := x.X()
+	return m.fused.HeadPrep(l.attn.q.Apply(xn), l.attn.k.Apply(xn), l.attn.v.Apply(xn), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
 		l.attn.qNorm, l.attn.kNorm, pos)
 }
 

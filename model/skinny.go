@@ -431,8 +431,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},
 		Template:     c.template(x.Dtype()),
 	}
-	switch {
-	case c.Split <= 1:
+	if c.Split <= 1 {
 		return s.k.Call([]*mlxc.Array{x, w, r}, call)
 	}
 	if st == nil {

@@ -1,8 +1,6 @@
 package model
 
-import (
-	"github.com/dflash-mlx/dflash-mlx/mlxc"
-)
+import "github.com/dflash-mlx/dflash-mlx/mlxc"
 
 // The tensor-core variant of the few-row product (DFLASH_SKINNY_GEMM=tc). The CUDA-core
 // kernel needs 16 FMAs per weight element for a 16-row block, about the H200's whole fp32
@@ -268,7 +266,7 @@ const tcMain = `
 #pragma unroll
     for (int u = 0; u < U; ++u) ldx2(k0 + 32 * u, xa[u], xb[u]);
   };
-  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
+  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -336,15 +334,15 @@ const tcMain = `
     if (grp < G) load(w0, xa0, xb0, grp);
     for (; grp < G; grp += 2 * WARPS) {
       if (grp + WARPS < G) load(w1, xa1, xb1, grp + WARPS);
-      mma(w0, xa0, xb0, grp);
+      mma(w0, xa0, xb0);
       if (grp + WARPS >= G) break;
       if (grp + 2 * WARPS < G) load(w0, xa0, xb0, grp + 2 * WARPS);
-      mma(w1, xa1, xb1, grp + WARPS);
+      mma(w1, xa1, xb1);
     }
   } else {
     for (int grp = wid; grp < G; grp += WARPS) {
       load(w0, xa0, xb0, grp);
-      mma(w0, xa0, xb0, grp);
+      mma(w0, xa0, xb0);
     }
   }
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp

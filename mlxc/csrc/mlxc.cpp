@@ -787,9 +787,9 @@ int mlxc_cuda_multiprocessors(void) {
   using device_get_fn = int (*)(int*, int);
   using attribute_fn = int (*)(int*, int, int);
   constexpr int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  if (!mlxc_cuda_available()) return 0;
   int n = 0;
   guard([&] {
-    if (!mx::cu::is_available() || mx::device_count(mx::Device::gpu) == 0) return;
     static const auto get = reinterpret_cast<device_get_fn>(dlsym(RTLD_DEFAULT, "cuDeviceGet"));
     static const auto attr = reinterpret_cast<attribute_fn>(dlsym(RTLD_DEFAULT, "cuDeviceGetAttribute"));
     int dev = 0;
