@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -306,6 +308,9 @@ func profileCycle(st *Stats, evalList []*mlxc.Array, drafts *mlxc.Array, built t
 		st.VerifyOps[k] += v - draft[k]
 		st.VerifyNodes += v - draft[k]
 	}
+	if path := os.Getenv("DFLASH_GRAPH_DUMP"); path != "" && st.Cycles <= graphDumpCycle {
+		dumpCycleGraph(path, evalList, drafts)
+	}
 	st.CycleConstructTime += built
 	te := time.Now()
 	mlxc.AsyncEval(evalList...)
@@ -313,4 +318,37 @@ func profileCycle(st *Stats, evalList []*mlxc.Array, drafts *mlxc.Array, built t
 	tw := time.Now()
 	mlxc.Eval(evalList...)
 	st.VerifyTime += time.Since(tw)
+}
+
+// graphDumpCycle is the last cycle whose graph DFLASH_GRAPH_DUMP writes (each overwrites
+// the one before): past the first ones, whose shapes (no drafts yet, a short context) are
+// not the steady state.
+const graphDumpCycle = 8
+
+// dumpCycleGraph writes one cycle's nodes (mlxc.GraphList) to path: the drafter's first,
+// then the rest. A profiling aid; a failure to write is reported and otherwise ignored.
+func dumpCycleGraph(path string, evalList []*mlxc.Array, drafts *mlxc.Array) {
+	var b strings.Builder
+	d := ""
+	if drafts != nil {
+		d = mlxc.GraphList(drafts)
+	}
+	fmt.Fprintf(&b, "# drafter: %d nodes\n%s", strings.Count(d, "\n"), d)
+	all := mlxc.GraphList(evalList...)
+	rest := make([]string, 0, 512)
+	seen := map[string]int{}
+	for _, l := range strings.Split(d, "\n") {
+		seen[l]++
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(all, "\n"), "\n") {
+		if seen[l] > 0 {
+			seen[l]--
+			continue
+		}
+		rest = append(rest, l)
+	}
+	fmt.Fprintf(&b, "# the rest: %d nodes\n%s\n", len(rest), strings.Join(rest, "\n"))
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "DFLASH_GRAPH_DUMP: %v\n", err)
+	}
 }

@@ -3,6 +3,10 @@ package engine
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/model"
@@ -78,10 +82,13 @@ func TestRunAheadProfileMode(t *testing.T) {
 	prompt := []int32{5, 3, 5, 8, 9}
 	want := plainGreedy(t, p, prompt, 30)
 	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
+	dump := filepath.Join(t.TempDir(), "cycle.txt")
+	t.Setenv("DFLASH_GRAPH_DUMP", dump)
 	res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: 30, BlockSize: 8, IgnoreEOS: true, Profile: true})
 	if i, ok := eqTokens(res.Tokens, want); !ok || len(res.Tokens) != len(want) {
 		t.Fatalf("profiled run-ahead diverges from plain at %d:\n got   %v\n plain %v", i, res.Tokens, want)
 	}
+	checkGraphDump(t, dump)
 	st := res.Stats
 	if !st.RunAhead || st.Cycles == 0 {
 		t.Fatalf("run ahead %v, %d cycles", st.RunAhead, st.Cycles)
@@ -232,5 +239,36 @@ func TestRunAheadRequests(t *testing.T) {
 	e.RunAhead = true
 	if e.canRunAhead(Request{}) {
 		t.Error("runs ahead with a proposer that cannot draft from device-side acceptance")
+	}
+}
+
+var dumpHeader = regexp.MustCompile(`^# [a-z ]+: (\d+) nodes$`)
+
+// checkGraphDump reads DFLASH_GRAPH_DUMP's file: two sections (the drafter's nodes, the
+// rest) whose headers count their lines, each line a node with its output shapes and inputs.
+func checkGraphDump(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("graph dump: %v", err)
+	}
+	var sections []int
+	lines := 0
+	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if m := dumpHeader.FindStringSubmatch(l); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			if len(sections) > 0 && lines != sections[len(sections)-1] {
+				t.Errorf("section of %d nodes has %d lines", sections[len(sections)-1], lines)
+			}
+			sections, lines = append(sections, n), 0
+			continue
+		}
+		if !strings.Contains(l, " <-") || !strings.Contains(l, "[") {
+			t.Errorf("not a node line: %q", l)
+		}
+		lines++
+	}
+	if len(sections) != 2 || lines != sections[1] || sections[0] == 0 || sections[1] == 0 {
+		t.Errorf("graph dump sections %v (last has %d lines):\n%s", sections, lines, b)
 	}
 }

@@ -372,6 +372,21 @@ func GraphOps(arrs ...*Array) map[string]int {
 	return ops
 }
 
+// GraphList lists the unevaluated nodes behind arrs, inputs before the nodes that read
+// them, one line each: the primitive, its output shapes and dtype, and its inputs' shapes
+// (evaluated inputs marked *). For finding which calls a step's nodes come from.
+func GraphList(arrs ...*Array) string {
+	var buf [16]C.mlxc_array
+	hs := handles("graph_list", arrs, &buf)
+	if len(hs) == 0 {
+		return ""
+	}
+	var out *C.char
+	check("graph_list", C.mlxc_graph_list(&hs[0], C.int(len(hs)), &out))
+	defer C.mlxc_free_string(out)
+	return C.GoString(out)
+}
+
 // AsyncEval schedules the arrays' computation and returns at once.
 func AsyncEval(arrs ...*Array) {
 	var buf [16]C.mlxc_array

@@ -84,7 +84,9 @@ func BenchmarkDo(b *testing.B) {
 // carries the kernel's source and its template arguments, so the kernels are timed with the
 // test's short body and 2 template arguments ("small"), with a body padded to 12 KB
 // ("large_2args"), with 10 template arguments ("small_10args") and with both ("large", the
-// size of the model's tensor-core product kernel).
+// size of the model's tensor-core product kernel); and with the inputs and outputs of the
+// model's products ("small_8in": 6 more inputs the body does not read, "small_4out": 3 more
+// outputs it does not write), which tells what each array a launch carries costs.
 func BenchmarkKernelOverhead(b *testing.B) {
 	if !CUDAKernelsAvailable() {
 		b.Skip("needs a CUDA GPU")
@@ -98,22 +100,41 @@ func BenchmarkKernelOverhead(b *testing.B) {
 		name     string
 		source   string
 		template []TemplateArg
+		extraIn  int
+		extraOut int
 	}{
-		{"add", "", nil},
-		{"small", axpbSource, nil},
-		{"small_10args", axpbSource, large},
-		{"large_2args", axpbSource + pad, nil},
-		{"large", axpbSource + pad, large},
+		{"add", "", nil, 0, 0},
+		{"small", axpbSource, nil, 0, 0},
+		{"small_10args", axpbSource, large, 0, 0},
+		{"large_2args", axpbSource + pad, nil, 0, 0},
+		{"large", axpbSource + pad, large, 0, 0},
+		{"small_8in", axpbSource, nil, 6, 0},
+		{"small_4out", axpbSource, nil, 0, 3},
 	}
 	for _, c := range cases {
 		prepare := func() (func(y, x *Array) *Array, func()) {
 			if c.source == "" {
 				return Add, func() {}
 			}
-			k := NewKernel(KernelSpec{Backend: KernelCUDA, Name: "dflash_bench_" + c.name, Inputs: []string{"a", "b"}, Outputs: []string{"out"}, Source: c.source})
+			ins, outs := []string{"a", "b"}, []string{"out"}
 			call := KernelCall{OutputShapes: [][]int{{1}}, OutputDtypes: []Dtype{Float32}, Grid: [3]int{32, 1, 1}, ThreadGroup: [3]int{32, 1, 1},
 				Template: append([]TemplateArg{{"N", 1}, {"T", Float32}}, c.template...)}
-			return func(y, x *Array) *Array { return k.Call([]*Array{y, x}, call)[0] }, k.Free
+			for i := range c.extraIn {
+				ins = append(ins, fmt.Sprintf("unread%d", i))
+			}
+			for i := range c.extraOut {
+				outs = append(outs, fmt.Sprintf("unwritten%d", i))
+				call.OutputShapes = append(call.OutputShapes, []int{1})
+				call.OutputDtypes = append(call.OutputDtypes, Float32)
+			}
+			k := NewKernel(KernelSpec{Backend: KernelCUDA, Name: "dflash_bench_" + c.name, Inputs: ins, Outputs: outs, Source: c.source})
+			return func(y, x *Array) *Array {
+				args := []*Array{y, x}
+				for range c.extraIn {
+					args = append(args, x)
+				}
+				return k.Call(args, call)[0]
+			}, k.Free
 		}
 		for _, eval := range []bool{false, true} {
 			name := c.name + "/build"

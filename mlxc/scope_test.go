@@ -1,6 +1,8 @@
 package mlxc
 
 import (
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -341,6 +343,15 @@ func TestGraphNodes(t *testing.T) {
 		q := Quantize(w, 64, 4, "")
 		if n, ops := GraphNodes(q.W, q.Scales, q.Biases), GraphOps(q.W, q.Scales, q.Biases); n != 1 || len(ops) != 1 {
 			t.Errorf("three outputs of one quantize node: GraphNodes = %d, GraphOps = %v, want one node", n, ops)
+		}
+		// The listing puts inputs first: Add, then Exp, then the Multiply that reads both.
+		list := strings.Split(strings.TrimSpace(GraphList(c)), "\n")
+		want := []string{"Add [2] float32 <- [2]* [2]*", "Exp [2] float32 <- [2]", "Multiply [2] float32 <- [2] [2]"}
+		if !slices.Equal(list, want) {
+			t.Errorf("GraphList =\n%s\nwant\n%s", strings.Join(list, "\n"), strings.Join(want, "\n"))
+		}
+		if got := strings.Count(GraphList(q.W, q.Scales, q.Biases), "\n"); got != 1 {
+			t.Errorf("GraphList of one quantize node has %d lines, want 1", got)
 		}
 		q.Free()
 		Eval(c)

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -48,6 +49,27 @@ func TestKVCacheWindow(t *testing.T) {
 		}
 		if a := mlxc.Scalar(1, mlxc.Float32); OnDevice(a) != a && !mlxc.CUDAKernelsAvailable() {
 			t.Error("OnDevice copied an array without CUDA kernels")
+		}
+		// Its copy: at least 16 bytes, the meaningful elements first; a position costs one node.
+		for _, c := range []struct {
+			in        []int32
+			shape     []int
+			wantLen   int
+			wantNodes int
+		}{
+			{[]int32{7}, []int{1}, 4, 1},
+			{[]int32{7}, nil, 5, 4}, // 0-d: reshaped, zeros made and appended
+			{[]int32{3, 4, 5, 6, 7, 8}, []int{6}, 10, 4},
+		} {
+			a := mlxc.FromSlice(c.in, c.shape...)
+			p := padForDevice(a)
+			if n := mlxc.GraphNodes(p); n > c.wantNodes {
+				t.Errorf("padForDevice(%v, shape %v): %d nodes, want ≤ %d", c.in, c.shape, n, c.wantNodes)
+			}
+			got := mlxc.ToSlice[int32](p)
+			if len(got) != c.wantLen || !slices.Equal(got[:len(c.in)], c.in) {
+				t.Errorf("padForDevice(%v, shape %v) = %v, want %d elements starting with the input", c.in, c.shape, got, c.wantLen)
+			}
 		}
 		return nil
 	})

@@ -2,9 +2,9 @@ package model
 
 import "github.com/dflash-mlx/dflash-mlx/mlxc"
 
-// OnDevice returns a copy of a small array that a GPU op made, padded with zeros to at
-// least 4 elements (16 bytes for 32-bit types), for our CUDA kernels to read; elsewhere (no
-// CUDA kernels) a itself. Why: MLX's CUDA allocator keeps every array of 8 bytes or less,
+// OnDevice returns a copy of a small array that a GPU op made, padded to at least 4
+// elements (16 bytes for 32-bit types), for our CUDA kernels to read; elsewhere (no CUDA
+// kernels) a itself. Why: MLX's CUDA allocator keeps every array of 8 bytes or less,
 // and every array made from host data, in unified memory, the small ones packed together
 // in a shared pool. While the host writes new scalars into that pool (each cycle makes a
 // few) the pages move between host and GPU, and a kernel that reads a scalar there can
@@ -15,6 +15,17 @@ import "github.com/dflash-mlx/dflash-mlx/mlxc"
 func OnDevice(a *mlxc.Array) *mlxc.Array {
 	if a == nil || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return a
+	}
+	return padForDevice(a)
+}
+
+// padForDevice is OnDevice's copy. A one-element array (a position: several each cycle) is
+// repeated four times by one Concatenate node; a fresh zero pad would be two nodes more
+// (Reshape, Full), and every node costs host time each cycle. Larger arrays (constants,
+// made once) get zeros after their elements.
+func padForDevice(a *mlxc.Array) *mlxc.Array {
+	if a.Size() == 1 && a.Ndim() == 1 {
+		return mlxc.Concatenate([]*mlxc.Array{a, a, a, a}, 0)
 	}
 	return mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(a, -1), mlxc.Zeros([]int{4}, a.Dtype())}, 0)
 }

@@ -387,26 +387,34 @@ int mlxc_array_item_i64(mlxc_array a, int64_t* out) {
 int mlxc_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::eval(arrays(arrs, n)); }); }
 // Visits each distinct primitive that evaluating arrs would run. Evaluated arrays (weights,
 // caches) cost nothing and scheduled ones are already queued, so the walk stops at both.
-static void each_pending_primitive(const mlxc_array* arrs, int n, const std::function<void(mx::Primitive&)>& visit) {
+static void each_pending_primitive(const mlxc_array* arrs, int n, const std::function<void(mx::array&)>& visit) {
   // One visit per node: the outputs of a multi-output primitive are siblings of one node.
   // (Not per distinct primitive: repeated custom-kernel launches share one primitive.)
+  // Inputs are visited before the nodes that read them (post-order), so a listing reads in
+  // the order MLX may run it.
   std::unordered_set<std::uintptr_t> seen;
-  std::vector<mx::array> stack = arrays(arrs, n);
+  std::vector<std::pair<mx::array, bool>> stack;
+  for (auto& a : arrays(arrs, n)) stack.emplace_back(std::move(a), false);
   while (!stack.empty()) {
-    mx::array a = std::move(stack.back());
+    auto [a, expanded] = std::move(stack.back());
     stack.pop_back();
+    if (expanded) {
+      visit(a);
+      continue;
+    }
     if (!seen.insert(a.id()).second) continue;
     if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
     for (const auto& sib : a.siblings()) seen.insert(sib.id());
-    visit(a.primitive());
-    for (const auto& in : a.inputs()) stack.push_back(in);
+    stack.emplace_back(a, true);
+    const auto& ins = a.inputs();
+    for (auto it = ins.rbegin(); it != ins.rend(); ++it) stack.emplace_back(*it, false);
   }
 }
 
 int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out) {
   return guard([&] {
     int64_t count = 0;
-    each_pending_primitive(arrs, n, [&](mx::Primitive&) { count++; });
+    each_pending_primitive(arrs, n, [&](mx::array&) { count++; });
     *out = count;
   });
 }
@@ -414,9 +422,38 @@ int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out) {
 int mlxc_graph_ops(const mlxc_array* arrs, int n, char** out) {
   return guard([&] {
     std::map<std::string, int64_t> counts;
-    each_pending_primitive(arrs, n, [&](mx::Primitive& p) { counts[p.name()]++; });
+    each_pending_primitive(arrs, n, [&](mx::array& a) { counts[a.primitive().name()]++; });
     std::ostringstream os;
     for (const auto& [k, v] : counts) os << k << "=" << v << "\n";
+    *out = strdup(os.str().c_str());
+  });
+}
+
+// One line per pending node, inputs first: the primitive, its output shapes and dtype, and
+// the shapes of its inputs (evaluated ones marked *): enough to tell which call built it.
+int mlxc_graph_list(const mlxc_array* arrs, int n, char** out) {
+  return guard([&] {
+    std::ostringstream os;
+    auto shape = [&os](const mx::array& x) {
+      os << "[";
+      for (size_t i = 0; i < x.ndim(); i++) os << (i ? "," : "") << x.shape(static_cast<int>(i));
+      os << "]";
+    };
+    each_pending_primitive(arrs, n, [&](mx::array& a) {
+      os << a.primitive().name() << " ";
+      auto outs = a.siblings().empty() ? std::vector<mx::array>{a} : a.outputs();
+      for (size_t i = 0; i < outs.size(); i++) {
+        if (i) os << ",";
+        shape(outs[i]);
+      }
+      os << " " << a.dtype() << " <-";
+      for (const auto& in : a.inputs()) {
+        os << " ";
+        shape(in);
+        if (in.status() != mx::array::Status::unscheduled || !in.has_primitive()) os << "*";
+      }
+      os << "\n";
+    });
     *out = strdup(os.str().c_str());
   });
 }

@@ -85,6 +85,7 @@ int mlxc_eval(const mlxc_array* arrs, int n);
 /* Number of distinct primitives not yet evaluated in the graphs of arrs (≈ kernels an eval launches). */
 int mlxc_graph_nodes(const mlxc_array* arrs, int n, int64_t* out);
 int mlxc_graph_ops(const mlxc_array* arrs, int n, char** out); /* "primitive=count\n" lines; free with mlxc_free_string */
+int mlxc_graph_list(const mlxc_array* arrs, int n, char** out); /* a line per pending node, inputs first; free with mlxc_free_string */
 int mlxc_async_eval(const mlxc_array* arrs, int n);
 
 /* ---- elementwise and simple ops ---- */
