@@ -295,7 +295,7 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		lc.Append(d.keysValues(l, proj, lc.Offset()))
 		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
 			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
-				q, kn, vn = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+				q = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
 			} else {
 				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
@@ -309,7 +309,7 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 			keys, values = lc.WriteAt(kn, vn, pos, window)
 		}
 		var o, merged *mlxc.Array
-		if d.fqa.Fits(q, kn) {
+		if d.fqa.Fits(q, keys) { // keys: kn is nil when head prep wrote the cache
 			merged = d.fqa.Apply(q, keys, values, d.scaleArr, kseen(), false)
 		} else {
 			if mask == nil {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -31,9 +32,9 @@ type Fused struct {
 	addNorm  *mlxc.Kernel
 	inv, eps *mlxc.Array // rotary inverse frequencies (× rope scale), RMSNorm epsilon (OnDevice)
 	half     int         // inv's meaningful length: head dimension / 2
-	// prepKV is HeadPrep that also writes the block's keys and values into a KV cache's
-	// buffers at a device position (HeadPrepInto).
-	prepKV *mlxc.Kernel
+	// prepInto is HeadPrep that writes the block's keys and values into a KV cache's
+	// buffers at a device position instead of returning them (HeadPrepInto).
+	prepInto *mlxc.Kernel
 }
 
 const fusedWarps = 4
@@ -108,21 +109,42 @@ const headPrepSource = `
   }
 `
 
-// headPrepKVSource is headPrepSource that also stores each k and v row at cache row
-// off[0]+row of ck / cv ([1, HK, R, D], row-contiguous; rows past R are not written): the
-// KV cache's buffers, written in place. MLX knows nothing of that write, so a reader of the
-// buffers must depend on this kernel through another input (the attention kernel takes its
-// q output); a verify block's keys and values then need no dynamic slice update (two
-// kernels per layer and a small offset array in unified memory).
-var headPrepKVSource = strings.Replace(headPrepSource, "  T* dst2 = nullptr; // KVW\n", `  T* dst2 = nullptr;
-  if (hh >= HQ) {
-    const int R = ck_shape[2];
+// headPrepIntoSource is headPrepSource for one merged q/k/v product y whose keys and values
+// go straight into the KV cache's buffers ck / cv ([1, HK, R, D], row-contiguous) at cache
+// row off[0]+row (rows past R are not written), in place: only q is an output. MLX knows
+// nothing of that write, so a reader of the buffers must depend on this kernel through its
+// q (the attention kernel takes it); a block's keys and values then need no dynamic slice
+// update (two kernels per layer and a small offset array in unified memory), and no k and
+// v outputs (each output is host time per launch: BenchmarkKernelOverhead's small_4out).
+var headPrepIntoSource = replaceAll(headPrepSource,
+	"  const int L = q_shape[0];\n", "  const int L = y_shape[0];\n",
+	"    src = q + (size_t)row * q_shape[1] + QO + hh * D;\n", "    src = y + (size_t)row * y_shape[1] + QO + hh * D;\n",
+	`    src = k + (size_t)row * k_shape[1] + KO + h * D;
+    dst = ko + ((size_t)h * L + row) * D;
+`, `    src = y + (size_t)row * y_shape[1] + KO + h * D;
     const int p = off[0] + row;
-    const int kvh = hh < HQ + HK ? hh - HQ : hh - HQ - HK;
-    T* cache = const_cast<T*>(hh < HQ + HK ? ck : cv);
-    if (p >= 0 && p < R) dst2 = cache + ((size_t)kvh * R + p) * D;
-  }
-`, 1)
+    if (p < 0 || p >= ck_shape[2]) return; // warp-uniform
+    dst = const_cast<T*>(ck) + ((size_t)h * ck_shape[2] + p) * D;
+`,
+	`    src = v + (size_t)row * v_shape[1] + VO + h * D;
+    dst = vo + ((size_t)h * L + row) * D;
+`, `    src = y + (size_t)row * y_shape[1] + VO + h * D;
+    const int p = off[0] + row;
+    if (p < 0 || p >= cv_shape[2]) return; // warp-uniform
+    dst = const_cast<T*>(cv) + ((size_t)h * cv_shape[2] + p) * D;
+`)
+
+// replaceAll applies old/new pairs to s in order, each exactly once: a kernel variant made
+// from another's text fails at init if that text changed under it.
+func replaceAll(s string, pairs ...string) string {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if strings.Count(s, pairs[i]) != 1 {
+			panic(fmt.Sprintf("kernel variant: %q occurs %d times, want once", pairs[i], strings.Count(s, pairs[i])))
+		}
+		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
+	}
+	return s
+}
 
 // gatedDevice is silu(g)·u as GatedAct computes it, rounding to T after the sigmoid, after
 // g·sigmoid and after the product (the points where mlx-lm's ops round). Every kernel that
@@ -215,9 +237,9 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 			Source: headPrepSource, EnsureRowContiguous: true}),
 		act: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_gated_act",
 			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: gatedActSource, Header: gatedDevice, EnsureRowContiguous: true}),
-		prepKV: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_kv",
-			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo", "ko", "vo"},
-			Source: headPrepKVSource, EnsureRowContiguous: false}),
+		prepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_into",
+			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
+			Source: headPrepIntoSource, EnsureRowContiguous: false}),
 		inv:  OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
 		eps:  OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
 		half: len(inv),
@@ -234,12 +256,11 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 // with its offsets, or three products with 0). qn, kn are the per-head norm weights [D];
 // pos is an int32 array with the position of row 0 in element 0 (OnDevice(Visible(…))).
 func (f *Fused) HeadPrep(q, k, v *mlxc.Array, qo, ko, vo, hq, hk, D int, qn, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
-	return f.launchPrep(f.prep, []*mlxc.Array{q, k, v, qn, kn, f.inv, f.eps, pos}, qo, ko, vo, hq, hk, D)
+	return f.launchPrep([]*mlxc.Array{q, k, v, qn, kn, f.inv, f.eps, pos}, qo, ko, vo, hq, hk, D)
 }
 
-// launchPrep launches a head-prep kernel (prep or prepKV) whose first input holds the q
-// rows: one warp per (row, head).
-func (f *Fused) launchPrep(k *mlxc.Kernel, inputs []*mlxc.Array, qo, ko, vo, hq, hk, D int) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+// launchPrep launches the head-prep kernel: one warp per (row, head).
+func (f *Fused) launchPrep(inputs []*mlxc.Array, qo, ko, vo, hq, hk, D int) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 	L := inputs[0].Dim(0)
 	dt := inputs[0].Dtype()
 	items := L * (hq + 2*hk)
@@ -247,7 +268,7 @@ func (f *Fused) launchPrep(k *mlxc.Kernel, inputs []*mlxc.Array, qo, ko, vo, hq,
 	if hq == 0 {
 		qs = []int{1, 1, 1, D} // a placeholder (MLX outputs are not empty): never written
 	}
-	out := k.Call(inputs, mlxc.KernelCall{
+	out := f.prep.Call(inputs, mlxc.KernelCall{
 		OutputShapes: [][]int{qs, {1, hk, L, D}, {1, hk, L, D}},
 		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
 		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
@@ -269,13 +290,22 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "I", Value: I}}
 }
 
-// HeadPrepInto is HeadPrepMerged that also writes the block's keys and values into the KV
-// cache buffers ck, cv [1, hk, R, D] at rows pos..pos+L−1 (in place: see headPrepKVSource;
-// the buffers must be row-contiguous, as KVCache.Window's are). pos must be OnDevice's.
-// MLX runs a kernel only for outputs something uses and orders readers of ck, cv only
-// through its outputs: the attention that reads the cache must take the returned q.
-func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *mlxc.Array) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
-	return f.launchPrep(f.prepKV, []*mlxc.Array{y, y, y, qn, kn, f.inv, f.eps, pos, ck, cv}, 0, hq*D, (hq+hk)*D, hq, hk, D)
+// HeadPrepInto is HeadPrepMerged that writes the block's keys and values into the KV cache
+// buffers ck, cv [1, hk, R, D] at rows pos..pos+L−1 (in place: see headPrepIntoSource; the
+// buffers must be row-contiguous, as KVCache.Window's are) and returns only q. pos must be
+// OnDevice's. MLX orders readers of ck, cv after this write only through q: the attention
+// that reads the cache must take it.
+func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *mlxc.Array) *mlxc.Array {
+	L := y.Dim(0)
+	dt := y.Dtype()
+	items := L * (hq + 2*hk)
+	return f.prepInto.Call([]*mlxc.Array{y, qn, kn, f.inv, f.eps, pos, ck, cv}, mlxc.KernelCall{
+		OutputShapes: [][]int{{1, hq, L, D}},
+		OutputDtypes: []mlxc.Dtype{dt},
+		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
+		Template:     headPrepTemplate(dt, D, hq, hk, 0, hq*D, (hq+hk)*D),
+	})[0]
 }
 
 // HeadPrepMerged is HeadPrep for one merged q/k/v product y [L, (hq+2·hk)·D]: q heads,
@@ -288,7 +318,7 @@ func (f *Fused) HeadPrepMerged(y *mlxc.Array, hq, hk, D int, qn, kn, pos *mlxc.A
 // [1, hk, T, D] of rows kv [T, 2·hk·D], a k|v product (keys first): the drafter's context
 // rows in one kernel instead of six nodes of MLX ops (the head-prep kernel with no q heads).
 func (f *Fused) KVPrep(kv *mlxc.Array, hk, D int, kn, pos *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
-	_, k, v := f.launchPrep(f.prep, []*mlxc.Array{kv, kv, kv, kn, kn, f.inv, f.eps, pos}, 0, 0, hk*D, 0, hk, D)
+	_, k, v := f.launchPrep([]*mlxc.Array{kv, kv, kv, kn, kn, f.inv, f.eps, pos}, 0, 0, hk*D, 0, hk, D)
 	return k, v
 }
 
@@ -355,6 +385,6 @@ func (f *Fused) Free() {
 		f.addNorm.Free()
 		f.inv.Free()
 		f.eps.Free()
-		f.prepKV.Free()
+		f.prepInto.Free()
 	}
 }

@@ -25,8 +25,8 @@ func TestFusedRefusesUnsupportedRope(t *testing.T) {
 // On CUDA: HeadPrep equals the op path (reshape, per-head RMSNorm, transpose, RoPE) up to
 // bf16 rounding, from one merged product and from three; every row of a block equals the
 // same row prepared alone at its position bit for bit (decode steps and verify blocks
-// agree); KVPrep of the k|v columns gives HeadPrep's keys and values bit for bit; GatedAct
-// equals silu(gate)·up.
+// agree); KVPrep of the k|v columns gives HeadPrep's keys and values bit for bit, and
+// HeadPrepInto its q while writing them into a cache's rows; GatedAct equals silu(gate)·up.
 func TestFusedMatchesOps(t *testing.T) {
 	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
 	onCUDA(t, func() error {
@@ -74,6 +74,42 @@ func TestFusedMatchesOps(t *testing.T) {
 			if err := sameBits(fmt.Sprintf("L=%d KVPrep v", c.L), cv, gv); err != nil {
 				s.Close()
 				return err
+			}
+			// HeadPrepInto: the same q; the keys and values land in the cache's buffers at rows
+			// off.. (those past the buffer's end are dropped), every other row untouched.
+			R := c.off + c.L + 2
+			if c.L == 16 {
+				R = c.off + c.L - 2
+			}
+			kc, vc := mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16), mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16)
+			mlxc.Eval(kc, vc)
+			iq := f.HeadPrepInto(y, hq, hk, D, qn, kn, OnDevice(pos), kc, vc)
+			mlxc.Eval(iq)
+			kept := min(c.L, R-c.off)
+			for _, p := range []struct {
+				name             string
+				got, cache, want *mlxc.Array
+			}{{"q", iq, nil, gq}, {"k", nil, kc, gk}, {"v", nil, vc, gv}} {
+				name := fmt.Sprintf("L=%d HeadPrepInto %s", c.L, p.name)
+				if p.cache == nil {
+					if err := sameBits(name, p.got, p.want); err != nil {
+						s.Close()
+						return err
+					}
+					continue
+				}
+				if err := sameBits(name, mlxc.SliceAxis(p.cache, 2, c.off, c.off+kept), mlxc.SliceAxis(p.want, 2, 0, kept)); err != nil {
+					s.Close()
+					return err
+				}
+				rest := mlxc.Sum(mlxc.Abs(mlxc.AsType(mlxc.SliceAxis(p.cache, 2, 0, c.off), mlxc.Float32)), nil, false).Float32s()[0]
+				if c.off+kept < R {
+					rest += mlxc.Sum(mlxc.Abs(mlxc.AsType(mlxc.SliceAxis(p.cache, 2, c.off+kept, R), mlxc.Float32)), nil, false).Float32s()[0]
+				}
+				if rest != 0 {
+					s.Close()
+					return fmt.Errorf("%s: rows outside %d..%d changed (|sum| %g)", name, c.off, c.off+kept, rest)
+				}
 			}
 			// Row i of the block alone, at position off+i.
 			for i := 0; i < c.L; i += max(1, c.L/3) {

@@ -85,16 +85,20 @@ func constsOf(args []mlxc.TemplateArg) []string {
 }
 
 // tcInputs is the tensor-core kernel's inputs: in and the residual r, of type T when the
-// launch adds it and the unread float placeholder otherwise, then with NormOut the norm's
-// weight xw and the unread ordering input ndep (SkinnyGEMM.applyTC).
+// launch adds it and the unread float placeholder otherwise, then for a split launch its
+// scratch ws, then with NormOut the norm's weight xw and the unread ordering input ndep
+// (SkinnyGEMM.applyTC).
 func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
 	r := "float"
 	if c.Resid {
 		r = T
 	}
 	out := append(append([][2]string(nil), in...), [2]string{"r", r})
+	if c.Split > 1 {
+		out = append(out, [2]string{"ws", "float"})
+	}
 	if c.NormOut {
-		out = append(out, [2]string{"xw", T}, [2]string{"ndep", "float"})
+		out = append(out, [2]string{"xw", T}, [2]string{"ndep", T})
 	}
 	return out
 }
@@ -137,7 +141,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19}, tcConfigFor(2560, 9728),
 			{Tiles: 2, Warps: 8, Unroll: 2, Split: 8, Tiled: true}, {Tiles: 1, Warps: 4, Unroll: 4, Split: 3}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_split_%s_%d_%d_%d_%v_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Tiled),
-				Header: tcMMA, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}},
+				Header: tcMMA, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}, c, T), Outputs: y,
 				Consts: constsOf(c.template(dt)), Body: tcSplitSource})
 		}
 		act := tcConfigFor(19456, 2560) // ApplyAct on the merged gate/up product
@@ -151,7 +155,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				c.Gated, c.Resid = f[0], f[1]
 				body, in, out := tcSource, xw, y
 				if c.Split > 1 {
-					body, in, out = tcSplitSource, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}, [][2]string{{"y", T}, {"ws", "float"}}
+					body, in = tcSplitSource, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 				}
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Gated, c.Resid),
 					Header: tcMMA, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
@@ -159,11 +163,11 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		}
 		// The norm fusion: o and down writing their output's RMSNorm (split, with the
 		// residual add).
-		split := [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", "float"}}
+		split := [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), {Tiles: 1, Warps: 2, Unroll: 4, Split: 7}} {
 			c.Resid, c.NormOut, c.EpsBits = true, true, 0x358637bd
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Split), Header: tcMMA,
-				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"ws", "float"}, {"ys", "float"}, {"xn", T}},
+				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"xn", T}},
 				Consts: constsOf(c.template(dt)), Body: tcSplitNormSource})
 		}
 		for _, D := range []int{64, 128, 256} {
@@ -175,10 +179,10 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: headPrepSource})
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_kv_%s_%d", T, D),
-				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
-				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
-				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepKVSource})
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_into_%s_%d", T, D),
+				Inputs:  [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
+				Outputs: [][2]string{{"qo", T}},
+				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepIntoSource})
 			for _, causal := range []bool{true, false} {
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
 					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},

@@ -50,7 +50,7 @@ func (n *Normed) Rows(i, j int) *Normed {
 // to make.
 func (l *Linear) ApplyAddNorm(x, r, norm *mlxc.Array, eps float32) (*mlxc.Array, *Normed) {
 	if l.Q == nil && l.Bias == nil && l.skinny.FitsNormOut(x, l.W, r, norm) {
-		h, xn, _ := l.skinny.ApplyAddNorm(x, l.W, r, norm, eps, &l.tc)
+		h, xn := l.skinny.ApplyAddNorm(x, l.W, r, norm, eps, &l.tc)
 		return h, NormedAs(h, xn)
 	}
 	h := l.ApplyAdd(x, r)

@@ -243,7 +243,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 			}
 			if keys != nil {
-				q, k, v = m.fused.HeadPrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
+				q = m.fused.HeadPrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
 			} else {
 				q, k, v = m.headPrep(l, x, kernelPos())
 			}
@@ -265,7 +265,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			if keys == nil {
 				keys, values = lc.WriteAt(k, v, pos, opt.Window)
 			}
-			if fqa && m.fqa.Fits(q, k) {
+			if fqa && m.fqa.Fits(q, keys) { // keys: k is nil when head prep wrote the cache
 				merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
 			} else {
 				if padMask == nil {

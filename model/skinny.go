@@ -50,9 +50,9 @@ type SkinnyGEMM struct {
 	// sms is the GPU's multiprocessor count, which bounds the blocks of a NormOut launch
 	// that may wait for each other (normOutFits).
 	sms int
-	// lastNorm is the last NormOut launch's scales (a second handle, see applyTC): every
-	// NormOut launch takes the previous one's as an unread input, so that no two of them,
-	// whatever their weights, ever run at once, each with its tiles' last blocks waiting
+	// lastNorm is the last NormOut launch's y (a second handle, see applyTC): every NormOut
+	// launch takes the previous one's as an unread input, so that no two of them, whatever
+	// their weights, ever run at once, each with its tiles' last blocks waiting
 	// (normOutFits bounds one launch's waiters, not two launches').
 	lastNorm *mlxc.Array
 }
@@ -198,11 +198,11 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	spec.Inputs = []string{"x", "w", "r"}
 	split := spec
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
-	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r"}, []string{"y", "ws"}
+	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r", "ws"}, []string{"y"}
 	splitNorm := split
 	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
-	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "xw", "ndep"}
-	splitNorm.Outputs = []string{"y", "ws", "ys", "xn"}
+	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "ws", "xw", "ndep"}
+	splitNorm.Outputs = []string{"y", "xn"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
 	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm),
@@ -211,22 +211,34 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
-// the kernel's layout (DFLASH_TC_TILED=1), the per-tile counts of the split launch, and
-// the last split launch's partials (prev). Two split launches must not share counts at the
-// same time (see tcSplitStore), and MLX's CUDA graphs run kernels that no data path links
-// concurrently — the drafter applies one projection to its context rows and to its block
-// in one graph — so each split launch takes the previous launch's partials of the same
-// weight as an (unread) input: an edge that orders them. Zero value: nothing made yet.
+// the kernel's layout (DFLASH_TC_TILED=1), the per-tile counts and the float scratch (ws:
+// partials, sums of squares, scales) of the split launch, and the last split launch's y
+// (prev). Counts and scratch are inputs the kernel writes, not outputs: each output costs
+// host time on every launch (an allocation, a dependency, a handle), two per o and down
+// projection with the norm. Two split launches must not share them at the same time (see
+// tcSplitStore), and MLX's CUDA graphs run kernels that no data path links concurrently —
+// the drafter applies one projection to its context rows and to its block in one graph —
+// so each split launch takes the previous launch's y of the same weight as an (unread)
+// input: an edge that orders them. Zero value: nothing made yet.
 type TCState struct {
-	tiled, counts, prev *mlxc.Array
+	tiled, counts, ws, prev *mlxc.Array
+	wsLen                   int // ws's length in floats
 }
 
 // Free releases what the state holds.
 func (st *TCState) Free() {
 	st.tiled.Free()
 	st.counts.Free()
+	st.ws.Free()
 	st.prev.Free()
-	st.tiled, st.counts, st.prev = nil, nil, nil
+	st.tiled, st.counts, st.ws, st.prev, st.wsLen = nil, nil, nil, nil, 0
+}
+
+// scales reads the rows' scales of the last NormOut launch on this weight with launch c
+// (scalesAt) once it has run: the test of the norm fusion checks them.
+func (st *TCState) scales(c tcConfig, N, M int) []float32 {
+	at := c.scalesAt(N)
+	return mlxc.SliceAxis(st.ws, 0, at, at+M).Float32s()
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
@@ -299,12 +311,11 @@ func normOutFits(tiles, warps, sms int) bool {
 	return sms > 0 && warps > 0 && tiles-1 < sms*max(1, 8/warps)
 }
 
-// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values), xn = RMSNorm(h) with weight nw
-// and eps, and each row's scale rsqrt(mean(h²) + eps) as float32 [M], from one kernel
-// (call FitsNormOut first).
-func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCState) (h, xn, scales *mlxc.Array) {
+// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values) and xn = RMSNorm(h) with weight
+// nw and eps from one kernel (call FitsNormOut first; the rows' scales stay in st).
+func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCState) (h, xn *mlxc.Array) {
 	out := s.launchTC(x, w, tcFusion{r: r, normW: nw, eps: eps}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
-	return out[0], out[3], out[2]
+	return out[0], out[1]
 }
 
 // FitsAct reports whether ApplyAct serves rows x and a merged gate/up weight w [2I, K]: the
@@ -410,9 +421,8 @@ func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, s
 
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
 // weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
-// counts from st (nil: counts made for this call only). Without a residual the kernel
-// gets an unread placeholder. Outputs: y, then for a split launch its partials, then with
-// c.NormOut y's row scales and y's norm.
+// counts and scratch from st (nil: made for this call only). Without a residual the kernel
+// gets an unread placeholder. Outputs: y, then with c.NormOut y's norm.
 func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
 	r := f.r
 	if r == nil {
@@ -436,7 +446,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 	}
 	if st == nil {
 		st = &TCState{}
-		defer st.Free() // the graph keeps the counts for the call
+		defer st.Free() // the graph keeps the counts and scratch for the call
 	}
 	if st.counts == nil {
 		// One count per n8 tile: enough for any launch shape (a rule may change between
@@ -444,34 +454,38 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		// even index.
 		st.counts = mlxc.Zeros([]int{N/8 + 4}, mlxc.Int32).Detach()
 	}
-	k, partials := s.split, tiles*c.Split*16*8*c.Tiles
-	if c.NormOut {
-		k, partials = s.splitNorm, partials+tiles*16 // and the tiles' sums of squares
-		call.OutputShapes = append(call.OutputShapes, []int{partials}, []int{M}, []int{M, N})
-		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32, mlxc.Float32, x.Dtype())
-	} else {
-		call.OutputShapes = append(call.OutputShapes, []int{partials})
-		call.OutputDtypes = append(call.OutputDtypes, mlxc.Float32)
+	if n := c.scratchLen(N); n > st.wsLen {
+		// A launch reads only its own part: a larger rule's scratch serves smaller ones.
+		st.ws.Free()
+		st.ws, st.wsLen = mlxc.Zeros([]int{n}, mlxc.Float32).Detach(), n
 	}
+	k := s.split
+	if c.NormOut {
+		k = s.splitNorm
+		call.OutputShapes = append(call.OutputShapes, []int{M, N})
+		call.OutputDtypes = append(call.OutputDtypes, x.Dtype())
+	}
+	// The ordering inputs are unread; before the first launch x stands in (an input
+	// already, of the type later ones have: one kernel signature).
 	dep := st.prev
 	if dep == nil {
-		dep = s.noDep
+		dep = x
 	}
-	in := []*mlxc.Array{x, w, st.counts, dep, r}
+	in := []*mlxc.Array{x, w, st.counts, dep, r, st.ws}
 	if c.NormOut {
 		nd := s.lastNorm
 		if nd == nil {
-			nd = s.noDep
+			nd = x
 		}
 		in = append(in, f.normW, nd)
 	}
 	out := k.Call(in, call)
 	if c.NormOut {
 		s.lastNorm.Free()
-		s.lastNorm = out[2].Ref() // the caller owns out[2]; this handle is ours
+		s.lastNorm = out[0].Ref() // the caller owns out[0]; these handles are ours
 	}
 	st.prev.Free()
-	st.prev = out[1].Detach()
+	st.prev = out[0].Ref()
 	return out
 }
 

@@ -56,8 +56,8 @@ type tcConfig struct {
 	// the three changes the launch shape.
 	Gated, Resid, Act bool
 	// NormOut (split launches only): the launch also writes its output's RMSNorm, xn =
-	// RMSNorm(y) with the norm weight xw and eps = EpsBits' float32, and the rows' scales
-	// ys[m] = rsqrt(mean(y[m]²) + eps). The sums of squares run in a fixed order (each
+	// RMSNorm(y) with the norm weight xw and eps = EpsBits' float32, from the rows' scales
+	// rsqrt(mean(y[m]²) + eps) (left in the scratch: scalesAt). The sums of squares run in a fixed order (each
 	// tile's columns, then the tiles in order), so a row's norm does not depend on other
 	// rows; each element is rounded as MLX's RMSNorm rounds it (tcNormOut).
 	NormOut bool
@@ -85,6 +85,23 @@ func (c tcConfig) resolve(N, K int) tcConfig {
 	want := (K / 32) / (c.Warps * max(c.Unroll, 1))
 	c.Split = max(1, min(want, tcSplitMaxBlocks/max(tiles, 1)))
 	return c
+}
+
+// scratchLen is the float scratch (TCState's ws) of a split launch over N columns: every
+// block's partials, then with NormOut the tiles' sums of squares [16][tiles] and the rows'
+// scales [16] (at scalesAt).
+func (c tcConfig) scratchLen(N int) int {
+	n := max(c.Split, 1) * 16 * N
+	if c.NormOut {
+		n = c.scalesAt(N) + 16
+	}
+	return n
+}
+
+// scalesAt is where a NormOut launch leaves its rows' scales rsqrt(mean(y²) + eps) in the
+// scratch, valid once the launch has run and until the weight's next launch.
+func (c tcConfig) scalesAt(N int) int {
+	return max(c.Split, 1)*16*N + 16*(N/(8*c.Tiles))
 }
 
 // template is the kernel's compile-time arguments for elements of type dt (the offline
@@ -406,12 +423,14 @@ const tcStore = `
 // tcSplitStore: each block writes its chunk's float partial (warps summed in warp order) to
 // ws [tiles·SPLIT, 16, C]; the last of a tile's SPLIT blocks to count itself in cnt[ct]
 // (an atomic add; the threadfence pattern of CUDA's reduction samples) sums the chunks in
-// chunk order, writes y and sets the count back to 0 for the next call. cnt belongs to one
-// weight (TCState), and dep (unread) orders this launch after the weight's previous one:
-// MLX's CUDA graphs may run kernels without a data path between them at the same time, so
-// two launches must never use a count at once.
+// chunk order, writes y and sets the count back to 0 for the next call. cnt and ws belong
+// to one weight (TCState: inputs MLX does not know are written), and dep (unread: the
+// weight's previous y) orders this launch after the weight's previous one: MLX's CUDA
+// graphs may run kernels without a data path between them at the same time, so two
+// launches must never use a count or a scratch buffer at once.
 const tcSplitStore = `
-  float* wb = ws + (size_t)blockIdx.x * 16 * C;
+  float* const wsw = const_cast<float*>(ws);
+  float* wb = wsw + (size_t)blockIdx.x * 16 * C;
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     if (m < M) {
@@ -459,15 +478,15 @@ const tcSplitStore = `
 // Only tiles' last blocks wait, at most one per column tile but the last; normOutFits
 // keeps them fewer than the block slots the GPU guarantees (159 for the 4B shape's o
 // projection against 264 on an H200), so the blocks still to run always find one, and
-// ndep (unread: the previous NormOut launch's scales) keeps two such launches from running
-// at once. Tile 0's block writes the scales (ys).
+// ndep (unread: the previous NormOut launch's y) keeps two such launches from running at
+// once. Tile 0's block writes the scales to ws after the sums (tcConfig.scalesAt).
 const tcNormOut = `
   static_assert(C <= WARPS * 32, "one thread per column stages the norm weight");
   __shared__ float nwt[C];
   if (threadIdx.x < C) nwt[threadIdx.x] = n0 + threadIdx.x < N ? static_cast<float>(xw[n0 + threadIdx.x]) : 0.0f;
   __syncthreads();
   const int tiles = gridDim.x / SPLIT;
-  float* ss = ws + (size_t)gridDim.x * 16 * C; // [16][tiles]
+  float* ss = wsw + (size_t)gridDim.x * 16 * C; // [16][tiles], then the scales [16]
   for (int i = threadIdx.x; i < 128; i += WARPS * 32) {
     const int m = i >> 3;
     const int l = i & 7;
@@ -519,7 +538,7 @@ const tcNormOut = `
     if (lane == 0 && m < 16) scale[m] = rsqrtf(a / static_cast<float>(N) + __int_as_float(EPSBITS));
   }
   __syncthreads();
-  if (ct == 0 && threadIdx.x < M) ys[threadIdx.x] = scale[threadIdx.x];
+  if (ct == 0 && threadIdx.x < M) ss[(size_t)16 * tiles + threadIdx.x] = scale[threadIdx.x];
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     const int c = i - m * C;
@@ -533,8 +552,8 @@ const tcNormOut = `
 // The kernels' bodies.
 var (
 	tcSource          = tcMain + tcStore          // x, w, r
-	tcSplitSource     = tcMain + tcSplitStore     // x, w, cnt, dep, r
-	tcSplitNormSource = tcSplitSource + tcNormOut // x, w, cnt, dep, r, xw, ndep → y, ws, ys, xn
+	tcSplitSource     = tcMain + tcSplitStore     // x, w, cnt, dep, r, ws → y
+	tcSplitNormSource = tcSplitSource + tcNormOut // x, w, cnt, dep, r, ws, xw, ndep → y, xn
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the
