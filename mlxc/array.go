@@ -20,6 +20,10 @@ type Array struct {
 	scope *Scope
 	keep  bool
 	shape []int // cached by dims
+	dtype Dtype // cached by Dtype once dtypeKnown
+	// dtypeKnown: the model asks an array's type many times per cycle (which kernel fits),
+	// and each query was a C call.
+	dtypeKnown bool
 }
 
 // Scope collects the arrays created while it is the innermost open scope, and frees them
@@ -219,7 +223,13 @@ func (a *Array) Location() string {
 }
 
 // Dtype is the element type.
-func (a *Array) Dtype() Dtype { return Dtype(C.mlxc_array_dtype(a.handle("dtype"))) }
+func (a *Array) Dtype() Dtype {
+	h := a.handle("dtype")
+	if !a.dtypeKnown {
+		a.dtype, a.dtypeKnown = Dtype(C.mlxc_array_dtype(h)), true
+	}
+	return a.dtype
+}
 
 // Size is the number of elements.
 func (a *Array) Size() int { return int(C.mlxc_array_size(a.handle("size"))) }

@@ -35,6 +35,41 @@ func MetalKernelsAvailable() bool { return C.mlxc_metal_available() != 0 }
 type Kernel struct {
 	k     C.mlxc_kernel
 	names map[string]*C.char // template argument names, converted once (freed with the kernel)
+	// recent holds a few names without hashing: template names are string constants, and
+	// comparing a string with the same one (same address) is a length and pointer check (a
+	// call looks up ~15). Holding the strings keeps their memory from being reused.
+	recent [24]struct {
+		s string
+		c *C.char
+	}
+	args cArgs // C memory for a call's arguments, reused (Call is MLX-thread only)
+}
+
+// cArgs is C memory a call's argument arrays are written to. cgo checks every Go pointer
+// handed to C (arrays of pointers element by element) and Go buffers whose address C sees
+// escape to the heap; at ~270 kernel calls a DFlash cycle both showed in host profiles.
+// C memory is neither checked nor collected.
+type cArgs struct {
+	mem  unsafe.Pointer
+	size uintptr
+}
+
+// reserve returns at least n bytes of the memory, reallocated (contents dropped) when short.
+func (a *cArgs) reserve(n uintptr) unsafe.Pointer {
+	if n > a.size {
+		C.free(a.mem)
+		a.size = max(n, 1024)
+		a.mem = C.malloc(C.size_t(a.size))
+		if a.mem == nil {
+			panic("mlxc: out of memory for kernel call arguments")
+		}
+	}
+	return a.mem
+}
+
+func (a *cArgs) free() {
+	C.free(a.mem)
+	a.mem, a.size = nil, 0
 }
 
 // KernelSpec describes a custom kernel.
@@ -144,17 +179,27 @@ func (k *Kernel) Free() {
 	if k != nil && k.k != nil {
 		C.mlxc_kernel_free(k.k)
 		k.k = nil
-		for _, p := range k.names {
-			C.free(unsafe.Pointer(p))
-		}
-		k.names = nil
+		k.freeArgs()
 	}
+}
+
+// freeArgs releases the C copies of template names and the argument memory.
+func (k *Kernel) freeArgs() {
+	for _, p := range k.names {
+		C.free(unsafe.Pointer(p))
+	}
+	k.names = nil
+	k.recent = [len(k.recent)]struct {
+		s string
+		c *C.char
+	}{}
+	k.args.free()
 }
 
 // Call runs the kernel on the current (GPU) stream and returns its outputs. A launch seen
 // before (same template arguments, grid, output shapes and input types) reuses its
 // primitive, so a repeated call costs about as much as an MLX op. Call sits on the decode
-// path, hence fixed-size buffers instead of per-call allocations for the usual sizes.
+// path: its arguments go to C through the kernel's reusable C memory (cArgs).
 func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	if k == nil || k.k == nil {
 		fail("kernel_apply", "use of a freed kernel")
@@ -163,25 +208,45 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	if len(call.OutputDtypes) != nout {
 		fail("kernel_apply", "%d output shapes but %d dtypes", nout, len(call.OutputDtypes))
 	}
-	var buf [16]C.mlxc_array
-	hs := requiredHandles("kernel_apply", inputs, &buf)
-	var shapeBuf [32]C.int
-	var ndimBuf, dtBuf [8]C.int
-	shapes, ndims, dts := shapeBuf[:0], ndimBuf[:0], dtBuf[:0]
-	for i, sh := range call.OutputShapes {
-		ndims = append(ndims, C.int(len(sh)))
-		dts = append(dts, C.int(call.OutputDtypes[i]))
-		for _, d := range sh {
-			shapes = append(shapes, C.int(d))
-		}
+	nshape := 0
+	for _, sh := range call.OutputShapes {
+		nshape += len(sh)
 	}
-	shapes, ndims, dts = append(shapes, 0), append(ndims, 0), append(dts, 0)
-	grid := [3]C.int{C.int(call.Grid[0]), C.int(call.Grid[1]), C.int(call.Grid[2])}
-	group := [3]C.int{C.int(call.ThreadGroup[0]), C.int(call.ThreadGroup[1]), C.int(call.ThreadGroup[2])}
-	var nameBuf [12]*C.char
-	var kindBuf, valBuf [12]C.int
-	names, kinds, vals := nameBuf[:0], kindBuf[:0], valBuf[:0]
-	for _, t := range call.Template {
+	nt := len(call.Template)
+	// Layout: input handles, output handles (nout+1), template names (nt+1), then ints:
+	// shapes (+1), ndims, dtypes (nout+1 each), grid, group, template kinds and values (nt+1 each).
+	const ptr = unsafe.Sizeof(uintptr(0))
+	const cint = unsafe.Sizeof(C.int(0))
+	nptr := uintptr(len(inputs) + nout + 1 + nt + 1)
+	nint := uintptr(nshape + 1 + 2*(nout+1) + 6 + 2*(nt+1))
+	mem := k.args.reserve(nptr*ptr + nint*cint)
+	hs := unsafe.Slice((*C.mlxc_array)(mem), len(inputs))
+	outs := unsafe.Slice((*C.mlxc_array)(unsafe.Add(mem, uintptr(len(inputs))*ptr)), nout+1)
+	names := unsafe.Slice((**C.char)(unsafe.Add(mem, uintptr(len(inputs)+nout+1)*ptr)), nt+1)
+	ints := unsafe.Slice((*C.int)(unsafe.Add(mem, nptr*ptr)), nint)
+	for i, a := range inputs {
+		if a == nil {
+			fail("kernel_apply", "operand %d is nil", i)
+		}
+		hs[i] = a.handle("kernel_apply")
+	}
+	shapes, ndims, dts := ints[:nshape+1], ints[nshape+1:nshape+2+nout], ints[nshape+2+nout:nshape+3+2*nout]
+	rest := ints[nshape+3+2*nout:]
+	grid, group, kinds, vals := rest[0:3], rest[3:6], rest[6:7+nt], rest[7+nt:8+2*nt]
+	j := 0
+	for i, sh := range call.OutputShapes {
+		ndims[i], dts[i] = C.int(len(sh)), C.int(call.OutputDtypes[i])
+		for _, d := range sh {
+			shapes[j] = C.int(d)
+			j++
+		}
+		outs[i] = nil
+	}
+	shapes[j], ndims[nout], dts[nout], outs[nout] = 0, 0, 0, nil
+	for i := range 3 {
+		grid[i], group[i] = C.int(call.Grid[i]), C.int(call.ThreadGroup[i])
+	}
+	for i, t := range call.Template {
 		var kind, val C.int
 		switch v := t.Value.(type) {
 		case int:
@@ -196,9 +261,9 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 		default:
 			fail("kernel_apply", "template arg %s: want int, bool or Dtype, got %T", t.Name, t.Value)
 		}
-		names, kinds, vals = append(names, k.name(t.Name)), append(kinds, kind), append(vals, val)
+		names[i], kinds[i], vals[i] = k.name(t.Name), kind, val
 	}
-	names, kinds, vals = append(names, nil), append(kinds, 0), append(vals, 0)
+	names[nt], kinds[nt], vals[nt] = nil, 0, 0
 	var inp *C.mlxc_array
 	if len(hs) > 0 {
 		inp = &hs[0]
@@ -207,12 +272,7 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	if call.InitValue != nil {
 		init = C.float(*call.InitValue)
 	}
-	var outBuf [8]C.mlxc_array
-	outs := outBuf[:0]
-	for range nout + 1 {
-		outs = append(outs, nil)
-	}
-	check("kernel_apply", C.mlxc_kernel_apply(&outs[0], k.k, inp, C.int(len(hs)), &shapes[0], &ndims[0], &dts[0], C.int(nout), &grid[0], &group[0], &names[0], &kinds[0], &vals[0], C.int(len(call.Template)), C.bool(call.InitValue != nil), init, curStream.c))
+	check("kernel_apply", C.mlxc_kernel_apply(&outs[0], k.k, inp, C.int(len(hs)), &shapes[0], &ndims[0], &dts[0], C.int(nout), &grid[0], &group[0], &names[0], &kinds[0], &vals[0], C.int(nt), C.bool(call.InitValue != nil), init, curStream.c))
 	res := make([]*Array, nout)
 	for i := range res {
 		res[i] = newArray(outs[i])
@@ -222,13 +282,28 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 
 // name returns the C copy of a template argument name, made at its first use.
 func (k *Kernel) name(s string) *C.char {
-	if p, ok := k.names[s]; ok {
-		return p
+	for i := range k.recent {
+		r := &k.recent[i]
+		if r.c == nil {
+			break
+		}
+		if r.s == s {
+			return r.c
+		}
 	}
-	if k.names == nil {
-		k.names = map[string]*C.char{}
+	p, ok := k.names[s]
+	if !ok {
+		if k.names == nil {
+			k.names = map[string]*C.char{}
+		}
+		p = C.CString(s)
+		k.names[s] = p
 	}
-	p := C.CString(s)
-	k.names[s] = p
+	for i := range k.recent {
+		if r := &k.recent[i]; r.c == nil {
+			r.s, r.c = s, p
+			break
+		}
+	}
 	return p
 }

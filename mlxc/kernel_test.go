@@ -1,8 +1,11 @@
 package mlxc
 
 import (
+	"fmt"
 	"regexp"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
 // out[i] = a[i]·2 + b[i]. The grid is in threads and the last block may hold surplus
@@ -227,4 +230,43 @@ func TestCUDAMultiprocessors(t *testing.T) {
 		}
 		t.Logf("%d multiprocessors", n)
 	})
+}
+
+// Template names reach C once per kernel: the same text gives the same C string whether it
+// is the same Go string or a copy, different names different ones, also past the short
+// list of recent names (the map behind it); the argument memory grows when a call needs
+// more and keeps its size otherwise.
+func TestKernelArgsMarshaling(t *testing.T) {
+	var k Kernel
+	defer k.freeArgs()
+	seen := map[unsafe.Pointer]string{}
+	for round := range 2 {
+		for i := range 40 {
+			s := fmt.Sprintf("P%d", i)
+			p := unsafe.Pointer(k.name(s))
+			if p == nil {
+				t.Fatalf("name(%q) = nil", s)
+			}
+			if q := unsafe.Pointer(k.name(strings.Clone(s))); q != p {
+				t.Errorf("round %d: a copy of %q got another C string", round, s)
+			}
+			if prev, ok := seen[p]; ok && prev != s {
+				t.Errorf("%q and %q share a C string", prev, s)
+			}
+			seen[p] = s
+		}
+	}
+	if len(seen) != 40 {
+		t.Errorf("%d C strings for 40 names", len(seen))
+	}
+	a := k.args.reserve(100)
+	if a == nil || k.args.size < 100 {
+		t.Fatalf("reserve(100): %p, size %d", a, k.args.size)
+	}
+	if b := k.args.reserve(50); b != a {
+		t.Errorf("a smaller reserve moved the memory")
+	}
+	if b := k.args.reserve(k.args.size + 1); b == nil || k.args.size < 1025 {
+		t.Errorf("a larger reserve: %p, size %d", b, k.args.size)
+	}
 }

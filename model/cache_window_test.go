@@ -58,7 +58,7 @@ func TestKVCacheWindow(t *testing.T) {
 			wantNodes int
 		}{
 			{[]int32{7}, []int{1}, 4, 1},
-			{[]int32{7}, nil, 5, 4}, // 0-d: reshaped, zeros made and appended
+			{[]int32{7}, nil, 4, 2}, // 0-d (Visible): reshaped first
 			{[]int32{3, 4, 5, 6, 7, 8}, []int{6}, 10, 4},
 		} {
 			a := mlxc.FromSlice(c.in, c.shape...)

@@ -20,11 +20,14 @@ func OnDevice(a *mlxc.Array) *mlxc.Array {
 }
 
 // padForDevice is OnDevice's copy. A one-element array (a position: several each cycle) is
-// repeated four times by one Concatenate node; a fresh zero pad would be two nodes more
+// repeated four times by one Concatenate node (after a Reshape when it is not 1-D); a fresh zero pad would be two nodes more
 // (Reshape, Full), and every node costs host time each cycle. Larger arrays (constants,
 // made once) get zeros after their elements.
 func padForDevice(a *mlxc.Array) *mlxc.Array {
-	if a.Size() == 1 && a.Ndim() == 1 {
+	if a.Size() == 1 {
+		if a.Ndim() != 1 {
+			a = mlxc.Reshape(a, 1)
+		}
 		return mlxc.Concatenate([]*mlxc.Array{a, a, a, a}, 0)
 	}
 	return mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(a, -1), mlxc.Zeros([]int{4}, a.Dtype())}, 0)

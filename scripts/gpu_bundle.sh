@@ -2,7 +2,8 @@
 # Builds the bundle that scripts/gpu_run.sh unpacks on a lent GPU machine without network
 # (docs/gpu.md): the mlx-cuda-13 runtime in two parts under 64 MiB (.gpu/p1, .gpu/p2), and
 # stripped binaries of the current tree (CLI + CUDA-relevant test binaries). The wheel comes
-# from PyPI once and is kept in $GPU_CACHE. Usage: bash scripts/gpu_bundle.sh [--bin-only | --mlx-lm]
+# from PyPI once and is kept in $GPU_CACHE. Usage: bash scripts/gpu_bundle.sh [--bin-only | --mlx-lm | --base REV]
+# (--base REV: the CLI of commit REV as .gpu/p2/base.tar.xz, for gpu_run.sh abbin.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -23,6 +24,20 @@ if [ "${1:-}" = "--mlx-lm" ]; then
   (cd "$CACHE" && tar -cf "$ROOT/.gpu/p3/pywheels.tar" pywheels)
   du -sh .gpu/p3
   echo "carry [\".gpu/p3\"] with 'bash scripts/gpu_run.sh mlxlm' right after a p2 call (docs/gpu.md)"
+  exit 0
+fi
+
+if [ "${1:-}" = "--base" ]; then
+  REV="${2:?--base needs a revision}"
+  step "build the CLI of $REV into .gpu/p2/base.tar.xz (stage abbin)"
+  W="$(mktemp -d)"
+  git worktree add --detach "$W/src" "$REV" > /dev/null
+  ln -s "$ROOT/third_party" "$W/src/third_party"
+  (cd "$W/src" && make lib > /dev/null && mkdir -p "$W/bin/bin" &&
+    CGO_LDFLAGS="-L$ROOT/third_party/tokenizers" go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=base-$(git rev-parse --short HEAD)" -o "$W/bin/bin/dflash-base" ./cmd/dflash-mlx)
+  (cd "$W/bin" && tar -cJf "$ROOT/.gpu/p2/base.tar.xz" bin)
+  git worktree remove --force "$W/src"
+  rm -rf "$W"
   exit 0
 fi
 

@@ -3,7 +3,7 @@
 # was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
-# (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | diag | tune | prof | sweep | inmodel | mlxlm; docs/gpu.md)
+# (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | abbin | diag | tune | prof | sweep | inmodel | mlxlm; docs/gpu.md)
 set -uo pipefail
 STAGE="${1:-all}"
 X=/tmp/mlxcuda
@@ -146,6 +146,29 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
     ( cd draft && timeout 60 "$B/draft.test" -test.count=1 -test.v -test.run 'Padded|Fused' 2>&1 ) > "$R/draft_cuda_tests.txt"; tail -2 "$R/draft_cuda_tests.txt"
   fi
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
+fi
+if [ "$STAGE" = abbin ]; then
+  # The τ≈6.5 benchmark with two builds side by side in one lease: the carried base.tar.xz
+  # (bin/dflash-base, made by gpu_bundle.sh --base REV) and this build, alternating
+  # ABBIN_ROUNDS times (default 2). Results: $OUT/abbin.tgz and a summary line per run.
+  [ -f /tmp/stage/base.tar.xz ] || { echo "no base.tar.xz carried"; exit 3; }
+  mkdir -p "$X/base" && tar -xJf /tmp/stage/base.tar.xz -C "$X/base"
+  R=/tmp/abbin; rm -rf "$R"; mkdir -p "$R"
+  "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  for i in $(seq "${ABBIN_ROUNDS:-2}"); do
+    for which in base new; do
+      bin="$B/dflash-mlx"; [ "$which" = base ] && bin="$X/base/bin/dflash-base"
+      timeout 200 "$bin" bench --random qwen3-4b --dir /tmp/r4b -n 256 --num-prompts 1 --repeats 3 --replay-drafts 0.14 --json > "$R/${which}_$i.json" 2> "$R/${which}_$i.err"
+      python3 -c "
+import json,sys
+r=json.load(open(sys.argv[1])); x=r['rows'][0]; p=x.get('pipelined') or {}
+print(sys.argv[2], 'plain', round(r['median_plain_tok_s']), 'dflash', round(r['median_dflash_tok_s']), 'x%.2f' % r['median_speedup'], 'tau', round(r['median_tau'],2),
+  'runs', [round(v) for v in x['dflash_runs_tok_s']], 'nodes', round(x['draft_nodes_per_cycle']+x['verify_nodes_per_cycle']),
+  'build+enc %.2f+%.2f' % (x['cycle_construct_ms'], x['cycle_encode_ms']), 'pipe %.2f (host %.2f)' % (p.get('cycle_ms',0), p.get('host_ms',0)))
+" "$R/${which}_$i.json" "$which $i" || tail -3 "$R/${which}_$i.err"
+    done
+  done
+  tar -czf "$OUT/abbin.tgz" -C "$R" .
 fi
 if [ "$STAGE" = diag ]; then
   # Chosen test binaries with chosen settings, one after another (DIAG: ';'-separated
