@@ -21,6 +21,13 @@ import (
 type FewQueryAttention struct {
 	k          *mlxc.Kernel
 	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too
+	templates  templateCache[fqaKey]
+}
+
+type fqaKey struct {
+	dt     mlxc.Dtype
+	d      int
+	causal bool
 }
 
 const fqaWarps = 4
@@ -195,7 +202,9 @@ func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, c
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
 		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},
-		Template:     fqaTemplate(q.Dtype(), D, causal),
+		Template: a.templates.get(fqaKey{q.Dtype(), D, causal}, func() []mlxc.TemplateArg {
+			return fqaTemplate(q.Dtype(), D, causal)
+		}),
 	})[0]
 }
 

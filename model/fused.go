@@ -34,7 +34,20 @@ type Fused struct {
 	half     int         // inv's meaningful length: head dimension / 2
 	// prepInto is HeadPrep that writes the block's keys and values into a KV cache's
 	// buffers at a device position instead of returning them (HeadPrepInto).
-	prepInto *mlxc.Kernel
+	prepInto      *mlxc.Kernel
+	prepTemplates templateCache[prepKey]
+}
+
+type prepKey struct {
+	dt                    mlxc.Dtype
+	d, hq, hk, qo, ko, vo int
+}
+
+// prepTemplate is headPrepTemplate, made once per shape.
+func (f *Fused) prepTemplate(dt mlxc.Dtype, D, hq, hk, qo, ko, vo int) []mlxc.TemplateArg {
+	return f.prepTemplates.get(prepKey{dt, D, hq, hk, qo, ko, vo}, func() []mlxc.TemplateArg {
+		return headPrepTemplate(dt, D, hq, hk, qo, ko, vo)
+	})
 }
 
 const fusedWarps = 4
@@ -273,7 +286,7 @@ func (f *Fused) launchPrep(inputs []*mlxc.Array, qo, ko, vo, hq, hk, D int) (*ml
 		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
 		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
-		Template:     headPrepTemplate(dt, D, hq, hk, qo, ko, vo),
+		Template:     f.prepTemplate(dt, D, hq, hk, qo, ko, vo),
 	})
 	return out[0], out[1], out[2]
 }
@@ -304,7 +317,7 @@ func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *
 		OutputDtypes: []mlxc.Dtype{dt},
 		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
-		Template:     headPrepTemplate(dt, D, hq, hk, 0, hq*D, (hq+hk)*D),
+		Template:     f.prepTemplate(dt, D, hq, hk, 0, hq*D, (hq+hk)*D),
 	})[0]
 }
 

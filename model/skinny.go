@@ -55,28 +55,13 @@ type SkinnyGEMM struct {
 	// their weights, ever run at once, each with its tiles' last blocks waiting
 	// (normOutFits bounds one launch's waiters, not two launches').
 	lastNorm *mlxc.Array
-	// templates caches tcConfig.template per launch and type: built per call, its 15
-	// boxed arguments were a measurable part of building a cycle's graph.
-	templates map[tcTemplateKey][]mlxc.TemplateArg
+	// templates caches tcConfig.template per launch and type.
+	templates templateCache[tcTemplateKey]
 }
 
 type tcTemplateKey struct {
 	c  tcConfig
 	dt mlxc.Dtype
-}
-
-// template is c.template(dt), made once per launch shape and type.
-func (s *SkinnyGEMM) template(c tcConfig, dt mlxc.Dtype) []mlxc.TemplateArg {
-	key := tcTemplateKey{c, dt}
-	t, ok := s.templates[key]
-	if !ok {
-		if s.templates == nil {
-			s.templates = map[tcTemplateKey][]mlxc.TemplateArg{}
-		}
-		t = c.template(dt)
-		s.templates[key] = t
-	}
-	return t
 }
 
 // Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
@@ -461,7 +446,7 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		OutputDtypes: []mlxc.Dtype{x.Dtype()},
 		Grid:         [3]int{tiles * max(c.Split, 1) * c.Warps * 32, 1, 1},
 		ThreadGroup:  [3]int{c.Warps * 32, 1, 1},
-		Template:     s.template(c, x.Dtype()),
+		Template:     s.templates.get(tcTemplateKey{c, x.Dtype()}, func() []mlxc.TemplateArg { return c.template(x.Dtype()) }),
 	}
 	if c.Split <= 1 {
 		return s.k.Call([]*mlxc.Array{x, w, r}, call)
