@@ -292,11 +292,16 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		}
 		var q, kn, vn *mlxc.Array
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote the block into them
+		var merged *mlxc.Array       // attention rows [L, H·D], when one kernel did head prep and attention
 		lc.Append(d.keysValues(l, proj, lc.Offset()))
 		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
-			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
+			keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype())
+			switch {
+			case keys != nil && d.fqa.ServesRows(L) && d.fused.PrepAttentionFits(h.H, c0.HeadDim, l.qNorm, l.kNorm, keys):
+				merged = d.fused.PrepAttention(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values, d.scaleArr, false)
+			case keys != nil:
 				q = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
-			} else {
+			default:
 				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {
@@ -308,8 +313,10 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		if keys == nil {
 			keys, values = lc.WriteAt(kn, vn, pos, window)
 		}
-		var o, merged *mlxc.Array
-		if d.fqa.Fits(q, keys) { // keys: kn is nil when head prep wrote the cache
+		var o *mlxc.Array
+		if merged != nil {
+			// PrepAttention wrote the block's keys and values and attended.
+		} else if d.fqa.Fits(q, keys) { // keys: kn is nil when head prep wrote the cache
 			merged = d.fqa.Apply(q, keys, values, d.scaleArr, kseen(), false)
 		} else {
 			if mask == nil {

@@ -190,6 +190,12 @@ func (a *FewQueryAttention) Fits(q, k *mlxc.Array) bool {
 		k.Dtype() == dt && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
 }
 
+// ServesRows reports whether the kernel takes blocks of L queries (Fits's bounds on L):
+// kernels that replace it (PrepAttention) keep to the same blocks.
+func (a *FewQueryAttention) ServesRows(L int) bool {
+	return a != nil && a.k != nil && L >= a.minQueries && L <= 64
+}
+
 // Apply returns attention as rows [L, H·D] (the layout of [1, L, H, D]: the o projection
 // reads it as is, no reshape node). causal: query i sees keys [0, visible+i+1) —
 // visible is then the position of the block's first row; otherwise every query sees keys

@@ -36,6 +36,10 @@ type Fused struct {
 	// buffers at a device position instead of returning them (HeadPrepInto).
 	prepInto      *mlxc.Kernel
 	prepTemplates templateCache[prepKey]
+	// prepAttn is HeadPrepInto and the attention in one kernel (PrepAttention;
+	// DFLASH_FUSE_PREP_ATTN=1), nil when off.
+	prepAttn      *mlxc.Kernel
+	attnTemplates templateCache[prepAttnKey]
 }
 
 type prepKey struct {
@@ -253,9 +257,10 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 		prepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_into",
 			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
 			Source: headPrepIntoSource, EnsureRowContiguous: false}),
-		inv:  OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
-		eps:  OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
-		half: len(inv),
+		inv:      OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
+		eps:      OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
+		half:     len(inv),
+		prepAttn: newPrepAttention(),
 	}
 	if os.Getenv("DFLASH_FUSED_ADDNORM") == "1" {
 		f.addNorm = mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_add_norm",
@@ -399,5 +404,6 @@ func (f *Fused) Free() {
 		f.inv.Free()
 		f.eps.Free()
 		f.prepInto.Free()
+		f.prepAttn.Free()
 	}
 }

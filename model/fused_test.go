@@ -214,3 +214,61 @@ func sameBits(what string, a, b *mlxc.Array) error {
 	}
 	return nil
 }
+
+// On CUDA with DFLASH_FUSE_PREP_ATTN=1: PrepAttention equals HeadPrepInto followed by the
+// few-query attention kernel bit for bit — the attention rows and every row of the cache
+// buffers — causal (verify blocks) and not (drafts), for blocks of 1..16 rows at positions
+// from 0 to past a cache step, the cache filled exactly or with rows to spare.
+func TestPrepAttentionMatchesSeparate(t *testing.T) {
+	t.Setenv("DFLASH_FUSE_PREP_ATTN", "1")
+	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
+	onCUDA(t, func() error {
+		r := &Rope{Dims: D, Base: 1e6, Scale: 1, MScale: 1}
+		f := newFused(r, D, eps)
+		if f == nil || f.prepAttn == nil {
+			return fmt.Errorf("no fused head-prep attention kernel on a CUDA machine")
+		}
+		defer f.Free()
+		a := newFewQueryAttention()
+		if a == nil {
+			return fmt.Errorf("no few-query attention kernel on a CUDA machine")
+		}
+		defer a.Free()
+		scale := OnDeviceConst(mlxc.Scalar(1/math.Sqrt(D), mlxc.Float32))
+		defer scale.Free()
+		qn := mlxc.Normal([]int{D}, mlxc.BFloat16, 1, 0.2, mlxc.RandomKey(1))
+		kn := mlxc.Normal([]int{D}, mlxc.BFloat16, 1, 0.2, mlxc.RandomKey(2))
+		for i, c := range []struct {
+			L, pos, R int
+			causal    bool
+		}{{1, 0, 8, true}, {16, 0, 32, true}, {5, 37, 64, true}, {16, 300, 316, true}, {16, 57, 80, false}, {3, 9, 16, false}, {16, 0, 16, false}} {
+			s := mlxc.NewScope()
+			name := fmt.Sprintf("L=%d pos=%d R=%d causal=%v", c.L, c.pos, c.R, c.causal)
+			y := mlxc.Normal([]int{c.L, (hq + 2*hk) * D}, mlxc.BFloat16, 0, 2, mlxc.RandomKey(uint64(10+i)))
+			ck := mlxc.Normal([]int{1, hk, c.R, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(uint64(30+i)))
+			cv := mlxc.Normal([]int{1, hk, c.R, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(uint64(50+i)))
+			k1, v1, k2, v2 := mlxc.Copy(ck), mlxc.Copy(cv), mlxc.Copy(ck), mlxc.Copy(cv)
+			mlxc.Eval(k1, v1, k2, v2)
+			pos := OnDevice(Visible(c.pos))
+			visible := pos // causal: the block's first row; otherwise the keys every row sees
+			if !c.causal {
+				visible = OnDevice(Visible(c.pos + c.L))
+			}
+			want := a.Apply(f.HeadPrepInto(y, hq, hk, D, qn, kn, pos, k1, v1), k1, v1, scale, visible, c.causal)
+			mlxc.Eval(want)
+			got := f.PrepAttention(y, hq, hk, D, qn, kn, pos, k2, v2, scale, c.causal)
+			mlxc.Eval(got)
+			for _, p := range []struct {
+				what      string
+				got, want *mlxc.Array
+			}{{"attention", got, want}, {"keys cache", k2, k1}, {"values cache", v2, v1}} {
+				if err := sameBits(name+" "+p.what, p.got, p.want); err != nil {
+					s.Close()
+					return err
+				}
+			}
+			s.Close()
+		}
+		return nil
+	})
+}

@@ -184,6 +184,10 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Outputs: [][2]string{{"qo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepIntoSource})
 			for _, causal := range []bool{true, false} {
+				ks = append(ks, kernelCheck{Name: fmt.Sprintf("prep_attention_%s_%d_%v", T, D, causal),
+					Inputs: [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"},
+						{"ck", T}, {"cv", T}, {"scale", "float"}},
+					Outputs: [][2]string{{"out", T}}, Consts: constsOf(prepAttnTemplate(dt, D, 32, 8, causal)), Body: prepAttnSource})
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
 					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
 					Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, causal)), Body: fqaSource})

@@ -238,13 +238,17 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		offset := lc.Offset()
 		var q, k, v *mlxc.Array
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote this block into them
+		var merged *mlxc.Array       // attention rows [L, H·D]
 		if B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
 			if at && l.qkv != nil {
 				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 			}
-			if keys != nil {
+			switch {
+			case keys != nil && fqa && m.fqa.ServesRows(L) && m.fused.PrepAttentionFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm, keys):
+				merged = m.fused.PrepAttention(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values, m.scaleArr, true)
+			case keys != nil:
 				q = m.fused.HeadPrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
-			} else {
+			default:
 				q, k, v = m.headPrep(l, x, kernelPos())
 			}
 		} else {
@@ -260,8 +264,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 				q, k = m.rope.Apply(q, offset), m.rope.Apply(k, offset)
 			}
 		}
-		var o, merged *mlxc.Array
-		if at {
+		var o *mlxc.Array
+		if merged != nil {
+			// PrepAttention wrote the keys and values and attended.
+		} else if at {
 			if keys == nil {
 				keys, values = lc.WriteAt(k, v, pos, opt.Window)
 			}
