@@ -32,7 +32,9 @@ type fqaKey struct {
 
 const fqaWarps = 4
 
-const fqaSource = `
+// fqaHead: the block's (head, query), its query scaled into shared memory, its keys' and
+// values' rows (kb, vb with strides kst, vst).
+const fqaHead = `
   constexpr int DPL = D / 32; // output dimensions per lane
   // One lane's DPL values of a key, read with one load.
   struct alignas(DPL * sizeof(T)) VecT {
@@ -61,7 +63,12 @@ const fqaSource = `
   const T* vb = v + hk * v_strides[1];
   const long long kst = k_strides[2];
   const long long vst = v_strides[2];
-  float m = NEG_INF;
+`
+
+// fqaLoop is the attention kernel from the online softmax on: each warp's keys in tiles of
+// 32, the warps merged in a fixed order, the row written. PrepAttention runs the same text
+// with its own key and value rows (their values, and so the results, are the same bit for bit).
+const fqaLoop = `  float m = NEG_INF;
   float lsum = 0.0f;
   float o[DPL];
 #pragma unroll
@@ -142,6 +149,9 @@ const fqaSource = `
     for (int i = 0; i < DPL; ++i) op[i] = static_cast<T>(acc[i] / total);
   }
 `
+
+// fqaSource is the whole kernel body.
+var fqaSource = fqaHead + fqaLoop
 
 // NewFewQueryAttention returns the kernel when custom CUDA kernels can run here (unless
 // DFLASH_FQA=0 without GPU-exact mode), nil otherwise (the model then uses MLX's attention).

@@ -56,7 +56,8 @@ func (f *Fused) prepTemplate(dt mlxc.Dtype, D, hq, hk, qo, ko, vo int) []mlxc.Te
 
 const fusedWarps = 4
 
-const headPrepSource = `
+// headPrepHead picks one warp's (row, head) item: its source row, norm weight and output.
+const headPrepHead = `
   constexpr int HT = HQ + 2 * HK;
   constexpr int P = D / 64; // rotation pairs per lane
   const int L = q_shape[0];
@@ -82,8 +83,13 @@ const headPrepSource = `
     src = v + (size_t)row * v_shape[1] + VO + h * D;
     dst = vo + ((size_t)h * L + row) * D;
   }
-  T* dst2 = nullptr; // KVW
-  float a[P], b[P];
+  T* dst2 = nullptr; // headPrepRow's second destination: none here
+`
+
+// headPrepRow normalizes and rotates one warp's row of one head from src (nw null: copies
+// it) into dst and, when set, dst2, at position off[0]+row. PrepAttention runs the same
+// text for its rows, so both round alike.
+const headPrepRow = `  float a[P], b[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     a[p] = static_cast<float>(src[lane + 32 * p]);
@@ -125,6 +131,9 @@ const headPrepSource = `
     }
   }
 `
+
+// headPrepSource is the whole head-prep kernel body.
+var headPrepSource = headPrepHead + headPrepRow
 
 // headPrepIntoSource is headPrepSource for one merged q/k/v product y whose keys and values
 // go straight into the KV cache's buffers ck / cv ([1, HK, R, D], row-contiguous) at cache

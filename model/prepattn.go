@@ -14,10 +14,21 @@ import (
 // kernel's) prepares its own q row and the new key and value rows it sees (q/k norm and
 // rotation as headPrepSource computes them, rounded to T where that kernel stores) into
 // shared memory, reads the keys before the block from the cache and the block's own from
-// shared memory, and attends in the attention kernel's order: the same values bit for bit.
+// shared memory, and attends in the attention kernel's order. Its texts are the head-prep
+// kernel's row (headPrepRow) and the attention kernel's loop (fqaLoop), so the values are
+// meant to be the same bit for bit.
 // One block per kv head and row (the group's first q head) also stores that row's key and
 // value into the cache for later steps; no block reads a row another writes.
-const prepAttnSource = `
+var prepAttnSource = prepAttnHead + "  auto prep = [&](const T* src, const T* nw, int row, T* dst, T* dst2) {\n" + headPrepRow + "  };\n" +
+	prepAttnRows + replaceAll(fqaLoop,
+	"      const T* kr = kb + j * kst;\n",
+	"      const T* kr = j < pos ? kb + (size_t)j * D : &kr_s[j - pos][0];\n",
+	"        vv[u] = *reinterpret_cast<const VecT*>(vb + r * vst + lane * DPL);\n",
+	"        vv[u] = *reinterpret_cast<const VecT*>((r < pos ? vb + (size_t)r * D : &vr_s[r - pos][0]) + lane * DPL);\n")
+
+// prepAttnHead declares what the shared texts use: the attention kernel's names (H, n,
+// kb and vb the cache's rows of this kv head) and the block's rows in shared memory.
+const prepAttnHead = `
   constexpr int DPL = D / 32; // output dimensions per lane
   constexpr int P = D / 64;   // rotation pairs per lane
   struct alignas(DPL * sizeof(T)) VecT {
@@ -31,157 +42,39 @@ const prepAttnSource = `
   __shared__ float wm[WARPS];
   __shared__ float wl[WARPS];
   __shared__ float wo[WARPS][D];
+  constexpr int H = HQ;
   const int L = y_shape[0];
   const size_t ystride = y_shape[1];
-  const int h = blockIdx.x % HQ;
-  const int l = blockIdx.x / HQ;
+  const int h = blockIdx.x % H;
+  const int l = blockIdx.x / H;
   if (l >= L) return; // block-uniform
-  const int hk = h / (HQ / HK);
+  const int hk = h / (H / HK);
   const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
-  const int pos = off[0];                 // the block's first row
-  const int rows = CAUSAL ? l + 1 : L;    // the block's rows this query sees
-  const int n = pos + rows;               // keys it sees
+  const int pos = off[0];                // the block's first row
+  const int rows = CAUSAL ? l + 1 : L;   // the block's rows this query sees
+  const int n = pos + rows;              // keys it sees
   const int R = ck_shape[2];
-  const bool writer = h % (HQ / HK) == 0; // stores its row's key and value
-  // One row of one head, as headPrepSource: per-head RMSNorm with nw and the rotation at
-  // position p (nw null: copied), stored as T to dst and, when set, to dst2.
-  auto prep = [&](const T* src, const T* nw, int p, T* dst, T* dst2) {
-    float a[P], b[P];
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      a[k] = static_cast<float>(src[lane + 32 * k]);
-      b[k] = static_cast<float>(src[lane + 32 * k + D / 2]);
-    }
-    if (nw == nullptr) {
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        dst[lane + 32 * k] = static_cast<T>(a[k]);
-        dst[lane + 32 * k + D / 2] = static_cast<T>(b[k]);
-        if (dst2 != nullptr) {
-          dst2[lane + 32 * k] = static_cast<T>(a[k]);
-          dst2[lane + 32 * k + D / 2] = static_cast<T>(b[k]);
-        }
-      }
-      return;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < P; ++k) ss += a[k] * a[k] + b[k] * b[k];
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, sh);
-    const float r = rsqrtf(ss / D + eps[0]);
-    const float fp = static_cast<float>(p);
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const int i = lane + 32 * k;
-      const float na = static_cast<float>(static_cast<T>(a[k] * r * static_cast<float>(nw[i])));
-      const float nb = static_cast<float>(static_cast<T>(b[k] * r * static_cast<float>(nw[i + D / 2])));
-      float sn, cs;
-      sincosf(fp * inv[i], &sn, &cs);
-      const T ra = static_cast<T>(na * cs - nb * sn);
-      const T rb = static_cast<T>(na * sn + nb * cs);
-      dst[i] = ra;
-      dst[i + D / 2] = rb;
-      if (dst2 != nullptr) {
-        dst2[i] = ra;
-        dst2[i + D / 2] = rb;
-      }
-    }
-  };
-  T* const kc = const_cast<T*>(ck) + (size_t)hk * R * D;
-  T* const vc = const_cast<T*>(cv) + (size_t)hk * R * D;
-  if (wid == 0) prep(y + (size_t)l * ystride + QO + h * D, qn, pos + l, qt, nullptr);
+  const bool writer = h % (H / HK) == 0; // stores its row's key and value
+  T* const kb = const_cast<T*>(ck) + (size_t)hk * R * D;
+  T* const vb = const_cast<T*>(cv) + (size_t)hk * R * D;
+`
+
+// prepAttnRows prepares the block's q row (warp 0) and the key and value rows this query
+// sees (warp w: rows w, w+WARPS, …) with prep (headPrepRow), the writer storing its own
+// row into the cache, then scales q as the attention kernel does.
+const prepAttnRows = `
+  if (wid == 0) prep(y + (size_t)l * ystride + QO + h * D, qn, l, qt, nullptr);
   for (int r = wid; r < rows; r += WARPS) { // warp-uniform
     const T* src = y + (size_t)r * ystride;
     const bool store = writer && r == l && pos + r >= 0 && pos + r < R;
-    prep(src + KO + hk * D, kn, pos + r, &kr_s[r][0], store ? kc + (size_t)(pos + r) * D : nullptr);
-    prep(src + VO + hk * D, nullptr, 0, &vr_s[r][0], store ? vc + (size_t)(pos + r) * D : nullptr);
+    prep(src + KO + hk * D, kn, r, &kr_s[r][0], store ? kb + (size_t)(pos + r) * D : nullptr);
+    prep(src + VO + hk * D, nullptr, r, &vr_s[r][0], store ? vb + (size_t)(pos + r) * D : nullptr);
   }
   __syncthreads();
   const float sc = scale[0];
   for (int d = threadIdx.x; d < D; d += WARPS * 32) qs[d] = static_cast<float>(qt[d]) * sc;
   __syncthreads();
-  // From here the few-query attention kernel's loop, keys and values before pos read from
-  // the cache and the block's from shared memory.
-  float m = NEG_INF;
-  float lsum = 0.0f;
-  float o[DPL];
-#pragma unroll
-  for (int i = 0; i < DPL; ++i) o[i] = 0.0f;
-  for (int t0 = wid * 32; t0 < n; t0 += WARPS * 32) { // warp-uniform
-    const int j = t0 + lane;
-    float s = NEG_INF;
-    if (j < n) {
-      const T* kr = j < pos ? kc + (size_t)j * D : &kr_s[j - pos][0];
-      float acc = 0.0f;
-#pragma unroll
-      for (int d = 0; d < D; d += 8) {
-        uint4 raw = *reinterpret_cast<const uint4*>(kr + d);
-        const T* p = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc = fmaf(qs[d + e], static_cast<float>(p[e]), acc);
-      }
-      s = acc;
-    }
-    float tmax = s;
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, sh));
-    const float mnew = fmaxf(m, tmax);
-    const float corr = expf(m - mnew);
-    const float p = (j < n) ? expf(s - mnew) : 0.0f;
-    float psum = p;
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, sh);
-    lsum = lsum * corr + psum;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) o[i] *= corr;
-    const int last = min(32, n - t0);
-    for (int j0 = 0; j0 < last; j0 += 8) {
-      VecT vv[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int r = t0 + min(j0 + u, last - 1);
-        const T* vr = r < pos ? vc + (size_t)r * D : &vr_s[r - pos][0];
-        vv[u] = *reinterpret_cast<const VecT*>(vr + lane * DPL);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
-        if (j0 + u < last) {
-#pragma unroll
-          for (int i = 0; i < DPL; ++i) o[i] = fmaf(pj, static_cast<float>(vv[u].e[i]), o[i]);
-        }
-      }
-    }
-    m = mnew;
-  }
-  if (lane == 0) {
-    wm[wid] = m;
-    wl[wid] = lsum;
-  }
-#pragma unroll
-  for (int i = 0; i < DPL; ++i) wo[wid][lane * DPL + i] = o[i];
-  __syncthreads();
-  if (wid == 0) {
-    float M = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, wm[w]);
-    float total = 0.0f;
-    float acc[DPL];
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const float f = wm[w] == NEG_INF ? 0.0f : expf(wm[w] - M);
-      total += wl[w] * f;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[i] += wo[w][lane * DPL + i] * f;
-    }
-    T* op = out + ((size_t)l * HQ + h) * D + lane * DPL;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) op[i] = static_cast<T>(acc[i] / total);
-  }
 `
 
 // prepAttnMaxRows is the most block rows the kernel keeps in shared memory (a verify block
