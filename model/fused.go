@@ -37,7 +37,7 @@ type Fused struct {
 	prepInto      *mlxc.Kernel
 	prepTemplates templateCache[prepKey]
 	// prepAttn is HeadPrepInto and the attention in one kernel (PrepAttention;
-	// DFLASH_FUSE_PREP_ATTN=1), nil when off.
+	// on unless DFLASH_FUSE_PREP_ATTN=0), nil when off.
 	prepAttn      *mlxc.Kernel
 	attnTemplates templateCache[prepAttnKey]
 }

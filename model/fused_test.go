@@ -215,12 +215,11 @@ func sameBits(what string, a, b *mlxc.Array) error {
 	return nil
 }
 
-// On CUDA with DFLASH_FUSE_PREP_ATTN=1: PrepAttention equals HeadPrepInto followed by the
+// On CUDA: PrepAttention equals HeadPrepInto followed by the
 // few-query attention kernel bit for bit — the attention rows and every row of the cache
 // buffers — causal (verify blocks) and not (drafts), for blocks of 1..16 rows at positions
 // from 0 to past a cache step, the cache filled exactly or with rows to spare.
 func TestPrepAttentionMatchesSeparate(t *testing.T) {
-	t.Setenv("DFLASH_FUSE_PREP_ATTN", "1")
 	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
 	onCUDA(t, func() error {
 		r := &Rope{Dims: D, Base: 1e6, Scale: 1, MScale: 1}

@@ -6,8 +6,8 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-// PrepAttention (DFLASH_FUSE_PREP_ATTN=1; off by default until a GPU run has checked it:
-// TestPrepAttentionMatchesSeparate) is HeadPrepInto and the few-query attention kernel in
+// PrepAttention (default on; DFLASH_FUSE_PREP_ATTN=0 turns it off; bit for bit the two
+// kernels it replaces on the H200: TestPrepAttentionMatchesSeparate) is HeadPrepInto and the few-query attention kernel in
 // one kernel for a block whose keys and values go into the KV cache in place: one node per
 // layer instead of two (41 of a DFlash cycle's 331 on the 4B shape), each node being host
 // time on every cycle. Each block of the grid (one per q head and row, as the attention
@@ -81,9 +81,9 @@ const prepAttnRows = `
 // of 16 tokens; 16 KB of keys and values at D = 256).
 const prepAttnMaxRows = 16
 
-// newPrepAttention makes the kernel when DFLASH_FUSE_PREP_ATTN=1, nil otherwise.
+// newPrepAttention makes the kernel unless DFLASH_FUSE_PREP_ATTN=0 (nil then).
 func newPrepAttention() *mlxc.Kernel {
-	if os.Getenv("DFLASH_FUSE_PREP_ATTN") != "1" {
+	if os.Getenv("DFLASH_FUSE_PREP_ATTN") == "0" {
 		return nil
 	}
 	return mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_prep_attention",
