@@ -204,7 +204,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			if pos == nil {
 				pos = model.OnDevice(model.Visible(off + T))
 			}
-			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
 			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
@@ -298,11 +298,11 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 			keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype())
 			switch {
 			case keys != nil && d.fqa.ServesRows(L) && d.fused.PrepAttentionFits(h.H, c0.HeadDim, l.qNorm, l.kNorm, keys):
-				merged = d.fused.PrepAttention(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values, d.scaleArr, false)
+				merged = d.fused.PrepAttention(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values, d.scaleArr, false)
 			case keys != nil:
-				q = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+				q = d.fused.HeadPrepInto(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
 			default:
-				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
+				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {
 			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)

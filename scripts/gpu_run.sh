@@ -220,6 +220,8 @@ if [ "$STAGE" = prof ]; then
   [ -n "$NCU" ] || { echo "no ncu"; exit 3; }
   "$NCU" --version | tail -1
   R=/tmp/prof; rm -rf "$R"; mkdir -p "$R"
+  # "base" in an entry runs the carried base build (base.tar.xz, as abbin) instead.
+  if [ -f /tmp/stage/base.tar.xz ] && [ ! -x "$X/base/bin/dflash-base" ]; then mkdir -p "$X/base" && tar -xJf /tmp/stage/base.tar.xz -C "$X/base"; fi
   [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
   IFS=';' read -ra PV <<< "${PROF_VARIANTS:--}"
   i=0
@@ -227,12 +229,14 @@ if [ "$STAGE" = prof ]; then
     i=$((i+1)); [ "$v" = "-" ] && v=""
     draft="--draft-model /tmp/r4b/draft"
     case "$v" in *nodraft*) draft="--no-draft"; v="${v//nodraft/}";; esac
+    bin="$B/dflash-mlx"
+    case "$v" in *base*) bin="$X/base/bin/dflash-base"; v="${v//base/}";; esac
     log "prof $i: ${v:-defaults} $draft"
     echo "$v $draft" > "$R/prof_$i.env"
     env $v timeout "${PROF_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control none -f -o "$R/prof_$i" \
       --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
       --launch-skip "${PROF_SKIP:-6000}" --launch-count "${PROF_COUNT:-1900}" \
-      "$B/dflash-mlx" run --target-model /tmp/r4b/target $draft --prompt "hello world" -n "${PROF_TOKENS:-64}" --ignore-eos --no-chat-template -q > "$R/prof_$i.log" 2>&1
+      "$bin" run --target-model /tmp/r4b/target $draft --prompt "hello world" -n "${PROF_TOKENS:-64}" --ignore-eos --no-chat-template -q > "$R/prof_$i.log" 2>&1
     echo "exit $?" >> "$R/prof_$i.log"; tail -2 "$R/prof_$i.log"
     "$NCU" -i "$R/prof_$i.ncu-rep" --csv --page raw > "$R/prof_$i.csv" 2>&1
     rm -f "$R/prof_$i.ncu-rep"
