@@ -244,9 +244,14 @@ const tcMain = `
   };
 `
 
-// tcLoadX is how tcMain reads x: rows g and g+8 at k offset o (from the lane's first k),
-// zeros for missing rows.
-const tcLoadX = `
+// tcLoadX is how tcMain reads x: ldx2 loads rows g and g+8 at k offset o (from the lane's
+// first k), zeros for missing rows; fix2 turns what ldx2 loaded into the product's input
+// right before the product uses it (here nothing to do).
+const tcLoadX = tcLoadXRaw + `
+  auto fix2 = [&](int, uint4&, uint4&) {};
+`
+
+const tcLoadXRaw = `
   auto ldx2 = [&](int o, uint4& a, uint4& b) {
     a = r0 ? ldx(xa_p + o) : make_uint4(0u, 0u, 0u, 0u);
     b = r1 ? ldx(xb_p + o) : make_uint4(0u, 0u, 0u, 0u);
@@ -254,14 +259,16 @@ const tcLoadX = `
 `
 
 // tcLoadXNorm (kernels with NormIn) reads rows h of the residual stream whose RMSNorm the
-// product takes, normalizing each element as it arrives: T(xw·T(h·s)), s the row's scale
+// product takes, and fix2 normalizes each element: T(xw·T(h·s)), s the row's scale
 // that the producer of h left at the start of its scratch (sc, from row ROW0 on: rows of
 // a slice of h) and xw the norm weight, MLX's RMSNorm's roundings: the values
 // tcNormApplySource writes, bit for bit. Every block normalizes the K range it reads (a
 // few float multiplies per element of x, next to a tensor-core product per 16 of them);
 // no block computes a norm itself (session 9's consumers summed the rows' squares over all
-// of K in every block: 0.58 ms per cycle slower).
-const tcLoadXNorm = `
+// of K in every block: 0.58 ms per cycle slower). fix2 runs when the product needs the
+// values, not when they are loaded: normalizing at the load made every group of loads
+// wait for x before the previous group's products (1.6 ms per DFlash cycle slower, H200).
+const tcLoadXNorm = tcLoadXRaw + `
   const float s_a = r0 ? __ldcg(sc + ROW0 + g) : 0.0f;
   const float s_b = r1 ? __ldcg(sc + ROW0 + g + 8) : 0.0f;
   const T* xw_p = xw + 8 * t + 32 * sb;
@@ -274,10 +281,10 @@ const tcLoadXNorm = `
     }
     return v;
   };
-  auto ldx2 = [&](int o, uint4& a, uint4& b) {
+  auto fix2 = [&](int o, uint4& a, uint4& b) {
     const uint4 wv = *reinterpret_cast<const uint4*>(xw_p + o);
-    a = r0 ? nrm(ldx(xa_p + o), s_a, wv) : make_uint4(0u, 0u, 0u, 0u);
-    b = r1 ? nrm(ldx(xb_p + o), s_b, wv) : make_uint4(0u, 0u, 0u, 0u);
+    if (r0) a = nrm(a, s_a, wv);
+    if (r1) b = nrm(b, s_b, wv);
   };
 `
 
@@ -323,7 +330,9 @@ const tcMainRest = `
 #pragma unroll
     for (int u = 0; u < U; ++u) ldx2(k0 + 32 * u, xa[u], xb[u]);
   };
-  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
+  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) fix2((grp * U + u) * 32, xa[u], xb[u]);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -374,6 +383,7 @@ const tcMainRest = `
       for (int sl = wid; sl < KT / 32; sl += WARPS) {
         uint4 xa, xb;
         ldx2(tl * KT + sl * 32, xa, xb);
+        fix2(tl * KT + sl * 32, xa, xb);
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
           const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
@@ -391,20 +401,21 @@ const tcMainRest = `
     if (grp < G) load(w0, xa0, xb0, grp);
     for (; grp < G; grp += 2 * WARPS) {
       if (grp + WARPS < G) load(w1, xa1, xb1, grp + WARPS);
-      mma(w0, xa0, xb0);
+      mma(w0, xa0, xb0, grp);
       if (grp + WARPS >= G) break;
       if (grp + 2 * WARPS < G) load(w0, xa0, xb0, grp + 2 * WARPS);
-      mma(w1, xa1, xb1);
+      mma(w1, xa1, xb1, grp + WARPS);
     }
   } else {
     for (int grp = wid; grp < G; grp += WARPS) {
       load(w0, xa0, xb0, grp);
-      mma(w0, xa0, xb0);
+      mma(w0, xa0, xb0, grp);
     }
   }
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
     uint4 xa, xb;
     ldx2(s * 32, xa, xb);
+    fix2(s * 32, xa, xb);
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
       const uint4 wv = LDW(w_p + toff[j] + (size_t)s * SLICE);
@@ -517,6 +528,7 @@ const tcSplitStore = `
 // normalized is written: the consumers normalize as they read (tcLoadXNorm), or
 // tcNormApplySource writes the norm where something needs it as an array.
 const tcScalesOut = `
+  __syncthreads(); // part[0] holds the tile's y, written by every thread
   const int tiles = gridDim.x / SPLIT;
   float* ss = wsw + 16; // [16][tiles]
   for (int i = threadIdx.x; i < 128; i += WARPS * 32) {

@@ -67,15 +67,25 @@ def main():
         if ".alt." not in b:
             ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
     nv = ctypes.CDLL(lib[0])
+    # DFLASH_NVRTC_SASS=pattern: kernels whose name contains pattern are compiled to sm_90
+    # machine code with ptxas's report (registers, spills) printed: register pressure and
+    # local-memory spills seen without a GPU.
+    sass = os.environ.get("DFLASH_NVRTC_SASS", "")
     opts = [b"--gpu-architecture=compute_90", b"--std=c++17", b"-default-device"]
     for inc in (os.path.join(root, "include"), os.path.join(root, "include", "cccl")):
         if os.path.isdir(inc):  # libcu++ lives under include/cccl in the CUDA 13 wheels
             opts.append(b"-I" + inc.encode())
     failed = 0
+    only = os.environ.get("DFLASH_NVRTC_ONLY", "")  # a name substring: check those kernels only
     for k in kernels:
+        if only and only not in k["name"]:
+            continue
         prog = ctypes.c_void_p()
         nv.nvrtcCreateProgram(ctypes.byref(prog), wrap(k).encode(), (k["name"] + ".cu").encode(), 0, None, None)
-        res = nv.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        o = opts
+        if sass and sass in k["name"]:
+            o = [b"--gpu-architecture=sm_90", b"--ptxas-options=-v"] + opts[1:]
+        res = nv.nvrtcCompileProgram(prog, len(o), (ctypes.c_char_p * len(o))(*o))
         size = ctypes.c_size_t()
         nv.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
@@ -87,6 +97,8 @@ def main():
         if res != 0:
             failed += 1
             print(text)
+        elif o is not opts:
+            print("\n".join(l for l in text.splitlines() if "registers" in l or "spill" in l or "stack" in l))
     sys.exit(1 if failed else 0)
 
 
