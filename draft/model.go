@@ -204,7 +204,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			if pos == nil {
 				pos = model.OnDevice(model.Visible(off + T))
 			}
-			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
 			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
 			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
@@ -293,16 +293,31 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		var q, kn, vn *mlxc.Array
 		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote the block into them
 		var merged *mlxc.Array       // attention rows [L, H·D], when one kernel did head prep and attention
-		lc.Append(d.keysValues(l, proj, lc.Offset()))
-		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
-			keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype())
+		fusedPrep := l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm)
+		// The context rows go into the cache in place when the block's head prep writes
+		// there too; qn is then KVPrepInto's copy of the q norm weight, which orders the
+		// block's kernels after that write.
+		qn := l.qNorm
+		if fusedPrep && l.kv != nil && d.fused.PrepFits(proj, c0.HeadDim, l.qNorm, l.kNorm) {
+			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
+				qn = d.fused.KVPrepInto(l.kv.Apply(proj), c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, d.contextPos(lc.Offset()), keys, values)
+				lc.Wrote(T)
+			}
+		}
+		if qn == l.qNorm {
+			lc.Append(d.keysValues(l, proj, lc.Offset()))
+			if fusedPrep {
+				keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype())
+			}
+		}
+		if fusedPrep {
 			switch {
-			case keys != nil && d.fqa.ServesRows(L) && d.fused.PrepAttentionFits(h.H, c0.HeadDim, l.qNorm, l.kNorm, keys):
-				merged = d.fused.PrepAttention(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values, d.scaleArr, false)
+			case keys != nil && d.fqa.ServesRows(L) && d.fused.PrepAttentionFits(h.H, c0.HeadDim, qn, l.kNorm, keys):
+				merged = d.fused.PrepAttention(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, kpos(), keys, values, d.scaleArr, false)
 			case keys != nil:
-				q = d.fused.HeadPrepInto(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos(), keys, values)
+				q = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, kpos(), keys, values)
 			default:
-				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.WholeNormed(h), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
+				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {
 			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)

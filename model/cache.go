@@ -52,6 +52,10 @@ func (c *KVCache) Append(k, v *mlxc.Array) {
 	c.offset += k.Dim(2)
 }
 
+// Wrote records n rows that a kernel wrote into the buffers at Offset in place
+// (Fused.KVPrepInto): Append without the write.
+func (c *KVCache) Wrote(n int) { c.offset += n }
+
 // AppendBuffers appends like UpdateAndFetch but returns the whole buffers [B, nKV,
 // capacity, hd] instead of views (one graph node fewer each): for kernels that are told
 // how many rows are valid.

@@ -34,7 +34,10 @@ type Fused struct {
 	half     int         // inv's meaningful length: head dimension / 2
 	// prepInto is HeadPrep that writes the block's keys and values into a KV cache's
 	// buffers at a device position instead of returning them (HeadPrepInto).
-	prepInto      *mlxc.Kernel
+	prepInto *mlxc.Kernel
+	// kvPrepInto is KVPrep writing the keys and values into a KV cache's buffers in place
+	// (KVPrepInto: the drafter's context rows).
+	kvPrepInto    *mlxc.Kernel
 	prepTemplates templateCache[prepKey]
 	// prepAttn is HeadPrepInto and the attention in one kernel (PrepAttention;
 	// on unless DFLASH_FUSE_PREP_ATTN=0), nil when off.
@@ -160,6 +163,15 @@ var headPrepIntoSource = replaceAll(headPrepSource,
     dst = const_cast<T*>(cv) + ((size_t)h * cv_shape[2] + p) * D;
 `)
 
+// kvPrepIntoSource is headPrepIntoSource for a k|v product (HQ = 0; KVPrepInto), whose one
+// output qo is a copy of qn [D]: MLX sees no data path in a kernel's writes into its
+// inputs, so the kernels that read the rows written here take qo as their q norm weight.
+var kvPrepIntoSource = `
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) qo[i] = qn[i];
+  }
+` + headPrepIntoSource
+
 // replaceAll applies old/new pairs to s in order, each exactly once: a kernel variant made
 // from another's text fails at init if that text changed under it.
 func replaceAll(s string, pairs ...string) string {
@@ -266,6 +278,9 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 		prepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_into",
 			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
 			Source: headPrepIntoSource, EnsureRowContiguous: false}),
+		kvPrepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_kv_prep_into",
+			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
+			Source: kvPrepIntoSource, EnsureRowContiguous: false}),
 		inv:      OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
 		eps:      OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
 		half:     len(inv),
@@ -349,6 +364,24 @@ func (f *Fused) KVPrep(kv *mlxc.Array, hk, D int, kn, pos *mlxc.Array) (*mlxc.Ar
 	return k, v
 }
 
+// KVPrepInto is KVPrep writing the keys and values of rows kv [T, 2·hk·D] (keys first)
+// into the KV cache buffers ck, cv [1, hk, R, D] at rows pos..pos+T−1 in place (as
+// HeadPrepInto; pos must be OnDevice's) instead of returning them, and returns a copy of
+// qn [D] (kvPrepIntoSource): whatever reads those rows (the block's head prep and
+// attention) must take that copy as its q norm weight, which orders it after this write.
+// The drafter's context rows: one node with one output per layer instead of a kernel with
+// three outputs and two SliceUpdates.
+func (f *Fused) KVPrepInto(kv *mlxc.Array, hk, D int, qn, kn, pos, ck, cv *mlxc.Array) *mlxc.Array {
+	items := kv.Dim(0) * 2 * hk
+	return f.kvPrepInto.Call([]*mlxc.Array{kv, qn, kn, f.inv, f.eps, pos, ck, cv}, mlxc.KernelCall{
+		OutputShapes: [][]int{{D}},
+		OutputDtypes: []mlxc.Dtype{qn.Dtype()},
+		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
+		Template:     f.prepTemplate(kv.Dtype(), D, 0, hk, 0, 0, hk*D),
+	})[0]
+}
+
 // PrepFits reports whether HeadPrep takes rows x [R, H] (whose projections it gets: same
 // type) with head size D and per-head norm weights qn, kn: the kernel reads the norm
 // weights as the rows' type, so they must match (a checkpoint may keep norms in float32).
@@ -413,6 +446,7 @@ func (f *Fused) Free() {
 		f.inv.Free()
 		f.eps.Free()
 		f.prepInto.Free()
+		f.kvPrepInto.Free()
 		f.prepAttn.Free()
 	}
 }

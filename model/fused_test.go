@@ -26,7 +26,8 @@ func TestFusedRefusesUnsupportedRope(t *testing.T) {
 // bf16 rounding, from one merged product and from three; every row of a block equals the
 // same row prepared alone at its position bit for bit (decode steps and verify blocks
 // agree); KVPrep of the k|v columns gives HeadPrep's keys and values bit for bit, and
-// HeadPrepInto its q while writing them into a cache's rows; GatedAct equals silu(gate)·up.
+// HeadPrepInto its q while writing them into a cache's rows (KVPrepInto too, returning a
+// copy of the q norm weight); GatedAct equals silu(gate)·up.
 func TestFusedMatchesOps(t *testing.T) {
 	const hq, hk, D, eps = 32, 8, 128, float32(1e-6)
 	onCUDA(t, func() error {
@@ -76,39 +77,47 @@ func TestFusedMatchesOps(t *testing.T) {
 				return err
 			}
 			// HeadPrepInto: the same q; the keys and values land in the cache's buffers at rows
-			// off.. (those past the buffer's end are dropped), every other row untouched.
+			// off.. (those past the buffer's end are dropped), every other row untouched. The
+			// same for KVPrepInto of the k|v columns, which returns a copy of qn.
 			R := c.off + c.L + 2
 			if c.L == 16 {
 				R = c.off + c.L - 2
 			}
-			kc, vc := mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16), mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16)
-			mlxc.Eval(kc, vc)
-			iq := f.HeadPrepInto(y, hq, hk, D, qn, kn, OnDevice(pos), kc, vc)
-			mlxc.Eval(iq)
 			kept := min(c.L, R-c.off)
-			for _, p := range []struct {
-				name             string
-				got, cache, want *mlxc.Array
-			}{{"q", iq, nil, gq}, {"k", nil, kc, gk}, {"v", nil, vc, gv}} {
-				name := fmt.Sprintf("L=%d HeadPrepInto %s", c.L, p.name)
-				if p.cache == nil {
-					if err := sameBits(name, p.got, p.want); err != nil {
-						s.Close()
-						return err
-					}
-					continue
-				}
-				if err := sameBits(name, mlxc.SliceAxis(p.cache, 2, c.off, c.off+kept), mlxc.SliceAxis(p.want, 2, 0, kept)); err != nil {
-					s.Close()
+			inCache := func(what string, cache, want *mlxc.Array) error {
+				if err := sameBits(what, mlxc.SliceAxis(cache, 2, c.off, c.off+kept), mlxc.SliceAxis(want, 2, 0, kept)); err != nil {
 					return err
 				}
-				rest := mlxc.Sum(mlxc.Abs(mlxc.AsType(mlxc.SliceAxis(p.cache, 2, 0, c.off), mlxc.Float32)), nil, false).Float32s()[0]
+				rest := mlxc.Sum(mlxc.Abs(mlxc.AsType(mlxc.SliceAxis(cache, 2, 0, c.off), mlxc.Float32)), nil, false).Float32s()[0]
 				if c.off+kept < R {
-					rest += mlxc.Sum(mlxc.Abs(mlxc.AsType(mlxc.SliceAxis(p.cache, 2, c.off+kept, R), mlxc.Float32)), nil, false).Float32s()[0]
+					rest += mlxc.Sum(mlxc.Abs(mlxc.AsType(mlxc.SliceAxis(cache, 2, c.off+kept, R), mlxc.Float32)), nil, false).Float32s()[0]
 				}
 				if rest != 0 {
+					return fmt.Errorf("%s: rows outside %d..%d changed (|sum| %g)", what, c.off, c.off+kept, rest)
+				}
+				return nil
+			}
+			kc, vc := mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16), mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16)
+			kc2, vc2 := mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16), mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16)
+			mlxc.Eval(kc, vc, kc2, vc2)
+			iq := f.HeadPrepInto(y, hq, hk, D, qn, kn, OnDevice(pos), kc, vc)
+			qc := f.KVPrepInto(mlxc.Copy(mlxc.SliceAxis(y, 1, hq*D, (hq+2*hk)*D)), hk, D, qn, kn, OnDevice(pos), kc2, vc2)
+			mlxc.Eval(iq, qc)
+			for _, p := range []struct {
+				name      string
+				got, want *mlxc.Array
+				cached    bool
+			}{{"HeadPrepInto q", iq, gq, false}, {"HeadPrepInto k", kc, gk, true}, {"HeadPrepInto v", vc, gv, true},
+				{"KVPrepInto's q norm", qc, qn, false}, {"KVPrepInto k", kc2, gk, true}, {"KVPrepInto v", vc2, gv, true}} {
+				name := fmt.Sprintf("L=%d %s", c.L, p.name)
+				check := sameBits
+				if p.cached {
+					check = inCache
+				}
+				err := check(name, p.got, p.want)
+				if err != nil {
 					s.Close()
-					return fmt.Errorf("%s: rows outside %d..%d changed (|sum| %g)", name, c.off, c.off+kept, rest)
+					return err
 				}
 			}
 			// Row i of the block alone, at position off+i.

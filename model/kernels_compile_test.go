@@ -86,7 +86,7 @@ func constsOf(args []mlxc.TemplateArg) []string {
 
 // tcInputs is the tensor-core kernel's inputs: in and the residual r, of type T when the
 // launch adds it and the unread float placeholder otherwise, then for a split launch its
-// scratch ws, then with NormIn the norm's weight xw and the scales sc
+// scratch ws, then with NormOut the norm's weight xw and the unread ordering input ndep
 // (SkinnyGEMM.applyTC).
 func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
 	r := "float"
@@ -97,8 +97,8 @@ func tcInputs(in [][2]string, c tcConfig, T string) [][2]string {
 	if c.Split > 1 {
 		out = append(out, [2]string{"ws", "float"})
 	}
-	if c.NormIn {
-		out = append(out, [2]string{"xw", T}, [2]string{"sc", "float"})
+	if c.NormOut {
+		out = append(out, [2]string{"xw", T}, [2]string{"ndep", T})
 	}
 	return out
 }
@@ -161,26 +161,15 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 					Header: tcMMA, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
 			}
 		}
-		// The norm fusion: o and down leaving their output's RMSNorm scales (split, with
-		// the residual add), and the next products normalizing as they read (q/k/v, gate/up
-		// with the activation, the head from row 1, a split product), the norm as an array.
+		// The norm fusion: o and down writing their output's RMSNorm (split, with the
+		// residual add).
 		split := [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), {Tiles: 1, Warps: 2, Unroll: 4, Split: 7}} {
 			c.Resid, c.NormOut, c.EpsBits = true, true, 0x358637bd
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Split), Header: tcMMA,
-				Inputs: tcInputs(split, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSplitScalesSource})
+				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"xn", T}},
+				Consts: constsOf(c.template(dt)), Body: tcSplitNormSource})
 		}
-		for i, c := range []tcConfig{tcConfigFor(6144, 2560), act, tcConfigFor(151936, 2560), tcConfigFor(1024, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {
-			c.NormIn, c.Row0 = true, i%2
-			body, in := tcNormInSource, xw
-			if c.Split > 1 {
-				body, in = tcSplitNormInSource, split
-			}
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normin_%s_%d", T, i), Header: tcMMA,
-				Inputs: tcInputs(in, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: body})
-		}
-		ks = append(ks, kernelCheck{Name: "norm_apply_" + T, Inputs: [][2]string{{"h", T}, {"xw", T}, {"sc", "float"}},
-			Outputs: [][2]string{{"xn", T}}, Consts: constsOf([]mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "ROW0", Value: 1}}), Body: tcNormApplySource})
 		for _, D := range []int{64, 128, 256} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
@@ -190,6 +179,10 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: headPrepSource})
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("kv_prep_into_%s_%d", T, D), // Fused.KVPrepInto
+				Inputs:  [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
+				Outputs: [][2]string{{"qo", T}},
+				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: kvPrepIntoSource})
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_into_%s_%d", T, D),
 				Inputs:  [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
 				Outputs: [][2]string{{"qo", T}},

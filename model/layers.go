@@ -103,7 +103,7 @@ func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, 
 	}
 	var act *mlxc.Array
 	if f != nil && gateUp != nil {
-		act = gateUp.Gated(x, f.GatedAct)
+		act = gateUp.Gated(x.X(), f.GatedAct)
 	} else {
 		gu := ApplyParts(gateUp, x.X(), gate, up)
 		act = sw.Apply(gu[0], gu[1])
@@ -128,9 +128,9 @@ func gatedDownAdd(gateUp *MergedLinear, down *Linear, x *Normed, r *mlxc.Array, 
 	case down.skinny != nil && down.skinny.fuseGated:
 		h = down.ApplyGatedAdd(gateUp.Whole(x.X()), r, act)
 	case nextNorm != nil:
-		return down.ApplyAddNorm(gateUp.Gated(x, act), r, nextNorm, eps)
+		return down.ApplyAddNorm(gateUp.Gated(x.X(), act), r, nextNorm, eps)
 	default:
-		h = down.ApplyAdd(gateUp.Gated(x, act), r)
+		h = down.ApplyAdd(gateUp.Gated(x.X(), act), r)
 	}
 	return h, normOrNil(h, nextNorm, eps)
 }
@@ -216,15 +216,6 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 		return mlxc.Dequantize(q, -1)
 	}
 	return mlxc.Take(e.W, ids, 0)
-}
-
-// AsLinearNormed is AsLinear of x.X(), the norm made as the product reads x where it can
-// (SkinnyGEMM.ApplyNormIn).
-func (e *Embedding) AsLinearNormed(x *Normed) *mlxc.Array {
-	if x.x == nil && e.Q == nil && e.skinny.FitsNormIn(x, e.W) {
-		return e.skinny.ApplyNormIn(x, e.W, false, &e.tc)
-	}
-	return e.AsLinear(x.X())
 }
 
 // AsLinear is x·Eᵀ (a tied output head), quantized with the embedding's own parameters.

@@ -96,22 +96,14 @@ func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
 // [R, Σ sizes], for kernels that read them in place (no slice nodes).
 func (m *MergedLinear) Whole(x *mlxc.Array) *mlxc.Array { return m.all.Apply(x) }
 
-// WholeNormed is Whole of x.X(), the norm made as the product reads x where it can
-// (Linear.ApplyNormed).
-func (m *MergedLinear) WholeNormed(x *Normed) *mlxc.Array { return m.all.ApplyNormed(x) }
-
 // Gated returns silu(gate)·up [R, I] for a merged gate/up projection (two parts, gate
-// first) of normed rows x: one kernel where the tensor-core product can apply the
-// activation as it writes (SkinnyGEMM.ApplyAct), normalizing x as it reads it where it
-// can (ApplyNormIn), else act (GatedAct) of the merged product.
-func (m *MergedLinear) Gated(x *Normed, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
-	if l := m.all; len(m.sizes) == 2 && m.sizes[0] == m.sizes[1] && l.Q == nil && l.Bias == nil && l.skinny.FitsAct(x.H, l.W) {
-		if x.x == nil && l.skinny.FitsNormIn(x, l.W) {
-			return l.skinny.ApplyNormIn(x, l.W, true, &l.tc)
-		}
-		return l.skinny.ApplyAct(x.X(), l.W, &l.tc)
+// first) of rows x: one kernel where the tensor-core product can apply the activation as
+// it writes (SkinnyGEMM.ApplyAct), else act (GatedAct) of the merged product.
+func (m *MergedLinear) Gated(x *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
+	if l := m.all; len(m.sizes) == 2 && m.sizes[0] == m.sizes[1] && l.Q == nil && l.Bias == nil && l.skinny.FitsAct(x, l.W) {
+		return l.skinny.ApplyAct(x, l.W, &l.tc)
 	}
-	return act(m.WholeNormed(x))
+	return act(m.Whole(x))
 }
 
 // ApplyParts returns each part's output for rows x: the slices of one merged product when m

@@ -162,9 +162,9 @@ func (m *Qwen3) Embed(ids *mlxc.Array) *mlxc.Array { return m.embed.Lookup(ids) 
 
 func (m *Qwen3) Head(x *Normed) *mlxc.Array {
 	if m.lmHead != nil {
-		return m.lmHead.ApplyNormed(x)
+		return m.lmHead.Apply(x.X())
 	}
-	return m.embed.AsLinearNormed(x)
+	return m.embed.AsLinear(x.X())
 }
 
 // FinalNorm is the model's final RMSNorm of rows h.
@@ -245,9 +245,9 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			}
 			switch {
 			case keys != nil && fqa && m.fqa.ServesRows(L) && m.fused.PrepAttentionFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm, keys):
-				merged = m.fused.PrepAttention(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values, m.scaleArr, true)
+				merged = m.fused.PrepAttention(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values, m.scaleArr, true)
 			case keys != nil:
-				q = m.fused.HeadPrepInto(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
+				q = m.fused.HeadPrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
 			default:
 				q, k, v = m.headPrep(l, x, kernelPos())
 			}
@@ -385,7 +385,7 @@ func (m *Qwen3) headPrep(l *qwen3Layer, x *Normed, pos *mlxc.Array) (q, k, v *ml
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
-		return m.fused.HeadPrepMerged(l.qkv.WholeNormed(x), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
+		return m.fused.HeadPrepMerged(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
 	}
 	xn := x.X()
 	return m.fused.HeadPrep(l.attn.q.Apply(xn), l.attn.k.Apply(xn), l.attn.v.Apply(xn), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,

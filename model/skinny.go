@@ -20,10 +20,7 @@ import (
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
-	splitNorm   *mlxc.Kernel // split, also leaving its output's RMSNorm scales (tcConfig.NormOut)
-	normIn      *mlxc.Kernel // normalizing its input rows as it reads them (tcConfig.NormIn)
-	splitNormIn *mlxc.Kernel // split and NormIn
-	normApply   *mlxc.Kernel // a norm from a NormOut launch's scales as an array (Normed.X)
+	splitNorm   *mlxc.Kernel // split, also writing its output's RMSNorm (tcConfig.NormOut)
 	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
 	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
@@ -42,15 +39,27 @@ type SkinnyGEMM struct {
 	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
 	fuseAct bool
 	// fuseNorm (on; DFLASH_FUSE_NORM=0 turns it off): the o and down projections (split
-	// launches) also leave the RMSNorm scales of their output (ApplyAddNorm), and the next
-	// product (gate/up, q/k/v, the head) normalizes its rows as it reads them: no RMSNorm
-	// node, two per layer. Each tile's last block sums its rows' squares and the last tile
-	// to finish sums theirs (tcScalesOut). The sum of squares runs in another order than
+	// launches) also write the RMSNorm of their output (ApplyAddNorm): no RMSNorm node, two
+	// per layer. The tiles' last blocks wait for each other to sum the rows' squares, then
+	// each normalizes its own columns (tcNormOut). The sum of squares runs in another order than
 	// MLX's RMSNorm, so a row may differ from MLX's norm by a rounding (TestNormFusion).
-	// Session 10 had the tiles' last blocks wait for each other at a barrier and write the
-	// norm (≈ 5 µs more per launch); session 9 had every block of a consumer compute the
-	// rows' norms over its whole K range (0.58 ms per cycle slower).
+	// Session 9 had the consumers (q/k/v, gate/up, the head) normalize the rows as they
+	// read them instead: every block of a consumer normalized all of its K range (608
+	// blocks of the gate/up product: 32.7 → 41.3 µs), 0.58 ms per cycle slower. Session 12
+	// had the launches leave only the rows' scales (the last tile to finish summing the
+	// tiles' sums, no barrier) and the consumers normalize x as they read it: o and down
+	// 1.4–1.7 µs faster each, but normalizing x in every block made the consumers
+	// compute-bound (Nsight Compute, H200: q/k/v 14.5 → 31 µs, gate/up 32.5 → 50 µs, the
+	// head 200 → 280 µs), DFlash 1 201 → 956 tok/s in the same lease.
 	fuseNorm bool
+	// sms is the GPU's multiprocessor count, which bounds the blocks of a NormOut launch
+	// that may wait for each other (normOutFits).
+	sms int
+	// lastNorm is the last NormOut launch's y (a second handle, see applyTC): every NormOut
+	// launch takes the previous one's as an unread input, so that no two of them, whatever
+	// their weights, ever run at once, each with its tiles' last blocks waiting
+	// (normOutFits bounds one launch's waiters, not two launches').
+	lastNorm *mlxc.Array
 	// templates caches tcConfig.template per launch and type.
 	templates templateCache[tcTemplateKey]
 }
@@ -203,20 +212,14 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
 	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r", "ws"}, []string{"y"}
 	splitNorm := split
-	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_scales", tcSplitScalesSource
-	normIn := spec
-	normIn.Name, normIn.Source = "dflash_skinny_gemm_tc_norm_in", tcNormInSource
-	normIn.Inputs = []string{"x", "w", "r", "xw", "sc"}
-	splitNormIn := split
-	splitNormIn.Name, splitNormIn.Source = "dflash_skinny_gemm_tc_split_norm_in", tcSplitNormInSource
-	splitNormIn.Inputs = []string{"x", "w", "cnt", "dep", "r", "ws", "xw", "sc"}
-	normApply := mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_norm_apply", Inputs: []string{"h", "xw", "sc"},
-		Outputs: []string{"xn"}, Source: tcNormApplySource, EnsureRowContiguous: true}
+	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
+	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "ws", "xw", "ndep"}
+	splitNorm.Outputs = []string{"y", "xn"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
 	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm),
-		normIn: mlxc.NewKernel(normIn), splitNormIn: mlxc.NewKernel(splitNormIn), normApply: mlxc.NewKernel(normApply),
-		noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true}
+		noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true,
+		sms: mlxc.CUDAMultiprocessors()}
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
@@ -228,9 +231,7 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 // tcSplitStore), and MLX's CUDA graphs run kernels that no data path links concurrently —
 // the drafter applies one projection to its context rows and to its block in one graph —
 // so each split launch takes the previous launch's y of the same weight as an (unread)
-// input: an edge that orders them. After a NormOut launch, whatever reads its scales takes
-// prev's place (Normed.readBy): the next launch then waits for that reader too, and cannot
-// overwrite the scales before they are read. Zero value: nothing made yet.
+// input: an edge that orders them. Zero value: nothing made yet.
 type TCState struct {
 	tiled, counts, ws, prev *mlxc.Array
 	wsLen                   int // ws's length in floats
@@ -245,10 +246,11 @@ func (st *TCState) Free() {
 	st.tiled, st.counts, st.ws, st.prev, st.wsLen = nil, nil, nil, nil, 0
 }
 
-// scales reads the rows' scales of the last NormOut launch on this weight once it has run
-// (the start of its scratch): the test of the norm fusion checks them.
-func (st *TCState) scales(M int) []float32 {
-	return mlxc.SliceAxis(st.ws, 0, 0, M).Float32s()
+// scales reads the rows' scales of the last NormOut launch on this weight with launch c
+// (scalesAt) once it has run: the test of the norm fusion checks them.
+func (st *TCState) scales(c tcConfig, N, M int) []float32 {
+	at := c.scalesAt(N)
+	return mlxc.SliceAxis(st.ws, 0, at, at+M).Float32s()
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
@@ -294,8 +296,9 @@ func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
 }
 
 // FitsNormOut reports whether ApplyAddNorm serves x·wᵀ with the residual r and the norm
-// weight nw: ApplyFused's kernel with the norm fusion on, a launch that splits K (a tile's
-// last block sees all of its columns, the last tile's all tiles), and nw [N] of x's type.
+// weight nw: ApplyFused's kernel with the norm fusion on, a launch that splits K (only a
+// split launch has last blocks that see every column) into few enough column tiles for
+// this GPU (normOutFits), and nw [N] of x's type.
 func (s *SkinnyGEMM) FitsNormOut(x, w, r, nw *mlxc.Array) bool {
 	if !s.FitsFused(x, w, r, false) || !s.fuseNorm || r == nil || nw == nil {
 		return false
@@ -304,54 +307,27 @@ func (s *SkinnyGEMM) FitsNormOut(x, w, r, nw *mlxc.Array) bool {
 		return false
 	}
 	c := s.configFor(w.Dim(0), w.Dim(1))
-	return c.Split > 1 && c.Stages == 0
+	return c.Split > 1 && c.Stages == 0 && normOutFits(w.Dim(0)/(8*c.Tiles), c.Warps, s.sms)
 }
 
-// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values) and RMSNorm(h) with weight nw
-// and eps as a Normed whose rows' scales the same kernel left in st's scratch (call
-// FitsNormOut first): the next product normalizes h as it reads it (FitsNormIn), anything
-// else makes the norm from the scales (Normed.X).
-func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCState) (*mlxc.Array, *Normed) {
-	h := s.launchTC(x, w, tcFusion{r: r, normOut: true, eps: eps}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)[0]
-	return h, &Normed{H: h, W: nw, Eps: eps, scaled: &normScales{s: s, sc: st.ws, st: st}}
+// normOutFits reports whether a NormOut launch of tiles column tiles and blocks of warps
+// warps is safe on a GPU of sms multiprocessors. Each tile's last block waits until every
+// tile has a last block (tcNormOut), so up to tiles−1 blocks sit on their SMs waiting,
+// and the launch could never finish if they took every block slot while blocks remained
+// to run. At 255 registers a thread (the most a kernel may use) a warp takes 8 K of an
+// SM's 64 K registers, so an SM holds at least 8/warps blocks (1 at least, or the kernel
+// could not launch at all); the launch is safe when its waiters are fewer than those
+// slots over all SMs. The 4B shape's o projection (160 tiles of 4-warp blocks) and down
+// projection (80) fit an H200's 132 SMs.
+func normOutFits(tiles, warps, sms int) bool {
+	return sms > 0 && warps > 0 && tiles-1 < sms*max(1, 8/warps)
 }
 
-// FitsNormIn reports whether a product of n's rows with w [N, K] can normalize them as it
-// reads them: n's scales come from a NormOut launch (ApplyAddNorm), the product fits the
-// tensor-core kernel without the gated fusion, and n's norm weight is [K] of its type.
-func (s *SkinnyGEMM) FitsNormIn(n *Normed, w *mlxc.Array) bool {
-	if s == nil || !s.tensorCores || n == nil || n.scaled == nil || n.scaled.s != s || w.Ndim() != 2 {
-		return false
-	}
-	K := w.Dim(1)
-	return n.W != nil && n.W.Ndim() == 1 && n.W.Dim(0) == K && n.W.Dtype() == n.H.Dtype() && s.Fits(n.H, w)
-}
-
-// ApplyNormIn returns RMSNorm(n)·wᵀ, the norm made as the kernel reads n's rows (call
-// FitsNormIn first): the same values as the product of n.X(), bit for bit; with act (and
-// FitsAct) silu(gate)·up of a merged gate/up weight, as ApplyAct.
-func (s *SkinnyGEMM) ApplyNormIn(n *Normed, w *mlxc.Array, act bool, st *TCState) *mlxc.Array {
-	N := w.Dim(0)
-	c := s.configFor(N, w.Dim(1))
-	c.Act = act
-	y := s.launchTC(n.H, w, tcFusion{normIn: n.scaled, normW: n.W, row0: n.row0}, c, N, st)[0]
-	n.readBy(y)
-	return y
-}
-
-// scaledNorm is RMSNorm(n.H) from n's scales (n.scaled set): one element a thread.
-func (s *SkinnyGEMM) scaledNorm(n *Normed) *mlxc.Array {
-	M, N := n.H.Dim(0), n.H.Dim(1)
-	const threads = 256
-	xn := s.normApply.Call([]*mlxc.Array{n.H, n.W, n.scaled.sc}, mlxc.KernelCall{
-		OutputShapes: [][]int{{M, N}},
-		OutputDtypes: []mlxc.Dtype{n.H.Dtype()},
-		Grid:         [3]int{(M*N + threads - 1) / threads * threads, 1, 1},
-		ThreadGroup:  [3]int{threads, 1, 1},
-		Template:     []mlxc.TemplateArg{{Name: "T", Value: n.H.Dtype()}, {Name: "ROW0", Value: n.row0}},
-	})[0]
-	n.readBy(xn)
-	return xn
+// ApplyAddNorm returns h = r + x·wᵀ (ApplyFused's values) and xn = RMSNorm(h) with weight
+// nw and eps from one kernel (call FitsNormOut first; the rows' scales stay in st).
+func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCState) (h, xn *mlxc.Array) {
+	out := s.launchTC(x, w, tcFusion{r: r, normW: nw, eps: eps}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)
+	return out[0], out[1]
 }
 
 // FitsAct reports whether ApplyAct serves rows x and a merged gate/up weight w [2I, K]: the
@@ -428,29 +404,22 @@ func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
 }
 
 // tcFusion is what a launch computes besides x·wᵀ: the residual r added (nil: none), x
-// read as a merged gate/up product (gated), y's RMSNorm scales left with eps (normOut),
-// and x normalized as it is read (normIn: the scales of x's NormOut launch, from row row0
-// on, with the norm weight normW).
+// read as a merged gate/up product (gated), and y's RMSNorm with weight normW (nil: none)
+// and eps.
 type tcFusion struct {
-	r       *mlxc.Array
-	gated   bool
-	normOut bool
-	eps     float32
-	normIn  *normScales
-	normW   *mlxc.Array
-	row0    int
+	r     *mlxc.Array
+	gated bool
+	normW *mlxc.Array
+	eps   float32
 }
 
 // launchTC is the tensor-core product of rows x and an N-row weight w with launch shape c
 // and the fusions f, through st's tiled copy when DFLASH_TC_TILED=1 (register path). It
 // returns applyTC's outputs: y first.
 func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
-	c.Gated, c.Resid, c.NormOut, c.NormIn = f.gated, f.r != nil, f.normOut, f.normIn != nil
+	c.Gated, c.Resid, c.NormOut = f.gated, f.r != nil, f.normW != nil
 	if c.NormOut {
 		c.EpsBits = int(math.Float32bits(f.eps))
-	}
-	if c.NormIn {
-		c.Row0 = f.row0
 	}
 	if s.tiled && st != nil && c.Stages == 0 && !c.Act {
 		if st.tiled == nil {
@@ -465,7 +434,7 @@ func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, s
 // applyTC launches the tensor-core kernel with an explicit configuration for an N-row
 // weight (row-major [N, K], or tcTile's layout when c.Tiled); a split launch takes its
 // counts and scratch from st (nil: made for this call only). Without a residual the kernel
-// gets an unread placeholder. Outputs: y.
+// gets an unread placeholder. Outputs: y, then with c.NormOut y's norm.
 func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
 	r := f.r
 	if r == nil {
@@ -485,9 +454,6 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		Template:     s.templates.get(tcTemplateKey{c, x.Dtype()}, func() []mlxc.TemplateArg { return c.template(x.Dtype()) }),
 	}
 	if c.Split <= 1 {
-		if c.NormIn {
-			return s.normIn.Call([]*mlxc.Array{x, w, r, f.normW, f.normIn.sc}, call)
-		}
 		return s.k.Call([]*mlxc.Array{x, w, r}, call)
 	}
 	if st == nil {
@@ -496,8 +462,9 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 	}
 	if st.counts == nil {
 		// One count per n8 tile: enough for any launch shape (a rule may change between
-		// calls: TestTCInModelSweep); then NormOut's count of arrived tiles (cnt[N/8]).
-		st.counts = mlxc.Zeros([]int{N/8 + 1}, mlxc.Int32).Detach()
+		// calls: TestTCInModelSweep); then NormOut's barrier, a 64-bit word at the next
+		// even index.
+		st.counts = mlxc.Zeros([]int{N/8 + 4}, mlxc.Int32).Detach()
 	}
 	if n := c.scratchLen(N); n > st.wsLen {
 		// A launch reads only its own part: a larger rule's scratch serves smaller ones.
@@ -505,11 +472,10 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		st.ws, st.wsLen = mlxc.Zeros([]int{n}, mlxc.Float32).Detach(), n
 	}
 	k := s.split
-	switch {
-	case c.NormOut:
+	if c.NormOut {
 		k = s.splitNorm
-	case c.NormIn:
-		k = s.splitNormIn
+		call.OutputShapes = append(call.OutputShapes, []int{M, N})
+		call.OutputDtypes = append(call.OutputDtypes, x.Dtype())
 	}
 	// The ordering inputs are unread; before the first launch x stands in (an input
 	// already, of the type later ones have: one kernel signature).
@@ -518,12 +484,20 @@ func (s *SkinnyGEMM) applyTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st
 		dep = x
 	}
 	in := []*mlxc.Array{x, w, st.counts, dep, r, st.ws}
-	if c.NormIn {
-		in = append(in, f.normW, f.normIn.sc)
+	if c.NormOut {
+		nd := s.lastNorm
+		if nd == nil {
+			nd = x
+		}
+		in = append(in, f.normW, nd)
 	}
 	out := k.Call(in, call)
+	if c.NormOut {
+		s.lastNorm.Free()
+		s.lastNorm = out[0].Ref() // the caller owns out[0]; these handles are ours
+	}
 	st.prev.Free()
-	st.prev = out[0].Ref() // the caller owns out[0]; this handle is ours
+	st.prev = out[0].Ref()
 	return out
 }
 
@@ -533,9 +507,7 @@ func (s *SkinnyGEMM) Free() {
 		s.k.Free()
 		s.split.Free()
 		s.splitNorm.Free()
-		s.normIn.Free()
-		s.splitNormIn.Free()
-		s.normApply.Free()
+		s.lastNorm.Free()
 		s.noDep.Free()
 	}
 }

@@ -55,18 +55,13 @@ type tcConfig struct {
 	// activation without a kernel of its own; even Tiles, no split, register path). None of
 	// the three changes the launch shape.
 	Gated, Resid, Act bool
-	// NormOut (split launches only): the launch also leaves its output's RMSNorm scales,
-	// rsqrt(mean(y[m]²) + eps) with eps = EpsBits' float32, at the start of its scratch
-	// (tcScalesOut), for the next product to normalize its rows as it reads them (NormIn)
-	// or tcNormApplySource to write the norm. The sums of squares run in a fixed order (each
+	// NormOut (split launches only): the launch also writes its output's RMSNorm, xn =
+	// RMSNorm(y) with the norm weight xw and eps = EpsBits' float32, from the rows' scales
+	// rsqrt(mean(y[m]²) + eps) (left in the scratch: scalesAt). The sums of squares run in a fixed order (each
 	// tile's columns, then the tiles in order), so a row's norm does not depend on other
-	// rows.
+	// rows; each element is rounded as MLX's RMSNorm rounds it (tcNormOut).
 	NormOut bool
 	EpsBits int
-	// NormIn: x is rows h of the residual stream, and the kernel multiplies RMSNorm(h)
-	// (tcLoadXNorm) with the scales that h's NormOut launch left, from row Row0 on.
-	NormIn bool
-	Row0   int
 }
 
 // tcSplitAuto asks resolve for one group of Unroll slices per warp and block.
@@ -92,29 +87,31 @@ func (c tcConfig) resolve(N, K int) tcConfig {
 	return c
 }
 
-// scratchLen is the float scratch (TCState's ws) of a split launch over N columns: with
-// NormOut a header first (the rows' scales [16], then the tiles' sums of squares
-// [16][tiles]), then every block's partials.
+// scratchLen is the float scratch (TCState's ws) of a split launch over N columns: every
+// block's partials, then with NormOut the tiles' sums of squares [16][tiles] and the rows'
+// scales [16] (at scalesAt).
 func (c tcConfig) scratchLen(N int) int {
 	n := max(c.Split, 1) * 16 * N
 	if c.NormOut {
-		n += 16 + 16*(N/(8*c.Tiles))
+		n = c.scalesAt(N) + 16
 	}
 	return n
+}
+
+// scalesAt is where a NormOut launch leaves its rows' scales rsqrt(mean(y²) + eps) in the
+// scratch, valid once the launch has run and until the weight's next launch.
+func (c tcConfig) scalesAt(N int) int {
+	return max(c.Split, 1)*16*N + 16*(N/(8*c.Tiles))
 }
 
 // template is the kernel's compile-time arguments for elements of type dt (the offline
 // compile check builds its instantiations from this too, so the two cannot drift).
 func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
-	args := []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
 		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
 		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act},
 		{Name: "NORMOUT", Value: c.NormOut}, {Name: "EPSBITS", Value: c.EpsBits}}
-	if c.NormIn {
-		args = append(args, mlxc.TemplateArg{Name: "ROW0", Value: c.Row0})
-	}
-	return args
 }
 
 // fits reports whether the launch can serve an [N, K] weight: whole tiles, and for the
@@ -204,10 +201,9 @@ func tcConfigSweep(N, K int) tcConfig {
 	return tcConfig{}
 }
 
-// tcMain is the kernel up to the warps' partial tiles in part[][][] (with tcLoadX or
-// tcLoadXNorm, then tcMainRest); tcStore (one block per column tile) or tcSplitStore (Split
-// blocks per tile) writes y from them. With SPLIT = 1 both kernels read all of K and sum
-// in the same order as before the split existed.
+// tcMain is the kernel up to the warps' partial tiles in part[][][]; tcStore (one block per
+// column tile) or tcSplitStore (Split blocks per tile) writes y from them. With SPLIT = 1
+// both kernels read all of K and sum in the same order as before the split existed.
 const tcMain = `
   constexpr int C = 8 * TILES;
   __shared__ float part[WARPS][16][C];
@@ -242,54 +238,11 @@ const tcMain = `
     }
     return v;
   };
-`
-
-// tcLoadX is how tcMain reads x: ldx2 loads rows g and g+8 at k offset o (from the lane's
-// first k), zeros for missing rows; fix2 turns what ldx2 loaded into the product's input
-// right before the product uses it (here nothing to do).
-const tcLoadX = tcLoadXRaw + `
-  auto fix2 = [&](int, uint4&, uint4&) {};
-`
-
-const tcLoadXRaw = `
+  // Rows g and g+8 of x at k offset o (from the lane's first k), zeros for missing rows.
   auto ldx2 = [&](int o, uint4& a, uint4& b) {
     a = r0 ? ldx(xa_p + o) : make_uint4(0u, 0u, 0u, 0u);
     b = r1 ? ldx(xb_p + o) : make_uint4(0u, 0u, 0u, 0u);
   };
-`
-
-// tcLoadXNorm (kernels with NormIn) reads rows h of the residual stream whose RMSNorm the
-// product takes, and fix2 normalizes each element: T(xw·T(h·s)), s the row's scale
-// that the producer of h left at the start of its scratch (sc, from row ROW0 on: rows of
-// a slice of h) and xw the norm weight, MLX's RMSNorm's roundings: the values
-// tcNormApplySource writes, bit for bit. Every block normalizes the K range it reads (a
-// few float multiplies per element of x, next to a tensor-core product per 16 of them);
-// no block computes a norm itself (session 9's consumers summed the rows' squares over all
-// of K in every block: 0.58 ms per cycle slower). fix2 runs when the product needs the
-// values, not when they are loaded: normalizing at the load made every group of loads
-// wait for x before the previous group's products (1.6 ms per DFlash cycle slower, H200).
-const tcLoadXNorm = tcLoadXRaw + `
-  const float s_a = r0 ? __ldcg(sc + ROW0 + g) : 0.0f;
-  const float s_b = r1 ? __ldcg(sc + ROW0 + g + 8) : 0.0f;
-  const T* xw_p = xw + 8 * t + 32 * sb;
-  auto nrm = [&](uint4 v, float s, const uint4& wv) -> uint4 {
-    T* e = reinterpret_cast<T*>(&v);
-    const T* we = reinterpret_cast<const T*>(&wv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      e[j] = static_cast<T>(static_cast<float>(we[j]) * static_cast<float>(static_cast<T>(static_cast<float>(e[j]) * s)));
-    }
-    return v;
-  };
-  auto fix2 = [&](int o, uint4& a, uint4& b) {
-    const uint4 wv = *reinterpret_cast<const uint4*>(xw_p + o);
-    if (r0) a = nrm(a, s_a, wv);
-    if (r1) b = nrm(b, s_b, wv);
-  };
-`
-
-// tcMainRest is tcMain after x's reads.
-const tcMainRest = `
   // y's element i from its float sum s: rounded to T, plus r's element rounded again with
   // RESID (what MLX's Add of the rounded product and r returns; r unread otherwise).
   auto out = [&](float s, size_t i) -> T {
@@ -330,9 +283,7 @@ const tcMainRest = `
 #pragma unroll
     for (int u = 0; u < U; ++u) ldx2(k0 + 32 * u, xa[u], xb[u]);
   };
-  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U], int grp) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) fix2((grp * U + u) * 32, xa[u], xb[u]);
+  auto mma = [&](uint4 (&wv)[U][TILES], uint4 (&xa)[U], uint4 (&xb)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -383,7 +334,6 @@ const tcMainRest = `
       for (int sl = wid; sl < KT / 32; sl += WARPS) {
         uint4 xa, xb;
         ldx2(tl * KT + sl * 32, xa, xb);
-        fix2(tl * KT + sl * 32, xa, xb);
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
           const uint4 wv = *reinterpret_cast<const uint4*>(&wsm[buf][8 * j + g][sl * 32 + 8 * t]);
@@ -401,21 +351,20 @@ const tcMainRest = `
     if (grp < G) load(w0, xa0, xb0, grp);
     for (; grp < G; grp += 2 * WARPS) {
       if (grp + WARPS < G) load(w1, xa1, xb1, grp + WARPS);
-      mma(w0, xa0, xb0, grp);
+      mma(w0, xa0, xb0);
       if (grp + WARPS >= G) break;
       if (grp + 2 * WARPS < G) load(w0, xa0, xb0, grp + 2 * WARPS);
-      mma(w1, xa1, xb1, grp + WARPS);
+      mma(w1, xa1, xb1);
     }
   } else {
     for (int grp = wid; grp < G; grp += WARPS) {
       load(w0, xa0, xb0, grp);
-      mma(w0, xa0, xb0, grp);
+      mma(w0, xa0, xb0);
     }
   }
   for (int s = G * U + wid; STAGES == 0 && s < SC; s += WARPS) { // the last SC mod U slices, one per warp
     uint4 xa, xb;
     ldx2(s * 32, xa, xb);
-    fix2(s * 32, xa, xb);
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
       const uint4 wv = LDW(w_p + toff[j] + (size_t)s * SLICE);
@@ -472,18 +421,16 @@ const tcStore = `
 `
 
 // tcSplitStore: each block writes its chunk's float partial (warps summed in warp order) to
-// ws [tiles·SPLIT, 16, C] (after the NormOut header: scales [16], the tiles' sums of
-// squares [16][tiles]); the last of a tile's SPLIT blocks to count itself in cnt[ct] (an
-// atomic add; the threadfence pattern of CUDA's reduction samples) sums the chunks in
+// ws [tiles·SPLIT, 16, C]; the last of a tile's SPLIT blocks to count itself in cnt[ct]
+// (an atomic add; the threadfence pattern of CUDA's reduction samples) sums the chunks in
 // chunk order, writes y and sets the count back to 0 for the next call. cnt and ws belong
 // to one weight (TCState: inputs MLX does not know are written), and dep (unread: the
-// weight's previous y, or what last read its scales) orders this launch after that: MLX's
-// CUDA graphs may run kernels without a data path between them at the same time, so two
+// weight's previous y) orders this launch after the weight's previous one: MLX's CUDA
+// graphs may run kernels without a data path between them at the same time, so two
 // launches must never use a count or a scratch buffer at once.
 const tcSplitStore = `
   float* const wsw = const_cast<float*>(ws);
-  const size_t hdr = NORMOUT ? 16 + 16 * (size_t)(gridDim.x / SPLIT) : 0;
-  float* wb = wsw + hdr + (size_t)blockIdx.x * 16 * C;
+  float* wb = wsw + (size_t)blockIdx.x * 16 * C;
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     if (m < M) {
@@ -501,11 +448,11 @@ const tcSplitStore = `
   __syncthreads();
   if (!reducer) return;
   __threadfence();
-  const float* wt = ws + hdr + (size_t)ct * SPLIT * 16 * C;
+  const float* wt = ws + (size_t)ct * SPLIT * 16 * C;
   for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
     const int m = i / C;
     const int c = i - m * C;
-    float v = 0.0f; // the written element as the norm's sums read it (NORMOUT)
+    float v = 0.0f; // the written element as the next norm reads it (NORMOUT)
     if (m < M && n0 + c < N) {
       float s = 0.0f;
       for (int j = 0; j < SPLIT; ++j) s += __ldcg(wt + (size_t)j * 16 * C + i);
@@ -518,19 +465,28 @@ const tcSplitStore = `
   if (threadIdx.x == 0) *count = 0;
 `
 
-// tcScalesOut (the split kernel with NormOut) follows tcSplitStore in each tile's last
-// block: it writes the tile's sums of squares per row to the scratch header (8 lanes per
-// row, then a fixed butterfly) and counts itself in cnt[N/8]; the last tile to arrive sums
-// all tiles' sums per row (lanes over tiles, then a fixed butterfly), writes the rows'
-// scales rsqrt(Σ/N + eps) (float32, as MLX's RMSNorm takes them) to ws[0..16) and sets the
-// count back to 0. No block waits for another (session 10's version had every tile's last
-// block wait at a barrier and normalize its own columns: ≈ 5 µs a launch), and nothing
-// normalized is written: the consumers normalize as they read (tcLoadXNorm), or
-// tcNormApplySource writes the norm where something needs it as an array.
-const tcScalesOut = `
-  __syncthreads(); // part[0] holds the tile's y, written by every thread
+// tcNormOut (the split kernel with NormOut) follows tcSplitStore in each tile's last
+// block. The block stages its columns of the norm weight xw, writes the tile's sums of
+// squares per row to ws after the partials (8 lanes per row, then a fixed butterfly), and
+// waits until every tile's last block has: a barrier of the tiles' last blocks on one
+// 64-bit word of cnt, arrivals in the low half and a generation in the high half; the last
+// arriver clears the arrivals and bumps the generation in one atomic add, the others poll
+// the generation. Each of them then sums the tiles' sums per row (lanes over tiles, then a
+// fixed butterfly: the same float sums in every block), takes the row's scale
+// s = rsqrt(Σ/N + eps) as MLX's RMSNorm does (float32), and writes its own columns of
+// xn = T(xw·T(y·s)), MLX's RMSNorm's roundings, from the values it has just written to y.
+// Only tiles' last blocks wait, at most one per column tile but the last; normOutFits
+// keeps them fewer than the block slots the GPU guarantees (159 for the 4B shape's o
+// projection against 264 on an H200), so the blocks still to run always find one, and
+// ndep (unread: the previous NormOut launch's y) keeps two such launches from running at
+// once. Tile 0's block writes the scales to ws after the sums (tcConfig.scalesAt).
+const tcNormOut = `
+  static_assert(C <= WARPS * 32, "one thread per column stages the norm weight");
+  __shared__ float nwt[C];
+  if (threadIdx.x < C) nwt[threadIdx.x] = n0 + threadIdx.x < N ? static_cast<float>(xw[n0 + threadIdx.x]) : 0.0f;
+  __syncthreads();
   const int tiles = gridDim.x / SPLIT;
-  float* ss = wsw + 16; // [16][tiles]
+  float* ss = wsw + (size_t)gridDim.x * 16 * C; // [16][tiles], then the scales [16]
   for (int i = threadIdx.x; i < 128; i += WARPS * 32) {
     const int m = i >> 3;
     const int l = i & 7;
@@ -543,12 +499,19 @@ const tcScalesOut = `
   }
   __threadfence();
   __syncthreads();
-  __shared__ bool lastTile;
-  int* arrivals = reinterpret_cast<int*>(const_cast<int32_t*>(cnt)) + N / 8;
-  if (threadIdx.x == 0) lastTile = atomicAdd(arrivals, 1) == tiles - 1;
+  if (threadIdx.x == 0) {
+    unsigned long long* bar = reinterpret_cast<unsigned long long*>(const_cast<int32_t*>(cnt) + ((N / 8 + 1) & ~1));
+    const unsigned long long old = atomicAdd(bar, 1ull);
+    if ((old & 0xffffffffull) == (unsigned long long)(tiles - 1)) {
+      atomicAdd(bar, (1ull << 32) - (unsigned long long)tiles); // arrivals back to 0, next generation
+    } else {
+      const unsigned int gen = (unsigned int)(old >> 32);
+      while ((unsigned int)(*reinterpret_cast<volatile unsigned long long*>(bar) >> 32) == gen) __nanosleep(20);
+    }
+    __threadfence();
+  }
   __syncthreads();
-  if (!lastTile) return;
-  __threadfence();
+  __shared__ float scale[16];
   constexpr int RPW = (16 + WARPS - 1) / WARPS; // rows per warp
   float rs[RPW];
 #pragma unroll
@@ -572,31 +535,25 @@ const tcScalesOut = `
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
     const int m = wid + j * WARPS;
-    if (lane == 0 && m < 16) wsw[m] = rsqrtf(a / static_cast<float>(N) + __int_as_float(EPSBITS));
+    if (lane == 0 && m < 16) scale[m] = rsqrtf(a / static_cast<float>(N) + __int_as_float(EPSBITS));
   }
-  if (threadIdx.x == 0) *arrivals = 0;
+  __syncthreads();
+  if (ct == 0 && threadIdx.x < M) ss[(size_t)16 * tiles + threadIdx.x] = scale[threadIdx.x];
+  for (int i = threadIdx.x; i < 16 * C; i += WARPS * 32) {
+    const int m = i / C;
+    const int c = i - m * C;
+    if (m < M && n0 + c < N) {
+      const float n = static_cast<float>(static_cast<T>(part[0][m][c] * scale[m]));
+      xn[(size_t)m * N + n0 + c] = static_cast<T>(nwt[c] * n);
+    }
+  }
 `
 
-// tcNormApplySource writes xn = RMSNorm(h) [M, N] from the scales a NormOut launch left in
-// its scratch (sc, rows from ROW0 on) and the norm weight xw: T(xw·T(h·s)), one thread per
-// element, for consumers that need the norm as an array (Normed.X).
-const tcNormApplySource = `
-  const int N = h_shape[1];
-  const size_t n = (size_t)h_shape[0] * N;
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int m = (int)(i / N);
-  const float s = __ldcg(sc + ROW0 + m);
-  xn[i] = static_cast<T>(static_cast<float>(xw[i - (size_t)m * N]) * static_cast<float>(static_cast<T>(static_cast<float>(h[i]) * s)));
-`
-
-// The kernels' bodies (inputs → outputs).
+// The kernels' bodies.
 var (
-	tcSource            = tcMain + tcLoadX + tcMainRest + tcStore          // x, w, r → y
-	tcNormInSource      = tcMain + tcLoadXNorm + tcMainRest + tcStore      // x, w, r, xw, sc → y
-	tcSplitSource       = tcMain + tcLoadX + tcMainRest + tcSplitStore     // x, w, cnt, dep, r, ws → y
-	tcSplitNormInSource = tcMain + tcLoadXNorm + tcMainRest + tcSplitStore // x, w, cnt, dep, r, ws, xw, sc → y
-	tcSplitScalesSource = tcSplitSource + tcScalesOut                      // x, w, cnt, dep, r, ws → y
+	tcSource          = tcMain + tcStore          // x, w, r
+	tcSplitSource     = tcMain + tcSplitStore     // x, w, cnt, dep, r, ws → y
+	tcSplitNormSource = tcSplitSource + tcNormOut // x, w, cnt, dep, r, ws, xw, ndep → y, xn
 )
 
 // tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with the

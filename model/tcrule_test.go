@@ -143,3 +143,27 @@ func TestTCConfigForFewColumns(t *testing.T) {
 		}
 	}
 }
+
+// A NormOut launch's waiting blocks (one per column tile but the last) must leave a block
+// slot free: at least 8/warps blocks fit an SM whatever the kernel's registers.
+func TestNormOutFits(t *testing.T) {
+	for _, c := range []struct {
+		tiles, warps, sms int
+		want              bool
+	}{
+		{160, 4, 132, true},  // the 4B shape's o projection on an H200
+		{80, 4, 132, true},   // its down projection
+		{264, 4, 132, true},  // 263 waiters, 264 slots
+		{265, 4, 132, false}, // 264 waiters fill them
+		{133, 8, 132, false}, // one slot per SM for 8-warp blocks
+		{132, 8, 132, true},
+		{160, 4, 40, false}, // a small GPU
+		{16, 16, 20, true},  // 16-warp blocks: one per SM still
+		{21, 16, 20, false},
+		{1, 4, 0, false}, // SM count unknown
+	} {
+		if got := normOutFits(c.tiles, c.warps, c.sms); got != c.want {
+			t.Errorf("normOutFits(%d tiles, %d warps, %d SMs) = %v, want %v", c.tiles, c.warps, c.sms, got, c.want)
+		}
+	}
+}
