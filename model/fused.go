@@ -364,8 +364,9 @@ func (f *Fused) KVPrep(kv *mlxc.Array, hk, D int, kn, pos *mlxc.Array) (*mlxc.Ar
 	return k, v
 }
 
-// KVPrepInto is KVPrep writing the keys and values of rows kv [T, 2·hk·D] (keys first)
-// into the KV cache buffers ck, cv [1, hk, R, D] at rows pos..pos+T−1 in place (as
+// KVPrepInto is KVPrep writing the keys and values of rows kv [T, 2·hk·D] (keys first; a
+// row-contiguous array such as a product's output: the kernel takes no strides) into the
+// KV cache buffers ck, cv [1, hk, R, D] at rows pos..pos+T−1 in place (as
 // HeadPrepInto; pos must be OnDevice's) instead of returning them, and returns a copy of
 // qn [D] (kvPrepIntoSource): whatever reads those rows (the block's head prep and
 // attention) must take that copy as its q norm weight, which orders it after this write.

@@ -101,7 +101,8 @@ func TestFusedMatchesOps(t *testing.T) {
 			kc2, vc2 := mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16), mlxc.Zeros([]int{1, hk, R, D}, mlxc.BFloat16)
 			mlxc.Eval(kc, vc, kc2, vc2)
 			iq := f.HeadPrepInto(y, hq, hk, D, qn, kn, OnDevice(pos), kc, vc)
-			qc := f.KVPrepInto(mlxc.Copy(mlxc.SliceAxis(y, 1, hq*D, (hq+2*hk)*D)), hk, D, qn, kn, OnDevice(pos), kc2, vc2)
+			// (Contiguous: the kernel reads rows of a product's output, no strided views.)
+			qc := f.KVPrepInto(mlxc.Contiguous(mlxc.SliceAxis(y, 1, hq*D, (hq+2*hk)*D)), hk, D, qn, kn, OnDevice(pos), kc2, vc2)
 			mlxc.Eval(iq, qc)
 			for _, p := range []struct {
 				name      string
