@@ -11,7 +11,16 @@ OUT="${OUT:-/tmp/out}"
 mkdir -p "$X/mlx/lib" "$OUT" /tmp/stage
 log() { echo "== $*"; }
 if [ -d .gpu/p1 ]; then cp -n .gpu/p1/* /tmp/stage/ 2>/dev/null || true; fi
-if [ -d .gpu/p2 ]; then cp -n .gpu/p2/* /tmp/stage/ 2>/dev/null || true; fi
+if [ -d .gpu/p2 ]; then
+  # A new build's binaries replace the staged ones (a warm machine keeps /tmp/stage).
+  if [ -f .gpu/p2/bin.tar.xz ] && ! cmp -s .gpu/p2/bin.tar.xz /tmp/stage/bin.tar.xz; then
+    cp .gpu/p2/bin.tar.xz /tmp/stage/bin.tar.xz && rm -rf "$X/bin" "$X/base"
+  fi
+  if [ -f .gpu/p2/base.tar.xz ] && ! cmp -s .gpu/p2/base.tar.xz /tmp/stage/base.tar.xz; then
+    cp .gpu/p2/base.tar.xz /tmp/stage/base.tar.xz && rm -rf "$X/base"
+  fi
+  cp -n .gpu/p2/* /tmp/stage/ 2>/dev/null || true
+fi
 if [ -d .gpu/p3 ]; then cp -n .gpu/p3/* /tmp/stage/ 2>/dev/null || true; fi
 if [ "$STAGE" = setup ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -20,12 +29,17 @@ if [ "$STAGE" = setup ]; then
   exit 0
 fi
 if [ ! -f "$X/mlx/lib/libmlx.so" ]; then
+  # Both parts must be here (a machine given back in between loses .gpu/p1's: run setup
+  # again); the library goes into place only whole, so a failed call leaves nothing half made.
+  [ -f /tmp/stage/libmlx.so.xz.part-aa ] && [ -f /tmp/stage/libmlx.so.xz.part-ab ] ||
+    { echo "libmlx parts missing (run setup with .gpu/p1 first): $(ls /tmp/stage)"; exit 3; }
   log "assembling libmlx.so"
-  cat /tmp/stage/libmlx.so.xz.part-* | xz -d > "$X/mlx/lib/libmlx.so" || { echo "libmlx parts missing: $(ls /tmp/stage)"; exit 3; }
+  cat /tmp/stage/libmlx.so.xz.part-* | xz -d > "$X/mlx/lib/libmlx.so.tmp" || { echo "libmlx parts corrupt: $(ls /tmp/stage)"; exit 3; }
+  mv "$X/mlx/lib/libmlx.so.tmp" "$X/mlx/lib/libmlx.so"
   tar -xJf /tmp/stage/include.tar.xz -C "$X/mlx"
   tar -xJf /tmp/stage/libs.tar.xz -C "$X"
-  tar -xJf /tmp/stage/bin.tar.xz -C "$X"
 fi
+[ -x "$X/bin/dflash-mlx" ] || tar -xJf /tmp/stage/bin.tar.xz -C "$X"
 if [ -f /tmp/stage/testdata.tar.xz ] && [ ! -d "$X/third_party/testdata" ]; then
   mkdir -p "$X/third_party" && tar -xJf /tmp/stage/testdata.tar.xz -C "$X/third_party"
 fi
