@@ -186,12 +186,13 @@ print(sys.argv[2], 'plain', round(r['median_plain_tok_s']), 'dflash', round(r['m
 fi
 if [ "$STAGE" = diag ]; then
   # Chosen test binaries with chosen settings, one after another (DIAG: ';'-separated
-  # "package|-test.run pattern|env settings" entries; DIAG_TIMEOUT seconds each).
+  # "package|-test.run pattern|env settings" entries, a "," in a pattern standing for the
+  # regular expression's "|"; DIAG_TIMEOUT seconds each).
   IFS=';' read -ra DS <<< "${DIAG:?DIAG is empty}"
   R=/tmp/diag; rm -rf "$R"; mkdir -p "$R"
   i=0
   for d in "${DS[@]}"; do
-    i=$((i+1)); IFS='|' read -r pkg pat envs <<< "$d"
+    i=$((i+1)); IFS='|' read -r pkg pat envs <<< "$d"; pat="${pat//,/|}"
     log "diag $i: $pkg -run '$pat' ${envs:-}"
     ( cd "$pkg" && env ${envs:-} timeout "${DIAG_TIMEOUT:-150}" "$B/$pkg.test" -test.count=1 -test.v -test.run "$pat" 2>&1 ) > "$R/diag_$i.txt"; echo "exit $?" >> "$R/diag_$i.txt"
     grep -E "^(--- FAIL|--- PASS|ok|FAIL|PASS|exit)|_test.go" "$R/diag_$i.txt" | head -"${DIAG_LINES:-12}"
