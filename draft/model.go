@@ -311,12 +311,10 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 			}
 		}
 		if fusedPrep {
-			switch {
-			case keys != nil && d.fqa.ServesRows(L) && d.fused.PrepAttentionFits(h.H, c0.HeadDim, qn, l.kNorm, keys):
-				merged = d.fused.PrepAttention(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, kpos(), keys, values, d.scaleArr, false)
-			case keys != nil:
-				q = d.fused.HeadPrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, kpos(), keys, values)
-			default:
+			if keys != nil {
+				merged, q = d.fused.PrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, kpos(), keys, values,
+					d.scaleArr, false, d.fqa.ServesRows(L))
+			} else {
 				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
 			}
 		} else {

@@ -34,18 +34,7 @@ const fqaWarps = 4
 
 // fqaHead: the block's (head, query), its query scaled into shared memory, its keys' and
 // values' rows (kb, vb with strides kst, vst).
-const fqaHead = `
-  constexpr int DPL = D / 32; // output dimensions per lane
-  // One lane's DPL values of a key, read with one load.
-  struct alignas(DPL * sizeof(T)) VecT {
-    T e[DPL];
-  };
-  const float NEG_INF = __int_as_float((int)0xff800000u);
-  __shared__ float qs[D];
-  __shared__ float wm[WARPS];
-  __shared__ float wl[WARPS];
-  __shared__ float wo[WARPS][D];
-  const int H = q_shape[1];
+var fqaHead = fqaLoopDecls + `  const int H = q_shape[1];
   const int L = q_shape[2];
   const int Hkv = k_shape[1];
   const int h = blockIdx.x % H;
@@ -63,6 +52,22 @@ const fqaHead = `
   const T* vb = v + hk * v_strides[1];
   const long long kst = k_strides[2];
   const long long vst = v_strides[2];
+`
+
+// fqaLoopDecls declares what fqaLoop uses besides the block's rows and query (h, l, hk,
+// lane, wid, n, kb, vb): its vector type, and the scaled query and the warps' partial
+// results in shared memory. PrepAttention's kernel declares them with it too.
+const fqaLoopDecls = `
+  constexpr int DPL = D / 32; // output dimensions per lane
+  // One lane's DPL values of a key, read with one load.
+  struct alignas(DPL * sizeof(T)) VecT {
+    T e[DPL];
+  };
+  const float NEG_INF = __int_as_float((int)0xff800000u);
+  __shared__ float qs[D];
+  __shared__ float wm[WARPS];
+  __shared__ float wl[WARPS];
+  __shared__ float wo[WARPS][D];
 `
 
 // fqaLoop is the attention kernel from the online softmax on: each warp's keys in tiles of

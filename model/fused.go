@@ -301,6 +301,12 @@ func (f *Fused) HeadPrep(q, k, v *mlxc.Array, qo, ko, vo, hq, hk, D int, qn, kn,
 	return f.launchPrep([]*mlxc.Array{q, k, v, qn, kn, f.inv, f.eps, pos}, qo, ko, vo, hq, hk, D)
 }
 
+// prepGrid is a head-prep kernel's grid (in threads) for items (row, head) pairs: one warp
+// each, in blocks of fusedWarps.
+func prepGrid(items int) [3]int {
+	return [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1}
+}
+
 // launchPrep launches the head-prep kernel: one warp per (row, head).
 func (f *Fused) launchPrep(inputs []*mlxc.Array, qo, ko, vo, hq, hk, D int) (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 	L := inputs[0].Dim(0)
@@ -313,7 +319,7 @@ func (f *Fused) launchPrep(inputs []*mlxc.Array, qo, ko, vo, hq, hk, D int) (*ml
 	out := f.prep.Call(inputs, mlxc.KernelCall{
 		OutputShapes: [][]int{qs, {1, hk, L, D}, {1, hk, L, D}},
 		OutputDtypes: []mlxc.Dtype{dt, dt, dt},
-		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		Grid:         prepGrid(items),
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
 		Template:     f.prepTemplate(dt, D, hq, hk, qo, ko, vo),
 	})
@@ -344,7 +350,7 @@ func (f *Fused) HeadPrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv *
 	return f.prepInto.Call([]*mlxc.Array{y, qn, kn, f.inv, f.eps, pos, ck, cv}, mlxc.KernelCall{
 		OutputShapes: [][]int{{1, hq, L, D}},
 		OutputDtypes: []mlxc.Dtype{dt},
-		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		Grid:         prepGrid(items),
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
 		Template:     f.prepTemplate(dt, D, hq, hk, 0, hq*D, (hq+hk)*D),
 	})[0]
@@ -377,7 +383,7 @@ func (f *Fused) KVPrepInto(kv *mlxc.Array, hk, D int, qn, kn, pos, ck, cv *mlxc.
 	return f.kvPrepInto.Call([]*mlxc.Array{kv, qn, kn, f.inv, f.eps, pos, ck, cv}, mlxc.KernelCall{
 		OutputShapes: [][]int{{D}},
 		OutputDtypes: []mlxc.Dtype{qn.Dtype()},
-		Grid:         [3]int{(items + fusedWarps - 1) / fusedWarps * fusedWarps * 32, 1, 1},
+		Grid:         prepGrid(items),
 		ThreadGroup:  [3]int{fusedWarps * 32, 1, 1},
 		Template:     f.prepTemplate(kv.Dtype(), D, 0, hk, 0, 0, hk*D),
 	})[0]

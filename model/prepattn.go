@@ -26,22 +26,13 @@ var prepAttnSource = prepAttnHead + "  auto prep = [&](const T* src, const T* nw
 	"        vv[u] = *reinterpret_cast<const VecT*>(vb + r * vst + lane * DPL);\n",
 	"        vv[u] = *reinterpret_cast<const VecT*>((r < pos ? vb + (size_t)r * D : &vr_s[r - pos][0]) + lane * DPL);\n")
 
-// prepAttnHead declares what the shared texts use: the attention kernel's names (H, n,
-// kb and vb the cache's rows of this kv head) and the block's rows in shared memory.
-const prepAttnHead = `
-  constexpr int DPL = D / 32; // output dimensions per lane
-  constexpr int P = D / 64;   // rotation pairs per lane
-  struct alignas(DPL * sizeof(T)) VecT {
-    T e[DPL];
-  };
-  const float NEG_INF = __int_as_float((int)0xff800000u);
+// prepAttnHead declares what the shared texts use: the attention loop's declarations
+// (fqaLoopDecls), its names (H, n, kb and vb the cache's rows of this kv head) and the
+// block's rows in shared memory.
+var prepAttnHead = fqaLoopDecls + `  constexpr int P = D / 64; // rotation pairs per lane
   __shared__ __align__(16) T qt[D];
   __shared__ __align__(16) T kr_s[LMAX][D];
   __shared__ __align__(16) T vr_s[LMAX][D];
-  __shared__ float qs[D];
-  __shared__ float wm[WARPS];
-  __shared__ float wl[WARPS];
-  __shared__ float wo[WARPS][D];
   constexpr int H = HQ;
   const int L = y_shape[0];
   const size_t ystride = y_shape[1];
@@ -91,12 +82,24 @@ func newPrepAttention() *mlxc.Kernel {
 		Outputs: []string{"out"}, Source: prepAttnSource, EnsureRowContiguous: false})
 }
 
-// PrepAttentionFits reports whether PrepAttention serves a block of rows x [L, ·] (whose
-// merged q/k/v product it takes; PrepFits's conditions) with head size D and cache buffers
-// ck [1, hk, R, D]: the kernel is on and L ≤ 16.
-func (f *Fused) PrepAttentionFits(x *mlxc.Array, D int, qn, kn, ck *mlxc.Array) bool {
+// prepAttentionFits reports whether PrepAttention serves a block's merged q/k/v product
+// y [L, ·] (PrepFits's conditions) with head size D and cache buffers ck [1, hk, R, D]: the
+// kernel is on and L ≤ 16.
+func (f *Fused) prepAttentionFits(x *mlxc.Array, D int, qn, kn, ck *mlxc.Array) bool {
 	return f != nil && f.prepAttn != nil && f.PrepFits(x, D, qn, kn) && x.Dim(0) <= prepAttnMaxRows &&
 		ck != nil && ck.Ndim() == 4 && ck.Dim(3) == D && ck.Dtype() == x.Dtype()
+}
+
+// PrepInto prepares a block whose keys and values go into the cache buffers ck, cv in
+// place, from its merged q/k/v product y: when attend (the few-query attention kernel
+// serves blocks of its rows) and prepAttentionFits, head prep and attention in one kernel,
+// returning the attention rows (merged); otherwise HeadPrepInto, returning q for the
+// caller's attention, which must take it (it orders the reads after the cache writes).
+func (f *Fused) PrepInto(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv, scale *mlxc.Array, causal, attend bool) (merged, q *mlxc.Array) {
+	if attend && f.prepAttentionFits(y, D, qn, kn, ck) {
+		return f.PrepAttention(y, hq, hk, D, qn, kn, pos, ck, cv, scale, causal), nil
+	}
+	return nil, f.HeadPrepInto(y, hq, hk, D, qn, kn, pos, ck, cv)
 }
 
 // PrepAttention returns the attention rows [L, hq·D] of a block from its merged q/k/v

@@ -243,12 +243,10 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 			if at && l.qkv != nil {
 				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 			}
-			switch {
-			case keys != nil && fqa && m.fqa.ServesRows(L) && m.fused.PrepAttentionFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm, keys):
-				merged = m.fused.PrepAttention(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values, m.scaleArr, true)
-			case keys != nil:
-				q = m.fused.HeadPrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values)
-			default:
+			if keys != nil {
+				merged, q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values,
+					m.scaleArr, true, fqa && m.fqa.ServesRows(L))
+			} else {
 				q, k, v = m.headPrep(l, x, kernelPos())
 			}
 		} else {
