@@ -219,6 +219,24 @@ func benchAction(c *cli.Context) error {
 		}
 		return gen(prompt, false, profile)
 	}
+	// DFLASH_HOSTPROF=file samples the host's native stacks during the timed runs (label 1:
+	// plain decoding, 2: DFlash; scripts/hostprof.py reads the file). Diagnostic, Linux only.
+	hostProf := os.Getenv("DFLASH_HOSTPROF")
+	if hostProf != "" {
+		if err := mlxc.StartHostProfile(250, 400_000); err != nil {
+			return err
+		}
+		defer func() {
+			if err := mlxc.StopHostProfile(hostProf); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}()
+	}
+	label := func(l int) {
+		if hostProf != "" {
+			mlxc.HostProfileLabel(l)
+		}
+	}
 	for i, prompt := range prompts {
 		s.Engine.Proposer = dfl
 		for w := 0; w < c.Int("warmup"); w++ {
@@ -234,13 +252,17 @@ func benchAction(c *cli.Context) error {
 		var ref, last engine.Result
 		exact := true
 		for r := 0; r < repeats; r++ {
+			label(1)
 			res, err := gen(prompt, true, false)
+			label(0)
 			if err != nil {
 				return err
 			}
 			plainTPS = append(plainTPS, res.Stats.GenerationTPS)
 			ref = res
+			label(2)
 			res, err = dflash(prompt, i, r, false)
+			label(0)
 			if err != nil {
 				return err
 			}

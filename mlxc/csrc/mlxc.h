@@ -226,6 +226,12 @@ size_t mlxc_set_cache_limit(size_t limit);
 void mlxc_clear_cache(void);
 uint64_t mlxc_live_arrays(void); /* handles created and not yet freed (leak checks) */
 
+/* ---- host profiler (hostprof.cpp; Linux only, diagnostic) ---- */
+/* 0 on success; a nonzero code names the failing step (8: not supported here). */
+int mlxc_hostprof_start(int interval_us, int max_samples);
+void mlxc_hostprof_label(int label); /* 0 pauses recording */
+int mlxc_hostprof_stop(const char* path);
+
 #ifdef __cplusplus
 }
 #endif
