@@ -223,7 +223,7 @@ func benchAction(c *cli.Context) error {
 	// plain decoding, 2: DFlash; scripts/hostprof.py reads the file). Diagnostic, Linux only.
 	hostProf := os.Getenv("DFLASH_HOSTPROF")
 	if hostProf != "" {
-		if err := mlxc.StartHostProfile(250, 400_000); err != nil {
+		if err := mlxc.StartHostProfile(100, 400_000); err != nil {
 			return err
 		}
 		defer func() {

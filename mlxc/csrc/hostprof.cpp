@@ -1,10 +1,12 @@
 // A sampling profiler of the host's native code (MLX, the CUDA driver, our C API), for
 // finding where a DFlash cycle's host time goes inside MLX's evaluation. Go's own CPU
 // profile stops at the cgo boundary (a sample in C code is charged to the Go caller), and
-// the lent GPU machines have no perf. ITIMER_PROF raises SIGPROF every interval of the
-// process's CPU time; the handler records the interrupted thread's native stack (glibc's
-// backtrace walks the signal frame into the interrupted code and stops at the first Go
-// frame, which has no unwind table). Samples are tagged with the label current at the time
+// the lent GPU machines have no perf.
+// A sampler thread sends SIGPROF every interval of wall time to the thread that last
+// asked MLX to evaluate (the runtime's locked thread: where graphs are built and encoded), so
+// time it spends blocked shows too; the handler records the interrupted thread's native stack
+// (glibc's backtrace walks the signal frame into the interrupted code and stops at the first
+// Go frame, which has no unwind table). (ITIMER_PROF would tick at the kernel's 4 ms.) Samples are tagged with the label current at the time
 // (0: not recording), so a caller can profile parts of a run separately. Diagnostic only:
 // it replaces Go's SIGPROF handler while it runs (do not combine with DFLASH_CPUPROFILE).
 #include "mlxc.h"
@@ -14,7 +16,7 @@
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/syscall.h>
-#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -40,6 +43,9 @@ std::atomic<size_t> g_next{0};
 std::atomic<int> g_label{0};
 struct sigaction g_previous;
 bool g_running = false;
+std::atomic<bool> g_sampling{false};
+std::atomic<int> g_target{0};
+std::thread g_sampler;
 
 void on_sigprof(int, siginfo_t*, void*) {
   int label = g_label.load(std::memory_order_relaxed);
@@ -74,6 +80,12 @@ void where(FILE* f, void* pc) {
 }
 }  // namespace
 
+void mlxc_hostprof_note_thread(void) {
+  if (!g_sampling.load(std::memory_order_relaxed)) return;
+  thread_local int self = static_cast<int>(syscall(SYS_gettid));
+  g_target.store(self, std::memory_order_relaxed);
+}
+
 int mlxc_hostprof_start(int interval_us, int max_samples) {
   if (g_running) return 1;
   if (interval_us < 100 || max_samples < 1) return 2;
@@ -89,14 +101,23 @@ int mlxc_hostprof_start(int interval_us, int max_samples) {
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   if (sigaction(SIGPROF, &sa, &g_previous) != 0) return 4;
-  struct itimerval it;
-  it.it_interval.tv_sec = interval_us / 1000000;
-  it.it_interval.tv_usec = interval_us % 1000000;
-  it.it_value = it.it_interval;
-  if (setitimer(ITIMER_PROF, &it, nullptr) != 0) {
-    sigaction(SIGPROF, &g_previous, nullptr);
-    return 5;
-  }
+  g_target.store(0);
+  g_sampling.store(true);
+  g_sampler = std::thread([interval_us] {
+    const pid_t pid = getpid();
+    timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    while (g_sampling.load(std::memory_order_relaxed)) {
+      next.tv_nsec += static_cast<long>(interval_us) * 1000;
+      while (next.tv_nsec >= 1000000000) {
+        next.tv_nsec -= 1000000000;
+        next.tv_sec++;
+      }
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr);
+      int tid = g_target.load(std::memory_order_relaxed);
+      if (tid != 0 && g_label.load(std::memory_order_relaxed) != 0) syscall(SYS_tgkill, pid, tid, SIGPROF);
+    }
+  });
   g_running = true;
   return 0;
 }
@@ -106,9 +127,8 @@ void mlxc_hostprof_label(int label) { g_label.store(label, std::memory_order_rel
 int mlxc_hostprof_stop(const char* path) {
   if (!g_running) return 1;
   g_label.store(0);
-  struct itimerval off;
-  std::memset(&off, 0, sizeof(off));
-  setitimer(ITIMER_PROF, &off, nullptr);
+  g_sampling.store(false);
+  g_sampler.join();
   sigaction(SIGPROF, &g_previous, nullptr);
   g_running = false;
   size_t n = std::min(g_next.load(), g_cap);
@@ -143,5 +163,6 @@ int mlxc_hostprof_stop(const char* path) {
 int mlxc_hostprof_start(int, int) { return 8; }
 void mlxc_hostprof_label(int) {}
 int mlxc_hostprof_stop(const char*) { return 8; }
+void mlxc_hostprof_note_thread(void) {}
 
 #endif

@@ -384,7 +384,10 @@ int mlxc_array_item_i64(mlxc_array a, int64_t* out) {
   });
 }
 
-int mlxc_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::eval(arrays(arrs, n)); }); }
+int mlxc_eval(const mlxc_array* arrs, int n) {
+  mlxc_hostprof_note_thread();  // hostprof.cpp samples the thread that evaluates
+  return guard([&] { mx::eval(arrays(arrs, n)); });
+}
 // Visits each distinct primitive that evaluating arrs would run. Evaluated arrays (weights,
 // caches) cost nothing and scheduled ones are already queued, so the walk stops at both.
 static void each_pending_primitive(const mlxc_array* arrs, int n, const std::function<void(mx::array&)>& visit) {
@@ -458,7 +461,10 @@ int mlxc_graph_list(const mlxc_array* arrs, int n, char** out) {
   });
 }
 
-int mlxc_async_eval(const mlxc_array* arrs, int n) { return guard([&] { mx::async_eval(arrays(arrs, n)); }); }
+int mlxc_async_eval(const mlxc_array* arrs, int n) {
+  mlxc_hostprof_note_thread();  // hostprof.cpp samples the thread that evaluates
+  return guard([&] { mx::async_eval(arrays(arrs, n)); });
+}
 
 // ---- ops ----
 

@@ -231,6 +231,7 @@ uint64_t mlxc_live_arrays(void); /* handles created and not yet freed (leak chec
 int mlxc_hostprof_start(int interval_us, int max_samples);
 void mlxc_hostprof_label(int label); /* 0 pauses recording */
 int mlxc_hostprof_stop(const char* path);
+void mlxc_hostprof_note_thread(void); /* called by the eval entry points */
 
 #ifdef __cplusplus
 }
