@@ -154,9 +154,10 @@ func NewKernel(spec KernelSpec) *Kernel {
 	defer freeOuts()
 	name, f1 := cstr(kernelName(spec))
 	defer f1()
-	src, f2 := cstr(spec.Source)
+	source, header := KernelSources(spec, kernelFileDir())
+	src, f2 := cstr(source)
 	defer f2()
-	hdr, f3 := cstr(spec.Header)
+	hdr, f3 := cstr(header)
 	defer f3()
 	extra := spec.SharedMemory
 	if spec.Backend == KernelMetal && spec.AtomicOutputs {

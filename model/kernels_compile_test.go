@@ -205,6 +205,25 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Outputs: [][2]string{{"s", T}, {"y", T}}, Consts: constsOf(addNormTemplate(dt, H)), Body: addNormSource})
 		}
 	}
+	// The form NewKernel hands MLX on CUDA: body and header #included from files, the
+	// shape and stride names the body uses listed beside the include.
+	inc, T := t.TempDir(), cudaType(mlxc.BFloat16)
+	fqaIn := [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}}
+	body, hdr := mlxc.KernelSources(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "fqa", Inputs: []string{"q", "k", "v", "off", "scale"},
+		Outputs: []string{"out"}, Source: fqaSource}, inc)
+	if !strings.HasPrefix(body, "#include") || !strings.Contains(body, "q_shape") || hdr != "" {
+		t.Fatalf("fqa's body was not moved into a file: %q / %q", body, hdr)
+	}
+	ks = append(ks, kernelCheck{Name: "fqa_included", Inputs: fqaIn, Outputs: [][2]string{{"out", T}},
+		Consts: constsOf(fqaTemplate(mlxc.BFloat16, 128, true)), Body: body})
+	gu := tcConfigFor(19456, 2560)
+	body, hdr = mlxc.KernelSources(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "tc", Inputs: []string{"x", "w", "r"},
+		Outputs: []string{"y"}, Source: tcSource, Header: tcMMA}, inc)
+	if !strings.HasPrefix(body, "#include") || !strings.HasPrefix(hdr, "#include") {
+		t.Fatalf("the tensor-core kernel was not moved into files: %q / %q", body, hdr)
+	}
+	ks = append(ks, kernelCheck{Name: "skinny_tc_included", Header: hdr, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}}, gu, T),
+		Outputs: [][2]string{{"y", T}}, Consts: constsOf(gu.template(mlxc.BFloat16)), Body: body})
 	js, err := json.Marshal(ks)
 	if err != nil {
 		t.Fatal(err)
