@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,9 +222,15 @@ func benchAction(c *cli.Context) error {
 	}
 	// DFLASH_HOSTPROF=file samples the host's native stacks during the timed runs (label 1:
 	// plain decoding, 2: DFlash; scripts/hostprof.py reads the file). Diagnostic, Linux only.
+	// DFLASH_HOSTPROF_US: microseconds between samples (default 500; each sample costs the
+	// sampled thread a few microseconds, so denser sampling slows what it measures).
 	hostProf := os.Getenv("DFLASH_HOSTPROF")
 	if hostProf != "" {
-		if err := mlxc.StartHostProfile(100, 400_000); err != nil {
+		us, err := strconv.Atoi(os.Getenv("DFLASH_HOSTPROF_US"))
+		if err != nil {
+			us = 500
+		}
+		if err := mlxc.StartHostProfile(us, 400_000); err != nil {
 			return err
 		}
 		defer func() {
