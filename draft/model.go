@@ -202,7 +202,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		var q, kn, vn *mlxc.Array
 		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
 			if pos == nil {
-				pos = model.OnDevice(model.Visible(off + T))
+				pos = d.fused.OnDevice(model.Visible(off + T))
 			}
 			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
 		} else {
@@ -225,7 +225,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		if d.fqa.Fits(q, kn) {
 			keys, values, n := lc.Scratch(kn, vn, 0)
 			if visible == nil {
-				visible = model.OnDevice(model.Visible(n))
+				visible = d.fused.OnDevice(model.Visible(n))
 			}
 			merged = d.fqa.Apply(q, keys, values, d.scaleArr, visible, false)
 		} else if padded {
@@ -271,13 +271,13 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 	var kp, ks *mlxc.Array                                         // pos and seen for our kernels
 	kpos := func() *mlxc.Array {
 		if kp == nil {
-			kp = model.OnDevice(pos)
+			kp = d.fused.OnDevice(pos)
 		}
 		return kp
 	}
 	kseen := func() *mlxc.Array {
 		if ks == nil {
-			ks = model.OnDevice(seen)
+			ks = d.fused.OnDevice(seen)
 		}
 		return ks
 	}
@@ -384,7 +384,7 @@ func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *ml
 func (d *Drafter) contextPos(off int) *mlxc.Array {
 	if d.ctxPos == nil || d.ctxPosAt != off {
 		d.ctxPos.Free()
-		d.ctxPos, d.ctxPosAt = model.OnDevice(model.Visible(off)).Detach(), off
+		d.ctxPos, d.ctxPosAt = d.fused.OnDevice(model.Visible(off)).Detach(), off
 	}
 	return d.ctxPos
 }

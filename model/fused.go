@@ -43,6 +43,27 @@ type Fused struct {
 	// on unless DFLASH_FUSE_PREP_ATTN=0), nil when off.
 	prepAttn      *mlxc.Kernel
 	attnTemplates templateCache[prepAttnKey]
+	// pad is OnDevice's copy of a position in one launch (Fused.OnDevice).
+	pad *mlxc.Kernel
+}
+
+// padSource fills the four elements of a position array in device memory from element 0
+// of a (Fused.OnDevice).
+const padSource = `
+  out[threadIdx.x] = a[0];
+`
+
+// OnDevice is the package's OnDevice for an int32 position (one element): the same four
+// copies of it in device memory, made by one kernel launch where OnDevice's Concatenate
+// launches a copy kernel per element. A cycle makes three such positions (the target's, the
+// drafter's block and its context rows): twelve launches of ≈ 3 µs, plus the gaps between
+// them, become three. Anything else, and a nil f, goes to OnDevice.
+func (f *Fused) OnDevice(a *mlxc.Array) *mlxc.Array {
+	if f == nil || f.pad == nil || a == nil || a.Size() != 1 || a.Dtype() != mlxc.Int32 {
+		return OnDevice(a)
+	}
+	return f.pad.Call([]*mlxc.Array{a}, mlxc.KernelCall{OutputShapes: [][]int{{4}}, OutputDtypes: []mlxc.Dtype{mlxc.Int32},
+		Grid: [3]int{4, 1, 1}, ThreadGroup: [3]int{4, 1, 1}})[0]
 }
 
 type prepKey struct {
@@ -285,6 +306,8 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 		eps:      OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
 		half:     len(inv),
 		prepAttn: newPrepAttention(),
+		pad: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_pad_position",
+			Inputs: []string{"a"}, Outputs: []string{"out"}, Source: padSource}),
 	}
 	if os.Getenv("DFLASH_FUSED_ADDNORM") == "1" {
 		f.addNorm = mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_add_norm",
@@ -455,5 +478,6 @@ func (f *Fused) Free() {
 		f.prepInto.Free()
 		f.kvPrepInto.Free()
 		f.prepAttn.Free()
+		f.pad.Free()
 	}
 }

@@ -281,3 +281,46 @@ func TestPrepAttentionMatchesSeparate(t *testing.T) {
 		return nil
 	})
 }
+
+// On CUDA: Fused.OnDevice pads a position to four copies in device memory in one launch,
+// from a host-made array and from a GPU op's output alike, as OnDevice's Concatenate does;
+// other arrays, and a nil Fused, take OnDevice's path.
+func TestFusedOnDevicePads(t *testing.T) {
+	onCUDA(t, func() error {
+		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
+		if f == nil {
+			return fmt.Errorf("no fused kernels on CUDA")
+		}
+		defer f.Free()
+		for _, c := range []struct {
+			name string
+			a    *mlxc.Array
+			want int32
+		}{
+			{"host-made", Visible(123), 123},
+			{"a GPU op's", mlxc.Add(Visible(40000), mlxc.FromSlice([]int32{7}, 1)), 40007},
+			{"negative", Visible(-5), -5},
+		} {
+			for _, fu := range []*Fused{f, nil} {
+				got := fu.OnDevice(c.a)
+				v := mlxc.ToSlice[int32](got)
+				if fu != nil && got.Location() != "device" {
+					return fmt.Errorf("%s: padded position in %s memory", c.name, got.Location())
+				}
+				if len(v) != 4 {
+					return fmt.Errorf("%s (fused %v): %d elements, want 4", c.name, fu != nil, len(v))
+				}
+				for i, x := range v {
+					if x != c.want {
+						return fmt.Errorf("%s (fused %v): element %d is %d, want %d", c.name, fu != nil, i, x, c.want)
+					}
+				}
+			}
+		}
+		wide := mlxc.FromSlice([]int32{1, 2, 3}, 3)
+		if v := mlxc.ToSlice[int32](f.OnDevice(wide)); len(v) != 7 || v[2] != 3 || v[3] != 0 {
+			return fmt.Errorf("a 3-element array padded to %v, want OnDevice's [1 2 3 0 0 0 0]", v)
+		}
+		return nil
+	})
+}

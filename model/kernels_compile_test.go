@@ -205,6 +205,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Outputs: [][2]string{{"s", T}, {"y", T}}, Consts: constsOf(addNormTemplate(dt, H)), Body: addNormSource})
 		}
 	}
+	ks = append(ks, kernelCheck{Name: "pad_position", Inputs: [][2]string{{"a", "int32_t"}}, Outputs: [][2]string{{"out", "int32_t"}}, Body: padSource})
 	// The form NewKernel hands MLX on CUDA: body and header #included from files, the
 	// shape and stride names the body uses listed beside the include.
 	inc, T := t.TempDir(), cudaType(mlxc.BFloat16)

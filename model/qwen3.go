@@ -223,7 +223,7 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 	var kpos *mlxc.Array
 	kernelPos := func() *mlxc.Array {
 		if kpos == nil {
-			kpos = OnDevice(position())
+			kpos = m.fused.OnDevice(position())
 		}
 		return kpos
 	}

@@ -48,7 +48,7 @@ def wrap(k):
             params.append(f"int {name}_ndim")
     for name, ctype in k["outputs"]:
         params.append(f"{ctype}* {name}")
-    consts = "\n".join(k["consts"])
+    consts = "\n".join(k.get("consts") or [])
     return (PRELUDE + k.get("header", "") + "\nnamespace mlx { namespace core { namespace cu {\n"
             "namespace cg = cooperative_groups;\n"
             f"__global__ void custom_kernel_{k['name']}({', '.join(params)}) {{\n{consts}\n{body}\n}}\n"
