@@ -103,8 +103,19 @@ type benchRow struct {
 	DraftOps      map[string]float64 `json:"draft_ops_per_cycle,omitempty"`
 	VerifyOps     map[string]float64 `json:"verify_ops_per_cycle,omitempty"`
 	PeakMemoryGiB float64            `json:"peak_memory_gib"`
+	// The timed runs' own split (medians over the repeats), per DFlash cycle and per plain
+	// step: building and handing graphs to MLX, waiting for the device to read results, and
+	// the rest of the host's bookkeeping. A loop that waits is the device's; one that does
+	// not is the host's (DFlash on the H200: 40% waiting; plain decoding: none).
+	LoopBuildMS  float64 `json:"loop_build_ms_per_cycle"`
+	LoopWaitMS   float64 `json:"loop_wait_ms_per_cycle"`
+	LoopHostMS   float64 `json:"loop_host_ms_per_cycle"`
+	PlainBuildMS float64 `json:"plain_build_ms_per_step"`
+	PlainWaitMS  float64 `json:"plain_wait_ms_per_step"`
 	// The same full-block cycle enqueued back to back, the host never waiting for the
 	// device (engine.PipelineProbe): the floor of a cycle whose state stays on the device.
+	// It enqueues the serial loop's graphs, not the run-ahead loop's, so its host time can
+	// exceed that loop's (session 13: 6.2–6.7 against a 5.45 ms cycle on a slow host).
 	Pipelined *engine.PipelineProbe `json:"pipelined,omitempty"`
 	// --compare-run-ahead: DFlash with the other loop than the session's (run-ahead when
 	// the session runs the plain loop), timed in the same alternation.
@@ -256,6 +267,7 @@ func benchAction(c *cli.Context) error {
 		}
 		// Plain and DFlash runs alternate, so drift (clocks, other tenants) hits both alike.
 		var plainTPS, dTPS, taus, otherTPS []float64
+		var loopBuild, loopWait, loopHost, plainBuild, plainWait []float64
 		var ref, last engine.Result
 		exact := true
 		for r := 0; r < repeats; r++ {
@@ -266,6 +278,9 @@ func benchAction(c *cli.Context) error {
 				return err
 			}
 			plainTPS = append(plainTPS, res.Stats.GenerationTPS)
+			steps := float64(max(1, res.Stats.GeneratedTokens-1))
+			plainBuild = append(plainBuild, ms(res.Stats.BuildTime)/steps)
+			plainWait = append(plainWait, ms(res.Stats.WaitTime)/steps)
 			ref = res
 			label(2)
 			res, err = dflash(prompt, i, r, false)
@@ -275,6 +290,10 @@ func benchAction(c *cli.Context) error {
 			}
 			dTPS = append(dTPS, res.Stats.GenerationTPS)
 			taus = append(taus, res.Stats.Tau)
+			cycles := float64(max(1, res.Stats.Cycles))
+			loopBuild = append(loopBuild, ms(res.Stats.BuildTime)/cycles)
+			loopWait = append(loopWait, ms(res.Stats.WaitTime)/cycles)
+			loopHost = append(loopHost, ms(res.Stats.HostTime)/cycles)
 			if c.Bool("compare-run-ahead") {
 				s.Engine.RunAhead = !s.Engine.RunAhead
 				other, err := dflash(prompt, i, r, false)
@@ -314,7 +333,9 @@ func benchAction(c *cli.Context) error {
 			DraftEncodeMS: ms(st.DraftEncodeTime) / float64(ps), VerifyEncodeMS: ms(st.VerifyEncodeTime) / float64(ps),
 			CycleConstructMS: ms(st.CycleConstructTime) / float64(ps), CycleEncodeMS: ms(st.CycleEncodeTime) / float64(ps),
 			PlainStepOps: perStep(plainProf.Stats.StepOps, max(1, plainProf.Stats.GeneratedTokens-2)),
-			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps)}
+			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps),
+			LoopBuildMS: median(loopBuild), LoopWaitMS: median(loopWait), LoopHostMS: median(loopHost),
+			PlainBuildMS: median(plainBuild), PlainWaitMS: median(plainWait)}
 		var probe engine.PipelineProbe
 		if err := mlxc.Do(func() error {
 			var err error
@@ -389,6 +410,8 @@ func printBench(r benchReport) {
 	if len(r.Rows) > 0 {
 		x := r.Rows[0]
 		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
+		fmt.Printf("timed runs: dflash cycle %.2f ms = building %.2f + waiting for the device %.2f + other host %.2f; plain step %.2f ms, waiting %.2f\n",
+			x.CycleMS, x.LoopBuildMS, x.LoopWaitMS, x.LoopHostMS, x.PlainStepMS, x.PlainWaitMS)
 		if x.CycleEncodeMS > 0 {
 			fmt.Printf("run-ahead cycle profiled one at a time: graph building %.2f ms, encoding %.2f ms, device after the encoding %.2f ms; plain step encoding %.2f ms\n", x.CycleConstructMS, x.CycleEncodeMS, x.VerifyMS, x.PlainEncodeMS)
 		} else {

@@ -296,6 +296,12 @@ func TestBenchJSON(t *testing.T) {
 		OtherTPS   float64            `json:"other_loop_tok_s"`
 		OtherRuns  []float64          `json:"other_loop_runs_tok_s"`
 		OtherLoop  string             `json:"other_loop"`
+		CycleMS    float64            `json:"cycle_ms"`
+		LoopBuild  float64            `json:"loop_build_ms_per_cycle"`
+		LoopWait   float64            `json:"loop_wait_ms_per_cycle"`
+		LoopHost   float64            `json:"loop_host_ms_per_cycle"`
+		PlainBuild float64            `json:"plain_build_ms_per_step"`
+		PlainWait  float64            `json:"plain_wait_ms_per_step"`
 		Pipelined  *struct {
 			CycleMS float64 `json:"cycle_ms"`
 			HostMS  float64 `json:"host_ms"`
@@ -336,6 +342,13 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if x.StepNodes <= 0 || x.DraftNodes <= 0 || x.VerNodes <= 0 || len(x.StepOps) == 0 {
 		t.Errorf("profiled graph counts missing: %+v", x)
+	}
+	// The timed runs' split: each part measured, and together no longer than the cycle
+	// (other repeats' medians may differ a little; the loop also emits tokens).
+	if parts := x.LoopBuild + x.LoopWait + x.LoopHost; x.LoopBuild <= 0 || x.LoopWait <= 0 || x.LoopHost < 0 ||
+		x.PlainBuild <= 0 || x.PlainWait < 0 || parts > 1.5*x.CycleMS {
+		t.Errorf("loop split: build %g + wait %g + host %g ms against a %g ms cycle; plain build %g, wait %g",
+			x.LoopBuild, x.LoopWait, x.LoopHost, x.CycleMS, x.PlainBuild, x.PlainWait)
 	}
 	if x.Pipelined == nil || x.Pipelined.CycleMS <= 0 || x.Pipelined.HostMS <= 0 || x.OtherLoop != "" {
 		t.Errorf("pipelined probe %+v, other loop %q", x.Pipelined, x.OtherLoop)
