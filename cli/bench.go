@@ -241,7 +241,7 @@ func benchAction(c *cli.Context) error {
 		if err != nil {
 			us = 500
 		}
-		if err := mlxc.StartHostProfile(us, 400_000); err != nil {
+		if err := mlxc.StartHostProfile(us, 200_000); err != nil {
 			return err
 		}
 		defer func() {
