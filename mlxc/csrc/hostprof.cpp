@@ -2,13 +2,15 @@
 // finding where a DFlash cycle's host time goes inside MLX's evaluation. Go's own CPU
 // profile stops at the cgo boundary (a sample in C code is charged to the Go caller), and
 // the lent GPU machines have no perf.
-// A sampler thread sends SIGPROF every interval of wall time to the thread that last
-// asked MLX to evaluate (the runtime's locked thread: where graphs are built and encoded), so
-// time it spends blocked shows too; the handler records the interrupted thread's native stack
-// (glibc's backtrace walks the signal frame into the interrupted code and stops at the first
-// Go frame, which has no unwind table). (ITIMER_PROF would tick at the kernel's 4 ms.) Samples are tagged with the label current at the time
-// (0: not recording), so a caller can profile parts of a run separately. Diagnostic only:
-// it replaces Go's SIGPROF handler while it runs (do not combine with DFLASH_CPUPROFILE).
+//
+// A sampler thread sends SIGPROF every interval of wall time to the thread that last asked
+// MLX to evaluate (the runtime's locked thread, where graphs are built and encoded), so time
+// it spends blocked shows too (ITIMER_PROF would tick at the kernel's 4 ms). The handler
+// records the interrupted thread's native stack: glibc's backtrace walks the signal frame
+// into the interrupted code and stops at the first Go frame, which has no unwind table.
+// Samples carry the label current when taken (0: not recording), so a caller can profile
+// parts of a run apart. Diagnostic only: it replaces Go's SIGPROF handler while it runs (do
+// not combine with DFLASH_CPUPROFILE).
 #include "mlxc.h"
 
 #if defined(__linux__)
@@ -19,12 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -46,19 +50,25 @@ bool g_running = false;
 std::atomic<bool> g_sampling{false};
 std::atomic<int> g_target{0};
 std::thread g_sampler;
+// Handlers running now: stop waits for them before it reads and frees the samples (a
+// signal sent just before the sampler stopped can still be in its handler).
+std::atomic<int> g_inflight{0};
 
 void on_sigprof(int, siginfo_t*, void*) {
-  int label = g_label.load(std::memory_order_relaxed);
-  if (label == 0) return;
-  int saved = errno;
-  size_t i = g_next.fetch_add(1, std::memory_order_relaxed);
-  if (i < g_cap) {
-    Sample& s = g_samples[i];
-    s.tid = static_cast<int>(syscall(SYS_gettid));
-    s.label = label;
-    s.n = backtrace(s.pc, kFrames);
+  g_inflight.fetch_add(1);
+  int label = g_label.load();
+  if (label != 0) {
+    int saved = errno;
+    size_t i = g_next.fetch_add(1, std::memory_order_relaxed);
+    if (i < g_cap) {
+      Sample& s = g_samples[i];
+      s.tid = static_cast<int>(syscall(SYS_gettid));
+      s.label = label;
+      s.n = backtrace(s.pc, kFrames);
+    }
+    errno = saved;
   }
-  errno = saved;
+  g_inflight.fetch_sub(1);
 }
 
 // where names a code address as module+offset, the form addr2line reads; the main
@@ -130,6 +140,7 @@ int mlxc_hostprof_stop(const char* path) {
   g_sampling.store(false);
   g_sampler.join();
   sigaction(SIGPROF, &g_previous, nullptr);
+  while (g_inflight.load() != 0) std::this_thread::yield();
   g_running = false;
   size_t n = std::min(g_next.load(), g_cap);
   // One line per distinct stack: label, thread, count, then the frames leaf first.
