@@ -3,7 +3,7 @@
 label (1: plain decoding, 2: DFlash in `dflash-mlx bench`), where the sampled CPU time went:
 by function (self: the interrupted frame; total: anywhere on the stack) and by module.
 
-  python3 scripts/hostprof.py PROFILE --exe BIN [--lib DIR] [--top N] [--tid-all]
+  python3 scripts/hostprof.py PROFILE[.xz] --exe BIN [--lib DIR] [--top N] [--tid-all]
 
 BIN: the Go binary that ran (Go frames through `go tool addr2line`; C frames in it need an
 unstripped build). DIR: where libmlx.so lies (addr2line reads its symbol table). Frames in
@@ -12,6 +12,7 @@ the thread with the most samples in each label is read (the one encoding MLX gra
 """
 import argparse
 import collections
+import lzma
 import os
 import re
 import subprocess
@@ -20,7 +21,8 @@ import sys
 
 def parse(path):
     rows = []
-    with open(path) as f:
+    opener = lzma.open if path.endswith(".xz") else open  # the stored profiles are compressed
+    with opener(path, "rt") as f:
         for line in f:
             if line.startswith("#"):
                 print(line.strip())
