@@ -52,7 +52,7 @@ func TestHostProfileRecordsLabelledStacks(t *testing.T) {
 	}
 	defer f.Close()
 	counts := map[int]int{}
-	mlxFrames := 0
+	mlxFrames, goFrames := 0, 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -73,12 +73,20 @@ func TestHostProfileRecordsLabelledStacks(t *testing.T) {
 		if strings.Contains(line, "libmlx") {
 			mlxFrames += n
 		}
+		if strings.Contains(line, ":go:") {
+			goFrames += n
+		}
 	}
 	if counts[1] < 50 || counts[7] < 50 || len(counts) != 2 {
 		t.Fatalf("samples per label %v, want only labels 1 and 7, 50 or more each (~1000 expected)", counts)
 	}
 	if mlxFrames == 0 {
 		t.Fatal("no stack reached into libmlx")
+	}
+	// Every stack ends in Go code (the cgo call, or the interrupted Go function), named by
+	// the runtime.
+	if total := counts[1] + counts[7]; goFrames < total/2 {
+		t.Fatalf("%d of %d samples have a named Go frame", goFrames, total)
 	}
 	if err := StopHostProfile(path); err == nil {
 		t.Fatal("a second stop succeeded")

@@ -5,8 +5,8 @@ by function (self: the interrupted frame; total: anywhere on the stack) and by m
 
   python3 scripts/hostprof.py PROFILE[.xz] --exe BIN [--lib DIR] [--top N] [--tid-all]
 
-BIN: the Go binary that ran (Go frames through `go tool addr2line`; C frames in it need an
-unstripped build). DIR: where libmlx.so lies (addr2line reads its symbol table). Frames in
+BIN: the Go binary that ran (C frames in it need an unstripped build; Go frames come named
+by the process itself, else through `go tool addr2line`, which misnames a stripped binary's). DIR: where libmlx.so lies (addr2line reads its symbol table). Frames in
 other libraries keep the nearest exported name the profiler saw (`~name`). By default only
 the thread with the most samples in each label is read (the one encoding MLX graphs).
 """
@@ -111,6 +111,8 @@ def main():
     names = symbolize(wanted, a.exe, a.lib)
 
     def name(mod, addr, sname):
+        if sname.startswith("go:"):  # named by the Go runtime that ran (mlxc.StopHostProfile)
+            return sname[3:]
         n = names.get((mod, addr))
         if n:
             return n
