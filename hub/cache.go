@@ -1,14 +1,14 @@
 package hub
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/atomicfile"
 )
 
 // repoCache knows where one repository lives in the cache. The layout is huggingface_hub's:
@@ -88,29 +88,10 @@ func (rc repoCache) writeRef(revision, commit string) error {
 		return fmt.Errorf("hub: creating refs folder: %w", err)
 	}
 	// No trailing newline: huggingface_hub reads the file verbatim.
-	if err := writeFileAtomic(path, []byte(commit)); err != nil {
+	if err := atomicfile.Write(path, []byte(commit), 0o644); err != nil {
 		return fmt.Errorf("hub: writing ref %s of %s: %w", revision, rc.repoID, err)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces path with data without ever exposing a partial file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + "." + randomSuffix() + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
-}
-
-func randomSuffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // linkPointer makes pointer a relative symlink to blob, the way huggingface_hub does, so the cache
@@ -150,7 +131,7 @@ func writeCacheDirTag(cacheDir string) {
 		return
 	}
 	// Best effort: the tag is a courtesy to backup tools, not part of the cache's contract.
-	_ = writeFileAtomic(path, []byte(cacheDirTag))
+	_ = atomicfile.Write(path, []byte(cacheDirTag), 0o644)
 }
 
 // fileExists reports whether path names a regular file, following symlinks (a dangling pointer

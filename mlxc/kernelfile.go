@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/atomicfile"
 )
 
 // MLX's CUDA custom kernel hashes its whole generated source (the header, the wrapper and
@@ -54,8 +56,7 @@ func shapeTokens(body string, inputs []string) []string {
 
 // writeKernelFile stores text in dir under a name made from its SHA-256 and returns the
 // path. An existing file is reused only when its bytes are text (a damaged or edited one is
-// replaced); a new one is written to a temporary name and renamed, so a reader never sees
-// a partial file.
+// replaced); a new one is written atomically, so a reader never sees a partial file.
 func writeKernelFile(dir, text string) (string, error) {
 	sum := sha256.Sum256([]byte(text))
 	path := filepath.Join(dir, hex.EncodeToString(sum[:12])+".cuh")
@@ -65,21 +66,8 @@ func writeKernelFile(dir, text string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("kernel file dir %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".kernel-*")
-	if err != nil {
-		return "", fmt.Errorf("kernel file in %s: %w", dir, err)
-	}
-	_, werr := tmp.WriteString(text)
-	cerr := tmp.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("kernel file %s: %w", path, werr)
+	if err := atomicfile.Write(path, []byte(text), 0o600); err != nil {
+		return "", fmt.Errorf("kernel file %s: %w", path, err)
 	}
 	return path, nil
 }

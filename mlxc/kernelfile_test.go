@@ -60,7 +60,7 @@ func TestKernelSourcesMovesCUDAText(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".kernel-") {
+		if !strings.HasSuffix(e.Name(), ".cuh") || strings.HasPrefix(e.Name(), ".") {
 			t.Errorf("temporary file left behind: %s", e.Name())
 		}
 	}
