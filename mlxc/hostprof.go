@@ -14,10 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/atomicfile"
 )
 
-// StartHostProfile starts sampling the native stacks of the process every intervalUS
-// microseconds of CPU time (Linux only; see csrc/hostprof.cpp). Samples are kept only
+// StartHostProfile starts sampling the native stack of the thread that evaluates MLX graphs
+// every intervalUS microseconds of wall time (Linux only; see csrc/hostprof.cpp). Samples are kept only
 // while a nonzero label is set (HostProfileLabel); at most maxSamples are kept.
 // scripts/hostprof.py turns the file StopHostProfile writes into per-function tables.
 func StartHostProfile(intervalUS, maxSamples int) error {
@@ -55,7 +57,8 @@ func annotateGoFrames(path string) error {
 	if err != nil {
 		return fmt.Errorf("host profile: %w", err)
 	}
-	prefix := filepath.Base(exe) + "+0x"
+	// The C side names the main executable by its file, or "exe" when dladdr gives none.
+	prefixes := []string{filepath.Base(exe) + "+0x", "exe+0x"}
 	lines := strings.Split(string(data), "\n")
 	for li, line := range lines {
 		if strings.HasPrefix(line, "#") || line == "" {
@@ -63,7 +66,10 @@ func annotateGoFrames(path string) error {
 		}
 		fields := strings.Fields(line)
 		for i := 3; i < len(fields); i++ {
-			hexAddr, ok := strings.CutPrefix(fields[i], prefix)
+			hexAddr, ok := strings.CutPrefix(fields[i], prefixes[0])
+			if !ok {
+				hexAddr, ok = strings.CutPrefix(fields[i], prefixes[1])
+			}
 			if !ok || strings.Contains(hexAddr, ":") {
 				continue
 			}
@@ -80,9 +86,8 @@ func annotateGoFrames(path string) error {
 		}
 		lines[li] = strings.Join(fields, " ")
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+	if err := atomicfile.Write(path, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 		return fmt.Errorf("host profile: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }

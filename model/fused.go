@@ -59,7 +59,7 @@ const padSource = `
 // drafter's block and its context rows): twelve launches of ≈ 3 µs, plus the gaps between
 // them, become three. Anything else, and a nil f, goes to OnDevice.
 func (f *Fused) OnDevice(a *mlxc.Array) *mlxc.Array {
-	if f == nil || f.pad == nil || a == nil || a.Size() != 1 || a.Dtype() != mlxc.Int32 {
+	if f == nil || a == nil || a.Size() != 1 || a.Dtype() != mlxc.Int32 {
 		return OnDevice(a)
 	}
 	return f.pad.Call([]*mlxc.Array{a}, mlxc.KernelCall{OutputShapes: [][]int{{4}}, OutputDtypes: []mlxc.Dtype{mlxc.Int32},
