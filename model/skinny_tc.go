@@ -161,14 +161,23 @@ func (c tcConfig) fits(N, K int) bool {
 // model, when stalled kernels blurred such comparisons); down 24.2 against 25.1 µs as 4-tile
 // blocks of 4 warps (K in 19 chunks, 1 520 blocks). o kept its shape (every alternative
 // tried was slower). Kernels per DFlash cycle (4B shape) 5.59 → 5.23 ms.
+//
+// Session 14 (bench/results/h200-2026-11-30-session14): the merged q/k/v with two slices
+// per group instead of four (78 registers against 116: 6 blocks per SM, its 768 blocks in
+// one wave instead of 1.45) 11.9 against 14.7 µs; down in one wave (K in 6 chunks, 480
+// blocks, each looping over its 51 slices, instead of 19 one-shot chunks in 2.9 waves)
+// 26.6 against 28.8 µs (K in 4 or 3 chunks: the same; 10: 28.8). Kernels per cycle 4.89
+// → 4.59 ms.
 func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
 		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}
 	case N%16 == 0 && N/16 >= 264:
-		return tcConfig{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}
+		return tcConfig{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}
 	case N%32 == 0 && K >= 8192:
-		return tcConfig{Tiles: 4, Warps: 4, Unroll: 4, Split: tcSplitAuto}.resolve(N, K)
+		c := tcConfig{Tiles: 4, Warps: 4, Unroll: 4, Split: tcSplitAuto}.resolve(N, K)
+		c.Split = max(1, min(c.Split, tcOneWaveBlocks/(N/32)))
+		return c
 	case N%16 == 0:
 		c := tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: tcSplitAuto}.resolve(N, K)
 		if (N/16)*c.Split < tcSplitMinBlocks {
@@ -179,6 +188,11 @@ func tcConfigFor(N, K int) tcConfig {
 	}
 	return tcConfig{}
 }
+
+// tcOneWaveBlocks is how many blocks of the long-K shape (4 tiles, 4 warps, 104 registers:
+// 4 blocks per SM) an H200's 132 SMs hold at once; tcConfigFor cuts K into no more chunks
+// than fill them, so that the product runs in one wave without a tail.
+const tcOneWaveBlocks = 4 * 132
 
 // tcSplitMinBlocks is the block count below which tcConfigFor cuts K into smaller chunks
 // (about 2.4 blocks per SM of an H200).

@@ -19,18 +19,18 @@ func TestParseTCRule(t *testing.T) {
 		{rule: "", want: []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(2560, 4096), tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(151936, 2560)}},
 		{rule: "sweep", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 1, Warps: 4, Unroll: 2, Pipe: true},
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
-		// The default for 2560 columns splits K: 4 chunks of 4096, 19 of 9728.
-		{rule: "", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 2, Warps: 4, Unroll: 8, Split: 4},
-			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4, Split: 19}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
-		{rule: "wide=4/8/4p", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, tcConfigFor(2560, 4096),
+		// The default for 2560 columns splits K: 4 chunks of 4096, 6 of 9728 (one wave).
+		{rule: "", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 2, Warps: 4, Unroll: 8, Split: 4},
+			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4, Split: 6}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
+		{rule: "wide=4/8/4p", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, tcConfigFor(2560, 4096),
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
-		{rule: "down=4/4/4, narrow=1/8/s4k512", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
+		{rule: "down=4/4/4, narrow=1/8/s4k512", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		// A staged shape whose tile does not divide K (2560 % 1024) keeps the default there;
 		// one over the 48 KB of shared memory (3 stages) everywhere.
-		{rule: "narrow=1/8/s2k1024", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 1, Warps: 8, Stages: 2, KT: 1024},
+		{rule: "narrow=1/8/s2k1024", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 1, Warps: 8, Stages: 2, KT: 1024},
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
-		{rule: "narrow=1/8/s3k1024", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, tcConfigFor(2560, 4096),
+		{rule: "narrow=1/8/s3k1024", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, tcConfigFor(2560, 4096),
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, tcConfigFor(2560, 9728), {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		// mid: the merged q/k/v alone.
 		{rule: "mid=1/4/8x2", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 8, Split: 2}, tcConfigFor(2560, 4096), tcConfigFor(19456, 2560),
@@ -43,7 +43,7 @@ func TestParseTCRule(t *testing.T) {
 		{rule: "wide=4/8/0", err: "unroll must be"},
 		// Split K: automatic (one group of 4 slices per warp; the head has tiles enough)
 		// or a count.
-		{rule: "narrow=2/4/4xa,down=2/4/4pxa,wide=4/4/4xa", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 4, Pipe: true}, {Tiles: 2, Warps: 4, Unroll: 4, Split: 8},
+		{rule: "narrow=2/4/4xa,down=2/4/4pxa,wide=4/4/4xa", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 2, Warps: 4, Unroll: 4, Split: 8},
 			{Tiles: 4, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 2, Warps: 4, Unroll: 4, Pipe: true, Split: 19}, {Tiles: 4, Warps: 4, Unroll: 4, Split: 1}}},
 		{rule: "down=2/4/4x8", want: []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(2560, 4096), tcConfigFor(19456, 2560),
 			{Tiles: 2, Warps: 4, Unroll: 4, Split: 8}, tcConfigFor(151936, 2560)}},
@@ -124,7 +124,8 @@ func TestTCTileLayout(t *testing.T) {
 
 // TestTCConfigForFewColumns: a product with too few column tiles for the H200's SMs gets K
 // cut into smaller chunks (the drafter's k and v: 1 024 columns, 5 chunks, 320 blocks), and
-// one with enough keeps one group of 8 slices per warp (o: 4 chunks, 640 blocks).
+// one with enough keeps one group of 8 slices per warp (o: 4 chunks, 640 blocks); a long-K
+// product gets no more chunks than one wave of blocks (down: 6 chunks, 480 blocks).
 func TestTCConfigForFewColumns(t *testing.T) {
 	for _, tc := range []struct {
 		N, K int
@@ -133,13 +134,17 @@ func TestTCConfigForFewColumns(t *testing.T) {
 		{1024, 2560, tcConfig{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}},
 		{2560, 4096, tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: 4}},
 		{4096, 2560, tcConfig{Tiles: 2, Warps: 4, Unroll: 8, Split: 2}},
+		// Long K (down, the drafter's fc): no more chunks than fill the SMs once.
+		{2560, 9728, tcConfig{Tiles: 4, Warps: 4, Unroll: 4, Split: 6}},
+		{2560, 12800, tcConfig{Tiles: 4, Warps: 4, Unroll: 4, Split: 6}},
+		{4096, 12288, tcConfig{Tiles: 4, Warps: 4, Unroll: 4, Split: 4}},
 	} {
 		got := tcConfigFor(tc.N, tc.K)
 		if got != tc.want {
 			t.Errorf("tcConfigFor(%d, %d) = %+v, want %+v", tc.N, tc.K, got, tc.want)
 		}
-		if blocks := tc.N / (8 * got.Tiles) * got.Split; blocks < tcSplitMinBlocks {
-			t.Errorf("tcConfigFor(%d, %d): %d blocks, want at least %d", tc.N, tc.K, blocks, tcSplitMinBlocks)
+		if blocks := tc.N / (8 * got.Tiles) * got.Split; blocks < tcSplitMinBlocks || tc.K >= 8192 && blocks > tcOneWaveBlocks {
+			t.Errorf("tcConfigFor(%d, %d): %d blocks, want at least %d (and for long K at most %d)", tc.N, tc.K, blocks, tcSplitMinBlocks, tcOneWaveBlocks)
 		}
 	}
 }
