@@ -113,12 +113,15 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	dctx := p.CacheOffset() // where the next context rows go in the draft cache: all before are committed
 	sp := req.Sampling
 	keys := newKeys(sp)
-	// verdict is the cycle's verification, as in the plain loop.
-	verdict := func(lp, drafts, probs *mlxc.Array) verify.Verdict {
-		switch {
-		case sp.Greedy():
-			return verify.Greedy(lp, drafts)
-		case e.speculative != nil:
+	// verdict is the cycle's verification from the target's logits, as in the plain loop.
+	argmax := model.NewRowArgmax()
+	defer argmax.Free()
+	verdict := func(logits, drafts, probs *mlxc.Array) verify.Verdict {
+		if sp.Greedy() {
+			return verify.GreedyLogits(argmax, logits, drafts)
+		}
+		lp := sample.LogProbs(logits)
+		if e.speculative != nil {
 			return e.speculative(lp, drafts, probs, sp, keys)
 		}
 		return verify.Speculative(lp, drafts, probs, sp, keys)
@@ -148,7 +151,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		pos := mlxc.Add(mlxc.FromSlice([]int32{int32(prev.pos)}, 1), valid)
 		window := prev.pos + prev.n + 1 + n + 1 // pos ≤ prev.pos+prev.n+1
 		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, Pos: pos, Window: window})
-		v := verdict(sample.LogProbs(mlxc.Reshape(out.Logits, n+1, -1)), prop.Tokens, prop.Probs)
+		v := verdict(mlxc.Reshape(out.Logits, n+1, -1), prop.Tokens, prop.Probs)
 		cy := &aheadCycle{n: n, pos: -1, replayA: -1}
 		cy.acc, cy.tok = v.Leading()
 		if e.ReplayAccept != nil && n > 0 {
@@ -186,7 +189,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	{
 		s := mlxc.NewScope()
 		out := e.Target.Forward(mlxc.FromSlice([]int32{req.Prompt[len(req.Prompt)-1]}, 1, 1), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
-		v := verdict(sample.LogProbs(mlxc.Reshape(out.Logits, 1, -1)), nil, nil)
+		v := verdict(mlxc.Reshape(out.Logits, 1, -1), nil, nil)
 		first.v.Next = v.Next.Detach()
 		first.acc, first.tok = mlxc.FromSlice([]int32{0}, 1).Detach(), mlxc.Reshape(v.Next, 1).Detach()
 		first.hidden = out.Hidden.Detach()

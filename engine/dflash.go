@@ -50,6 +50,8 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	sp := req.Sampling
 	keys := newKeys(sp)
 	taps := p.TapLayers()
+	argmax := model.NewRowArgmax() // the greedy verdict's kernels on a CUDA GPU
+	defer argmax.Free()
 	history := []int32{req.Prompt[len(req.Prompt)-1]}
 
 	// First token: the last prompt token alone, like plain decoding, so both paths agree.
@@ -145,14 +147,13 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		}
 		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
 		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), drafts)
-		lp := sample.LogProbs(logits)
 		var v verify.Verdict
 		if sp.Greedy() {
-			v = verify.Greedy(lp, drafts)
+			v = verify.GreedyLogits(argmax, logits, drafts)
 		} else if e.speculative != nil {
-			v = e.speculative(lp, drafts, cur.prop.Probs, sp, keys)
+			v = e.speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, sp, keys)
 		} else {
-			v = verify.Speculative(lp, drafts, cur.prop.Probs, sp, keys)
+			v = verify.Speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, sp, keys)
 		}
 		st.BuildTime += time.Since(tb)
 

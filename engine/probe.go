@@ -62,6 +62,8 @@ func (e *Engine) ProbePipeline(ctx context.Context, prompt []int32, cycles int) 
 		sp := sample.Params{}
 		keys := newKeys(sp)
 		taps := p.TapLayers()
+		argmax := model.NewRowArgmax()
+		defer argmax.Free()
 		staged := prompt[len(prompt)-1]
 		// The last prompt token as the first step, its hidden rows as the drafter's context.
 		s := mlxc.NewScope()
@@ -82,7 +84,7 @@ func (e *Engine) ProbePipeline(ctx context.Context, prompt []int32, cycles int) 
 			}
 			ids := mlxc.Concatenate([]*mlxc.Array{mlxc.FromSlice([]int32{staged}, 1, 1), mlxc.Reshape(drafts, 1, B-1)}, 1)
 			o := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
-			v := verify.Greedy(sample.LogProbs(mlxc.Reshape(o.Logits, B, -1)), drafts)
+			v := verify.GreedyLogits(argmax, mlxc.Reshape(o.Logits, B, -1), drafts)
 			last := v.Next.Detach()
 			mlxc.AsyncEval(append(v.Arrays(), drafts)...)
 			if err := c.Rewind(B); err != nil {

@@ -2,6 +2,7 @@ package model
 
 import (
 	"os"
+	"strconv"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
@@ -21,6 +22,7 @@ import (
 type FewQueryAttention struct {
 	k          *mlxc.Kernel
 	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too
+	warps      int // per block (fqaWarpCount)
 	templates  templateCache[fqaKey]
 }
 
@@ -30,7 +32,19 @@ type fqaKey struct {
 	causal bool
 }
 
+// fqaWarps is the attention kernels' warps per block (FewQueryAttention, PrepAttention);
+// DFLASH_FQA_WARPS=2, 8 or 16 sets another count for both (fqaWarpCount), so that the two
+// stay bit for bit alike.
 const fqaWarps = 4
+
+// fqaWarpCount is fqaWarps or DFLASH_FQA_WARPS when that is 2, 4, 8 or 16.
+func fqaWarpCount() int {
+	switch n, _ := strconv.Atoi(os.Getenv("DFLASH_FQA_WARPS")); n {
+	case 2, 4, 8, 16:
+		return n
+	}
+	return fqaWarps
+}
 
 // fqaHead: the block's (head, query), its query scaled into shared memory, its keys' and
 // values' rows (kb, vb with strides kst, vst).
@@ -189,7 +203,7 @@ func newFewQueryAttention() *FewQueryAttention {
 		Backend: mlxc.KernelCUDA, Name: "dflash_few_query_attention",
 		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
 		Source: fqaSource, EnsureRowContiguous: false,
-	}), minQueries: 2}
+	}), minQueries: 2, warps: fqaWarpCount()}
 }
 
 // Fits reports whether q [1, H, L, D] over keys k [1, Hkv, n, D] can use the kernel:
@@ -221,17 +235,17 @@ func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, c
 	return a.k.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
 		OutputShapes: [][]int{{L, H * D}},
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
-		Grid:         [3]int{H * L * fqaWarps * 32, 1, 1},
-		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},
+		Grid:         [3]int{H * L * a.warps * 32, 1, 1},
+		ThreadGroup:  [3]int{a.warps * 32, 1, 1},
 		Template: a.templates.get(fqaKey{q.Dtype(), D, causal}, func() []mlxc.TemplateArg {
-			return fqaTemplate(q.Dtype(), D, causal)
+			return fqaTemplate(q.Dtype(), D, a.warps, causal)
 		}),
 	})[0]
 }
 
 // fqaTemplate is the kernel's compile-time arguments (the offline compile check uses it too).
-func fqaTemplate(dt mlxc.Dtype, D int, causal bool) []mlxc.TemplateArg {
-	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "WARPS", Value: fqaWarps},
+func fqaTemplate(dt mlxc.Dtype, D, warps int, causal bool) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "WARPS", Value: warps},
 		{Name: "CAUSAL", Value: causal}}
 }
 

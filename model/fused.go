@@ -43,6 +43,7 @@ type Fused struct {
 	// on unless DFLASH_FUSE_PREP_ATTN=0), nil when off.
 	prepAttn      *mlxc.Kernel
 	attnTemplates templateCache[prepAttnKey]
+	attnWarps     int // prepAttn's warps per block: FewQueryAttention's (fqaWarpCount)
 	// pad is OnDevice's copy of a position in one launch (Fused.OnDevice).
 	pad *mlxc.Kernel
 }
@@ -302,10 +303,11 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 		kvPrepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_kv_prep_into",
 			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
 			Source: kvPrepIntoSource, EnsureRowContiguous: false}),
-		inv:      OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
-		eps:      OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
-		half:     len(inv),
-		prepAttn: newPrepAttention(),
+		inv:       OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
+		eps:       OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
+		half:      len(inv),
+		prepAttn:  newPrepAttention(),
+		attnWarps: fqaWarpCount(),
 		pad: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_pad_position",
 			Inputs: []string{"a"}, Outputs: []string{"out"}, Source: padSource}),
 	}

@@ -26,6 +26,8 @@ func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
 			func() bool { var s *SkinnyGEMM; return s.Fits(bf16(4, 64), bf16(8, 64)) }},
 		{"few-query attention", func() (bool, func()) { a := newFewQueryAttention(); return a != nil, a.Free },
 			func() bool { var a *FewQueryAttention; q := bf16(1, 4, 3, 32); return a.Fits(q, q) }},
+		{"row argmax", func() (bool, func()) { a := NewRowArgmax(); return a != nil, a.Free },
+			func() bool { var a *RowArgmax; return a.Fits(bf16(2, 8)) }},
 		{"fused layer kernels", func() (bool, func()) { f := newFused(rope, 128, 1e-6); return f != nil, f.Free },
 			func() bool { var f *Fused; return f.PrepFits(bf16(2, 256), 128, bf16(128), bf16(128)) }},
 	}
@@ -187,14 +189,20 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 				Inputs:  [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
 				Outputs: [][2]string{{"qo", T}},
 				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepIntoSource})
-			for _, causal := range []bool{true, false} {
-				ks = append(ks, kernelCheck{Name: fmt.Sprintf("prep_attention_%s_%d_%v", T, D, causal),
-					Inputs: [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"},
-						{"ck", T}, {"cv", T}, {"scale", "float"}},
-					Outputs: [][2]string{{"out", T}}, Consts: constsOf(prepAttnTemplate(dt, D, 32, 8, causal)), Body: prepAttnSource})
-				ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%v", T, D, causal),
-					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
-					Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, causal)), Body: fqaSource})
+			warps := []int{fqaWarps}
+			if D == 128 {
+				warps = append(warps, 2, 8, 16) // DFLASH_FQA_WARPS
+			}
+			for _, w := range warps {
+				for _, causal := range []bool{true, false} {
+					ks = append(ks, kernelCheck{Name: fmt.Sprintf("prep_attention_%s_%d_%d_%v", T, D, w, causal),
+						Inputs: [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"},
+							{"ck", T}, {"cv", T}, {"scale", "float"}},
+						Outputs: [][2]string{{"out", T}}, Consts: constsOf(prepAttnTemplate(dt, D, 32, 8, w, causal)), Body: prepAttnSource})
+					ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%d_%v", T, D, w, causal),
+						Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
+						Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, w, causal)), Body: fqaSource})
+				}
 			}
 		}
 		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: gatedDevice, Inputs: [][2]string{{"gu", T}}, Outputs: y,
@@ -206,6 +214,23 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		}
 	}
 	ks = append(ks, kernelCheck{Name: "pad_position", Inputs: [][2]string{{"a", "int32_t"}}, Outputs: [][2]string{{"out", "int32_t"}}, Body: padSource})
+	// RowArgmax: every element type, with and without the logsumexp (the int32 stand-in when
+	// without) and the drafts; and Leading.
+	for _, T := range []string{"__nv_bfloat16", "__half", "float"} {
+		for _, f := range [][2]bool{{false, false}, {true, true}, {true, false}} {
+			lse := "int32_t"
+			if f[0] {
+				lse = T
+			}
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("row_argmax_%s_%v_%v", T, f[0], f[1]),
+				Inputs:  [][2]string{{"logits", T}, {"lse", lse}, {"drafts", "int32_t"}},
+				Outputs: [][2]string{{"next", "int32_t"}, {"match", "bool"}},
+				Consts:  []string{"using T = " + T + ";", fmt.Sprintf("constexpr bool SUB = %v;", f[0]), fmt.Sprintf("constexpr bool DRAFTS = %v;", f[1])},
+				Body:    rowArgmaxSource})
+		}
+	}
+	ks = append(ks, kernelCheck{Name: "row_lead", Inputs: [][2]string{{"next", "int32_t"}, {"match", "bool"}},
+		Outputs: [][2]string{{"accepted", "int32_t"}, {"tok", "int32_t"}}, Body: rowLeadSource})
 	// The form NewKernel hands MLX on CUDA: body and header #included from files, the
 	// shape and stride names the body uses listed beside the include.
 	inc, T := t.TempDir(), cudaType(mlxc.BFloat16)
@@ -216,7 +241,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		t.Fatalf("fqa's body was not moved into a file: %q / %q", body, hdr)
 	}
 	ks = append(ks, kernelCheck{Name: "fqa_included", Inputs: fqaIn, Outputs: [][2]string{{"out", T}},
-		Consts: constsOf(fqaTemplate(mlxc.BFloat16, 128, true)), Body: body})
+		Consts: constsOf(fqaTemplate(mlxc.BFloat16, 128, fqaWarps, true)), Body: body})
 	gu := tcConfigFor(19456, 2560)
 	body, hdr = mlxc.KernelSources(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "tc", Inputs: []string{"x", "w", "r"},
 		Outputs: []string{"y"}, Source: tcSource, Header: tcMMA}, inc)

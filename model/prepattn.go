@@ -114,10 +114,10 @@ func (f *Fused) PrepAttention(y *mlxc.Array, hq, hk, D int, qn, kn, pos, ck, cv,
 	return f.prepAttn.Call([]*mlxc.Array{y, qn, kn, f.inv, f.eps, pos, ck, cv, scale}, mlxc.KernelCall{
 		OutputShapes: [][]int{{L, hq * D}},
 		OutputDtypes: []mlxc.Dtype{dt},
-		Grid:         [3]int{hq * L * fqaWarps * 32, 1, 1},
-		ThreadGroup:  [3]int{fqaWarps * 32, 1, 1},
+		Grid:         [3]int{hq * L * f.attnWarps * 32, 1, 1},
+		ThreadGroup:  [3]int{f.attnWarps * 32, 1, 1},
 		Template: f.attnTemplates.get(prepAttnKey{dt, D, hq, hk, causal}, func() []mlxc.TemplateArg {
-			return prepAttnTemplate(dt, D, hq, hk, causal)
+			return prepAttnTemplate(dt, D, hq, hk, f.attnWarps, causal)
 		}),
 	})[0]
 }
@@ -131,8 +131,8 @@ type prepAttnKey struct {
 
 // prepAttnTemplate is the kernel's compile-time arguments (the offline compile check uses
 // it too): q heads, then k, then v in the merged product's columns.
-func prepAttnTemplate(dt mlxc.Dtype, D, hq, hk int, causal bool) []mlxc.TemplateArg {
+func prepAttnTemplate(dt mlxc.Dtype, D, hq, hk, warps int, causal bool) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "HQ", Value: hq},
 		{Name: "HK", Value: hk}, {Name: "QO", Value: 0}, {Name: "KO", Value: hq * D}, {Name: "VO", Value: (hq + hk) * D},
-		{Name: "WARPS", Value: fqaWarps}, {Name: "CAUSAL", Value: causal}, {Name: "LMAX", Value: prepAttnMaxRows}}
+		{Name: "WARPS", Value: warps}, {Name: "CAUSAL", Value: causal}, {Name: "LMAX", Value: prepAttnMaxRows}}
 }

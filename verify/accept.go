@@ -2,6 +2,7 @@ package verify
 
 import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 )
 
@@ -12,6 +13,8 @@ type Verdict struct {
 	Next *mlxc.Array
 	// Accept[i] reports whether draft i+1 is accepted given drafts 1..i were. bool [n].
 	Accept *mlxc.Array
+	// lead, when set, computes Leading in one kernel (GreedyLogits on a CUDA GPU).
+	lead *model.RowArgmax
 }
 
 // Arrays lists the verdict's arrays for evaluation.
@@ -28,6 +31,8 @@ func (v Verdict) Arrays() []*mlxc.Array {
 func (v Verdict) Leading() (accepted, next *mlxc.Array) {
 	if v.Accept == nil {
 		accepted = mlxc.FromSlice([]int32{0}, 1)
+	} else if v.lead != nil {
+		return v.lead.Leading(v.Next, v.Accept)
 	} else {
 		// The first rejection's index (argmax takes the first maximum), with a rejection
 		// appended so that accepting everything gives n: five graph nodes, where a
@@ -49,6 +54,20 @@ func Greedy(logprobs, drafts *mlxc.Array) Verdict {
 	n := drafts.Dim(0)
 	acc := mlxc.Equal(mlxc.SliceAxis(next, 0, 0, n), drafts)
 	return Verdict{Next: next, Accept: acc}
+}
+
+// GreedyLogits is Greedy(sample.LogProbs(logits), drafts) for logits [n+1, V]: the same
+// tokens and verdict, from k's kernels when it fits them (three launches after the
+// logsumexp instead of about twelve; nil k: the ops).
+func GreedyLogits(k *model.RowArgmax, logits, drafts *mlxc.Array) Verdict {
+	if !k.Fits(logits) {
+		return Greedy(sample.LogProbs(logits), drafts)
+	}
+	next, match := k.Of(logits, mlxc.LogSumExp(logits, []int{-1}, true), drafts)
+	if drafts == nil {
+		return Verdict{Next: next}
+	}
+	return Verdict{Next: next, Accept: match, lead: k}
 }
 
 // Speculative builds the Leviathan/Chen verdict for temperature > 0. Target rows p_i come

@@ -16,6 +16,9 @@ type DFlash struct {
 	// made from host data lives in unified memory, and the GPU copy that reads it each cycle
 	// stalled on page migrations (≈ 75 µs per cycle on the H200, session 6).
 	maskRow *mlxc.Array
+	// argmax picks greedy drafts in one kernel on a CUDA GPU (nil: MLX's ops); made by
+	// Begin, freed by End.
+	argmax *model.RowArgmax
 }
 
 // NewDFlash wraps a loaded drafter.
@@ -27,6 +30,7 @@ func (p *DFlash) BlockSize() int   { return p.D.BlockSize() }
 func (p *DFlash) Begin() {
 	p.End()
 	p.cache = p.D.NewCache()
+	p.argmax = model.NewRowArgmax()
 }
 
 // Context writes committed prompt rows into the draft cache without drafting: the cheap
@@ -47,7 +51,7 @@ func (p *DFlash) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sampl
 	}
 	block := p.maskBlock(n)
 	block[0] = staged
-	return draw(mlxc.Reshape(p.D.Forward(mlxc.FromSlice(block, 1, n+1), ctx, p.cache), n, -1), sp, keys)
+	return p.draw(mlxc.Reshape(p.D.Forward(mlxc.FromSlice(block, 1, n+1), ctx, p.cache), n, -1), sp, keys)
 }
 
 // ProposeAt drafts n tokens after staged (int32 [1], on the device) when the
@@ -65,7 +69,7 @@ func (p *DFlash) ProposeAt(staged, ctx, valid *mlxc.Array, n int, sp sample.Para
 		p.maskRow = mlxc.Full([]int{1, n}, mlxc.ScalarInt(int64(p.D.Cfg.MaskTokenID), mlxc.Int32), mlxc.Int32).Detach()
 	}
 	block := mlxc.Concatenate([]*mlxc.Array{mlxc.Reshape(staged, 1, 1), p.maskRow}, 1)
-	return draw(mlxc.Reshape(p.D.ForwardAt(block, ctx, valid, p.cache), n, -1), sp, keys)
+	return p.draw(mlxc.Reshape(p.D.ForwardAt(block, ctx, valid, p.cache), n, -1), sp, keys)
 }
 
 // maskBlock returns the reused block buffer of n+1 tokens: slot 0 for the staged token
@@ -83,8 +87,12 @@ func (p *DFlash) maskBlock(n int) []int32 {
 
 // draw picks the drafts from the drafter's logits [n, V]: argmax, or a sample from the
 // filtered distribution, whose probabilities the verifier needs.
-func draw(logits *mlxc.Array, sp sample.Params, keys *sample.Keys) Proposal {
+func (p *DFlash) draw(logits *mlxc.Array, sp sample.Params, keys *sample.Keys) Proposal {
 	if sp.Greedy() {
+		if p.argmax.Fits(logits) {
+			next, _ := p.argmax.Of(logits, nil, nil)
+			return Proposal{Tokens: next}
+		}
 		return Proposal{Tokens: mlxc.AsType(mlxc.Argmax(logits, -1, false), mlxc.Int32)}
 	}
 	q := sp.Probs(sp.Filter(sample.LogProbs(logits)))
@@ -103,6 +111,8 @@ func (p *DFlash) End() {
 	}
 	p.maskRow.Free()
 	p.maskRow = nil
+	p.argmax.Free()
+	p.argmax = nil
 }
 
 // CacheOffset is the number of context positions in the draft cache (for tests).
