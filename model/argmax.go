@@ -33,8 +33,8 @@ const rowArgmaxThreads = 1024
 // increasing order (four loads in flight), then the elements past the last whole chunk, and
 // keeps the first index of its largest value; the block then picks the largest value and,
 // among equals, the smallest index, which is the row's first maximum whatever the order
-// the threads finished in. Values that never compare greater (NaN, and −inf, which is also
-// the start) leave index 0, as MLX's ArgMax does.
+// the threads finished in. NaN counts as larger than every number (the first NaN wins) and
+// a row of −inf gives index 0, as MLX's ArgMax does.
 const rowArgmaxSource = `
   constexpr int NT = 1024;
   constexpr int E = 16 / sizeof(T);
@@ -52,7 +52,7 @@ const rowArgmaxSource = `
     } else {
       v = static_cast<float>(x);
     }
-    if (v > best) {
+    if (v > best || (v != v && best == best)) { // the first NaN wins (MLX's ArgMax, numpy's)
       best = v;
       bi = i;
     }
@@ -75,7 +75,11 @@ const rowArgmaxSource = `
   for (; j < nc; j += NT) chunk(pc[j], j);
   for (int i = nc * E + threadIdx.x; i < V; i += NT) see(p[i], i);
   // The block's first maximum: per warp, then across warps.
-  auto better = [](float v, unsigned int i, float bv, unsigned int bj) { return v > bv || (v == bv && i < bj); };
+  auto better = [](float v, unsigned int i, float bv, unsigned int bj) {
+    const bool vn = v != v, bn = bv != bv;
+    if (vn || bn) return vn && (!bn || i < bj); // NaN above every number
+    return v > bv || (v == bv && i < bj);
+  };
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float v = __shfl_down_sync(0xffffffffu, best, o);
