@@ -45,16 +45,33 @@ const rowArgmaxSource = `
   if constexpr (SUB) c = static_cast<T>(static_cast<float>(lse[row])); // lse is T then (exact); the unread stand-in int32 otherwise
   float best = __int_as_float((int)0xff800000u); // −inf
   unsigned int bi = 0;
-  auto see = [&](T x, unsigned int i) {
-    float v;
-    if constexpr (SUB) {
-      v = static_cast<float>(static_cast<T>(x - c));
-    } else {
-      v = static_cast<float>(x);
-    }
-    if (v > best || (v != v && best == best)) { // the first NaN wins (MLX's ArgMax, numpy's)
+  // Whether (v, i) goes before (bv, bj): the larger value, NaN above every number (MLX's
+  // ArgMax, numpy's), and among equals the smaller index.
+  auto better = [](float v, unsigned int i, float bv, unsigned int bj) {
+    const bool vn = v != v, bn = bv != bv;
+    if (vn || bn) return vn && (!bn || i < bj);
+    return v > bv || (v == bv && i < bj);
+  };
+  auto take = [&](float v, unsigned int i) {
+    if (better(v, i, best, bi)) {
       best = v;
       bi = i;
+    }
+  };
+  auto see = [&](T x, unsigned int i) {
+    if constexpr (SUB) {
+      take(static_cast<float>(static_cast<T>(x - c)), i);
+    } else {
+      take(static_cast<float>(x), i);
+    }
+  };
+  // The warp's first maximum, in lane 0.
+  auto warpBest = [&]() {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v = __shfl_down_sync(0xffffffffu, best, o);
+      const unsigned int i = __shfl_down_sync(0xffffffffu, bi, o);
+      take(v, i);
     }
   };
   auto chunk = [&](const uint4& a, unsigned int j) {
@@ -75,20 +92,7 @@ const rowArgmaxSource = `
   for (; j < nc; j += NT) chunk(pc[j], j);
   for (int i = nc * E + threadIdx.x; i < V; i += NT) see(p[i], i);
   // The block's first maximum: per warp, then across warps.
-  auto better = [](float v, unsigned int i, float bv, unsigned int bj) {
-    const bool vn = v != v, bn = bv != bv;
-    if (vn || bn) return vn && (!bn || i < bj); // NaN above every number
-    return v > bv || (v == bv && i < bj);
-  };
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_down_sync(0xffffffffu, best, o);
-    const unsigned int i = __shfl_down_sync(0xffffffffu, bi, o);
-    if (better(v, i, best, bi)) {
-      best = v;
-      bi = i;
-    }
-  }
+  warpBest();
   __shared__ float wv[NT / 32];
   __shared__ unsigned int wi[NT / 32];
   const int lane = threadIdx.x & 31;
@@ -101,15 +105,7 @@ const rowArgmaxSource = `
   if (wid == 0) {
     best = wv[lane];
     bi = wi[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v = __shfl_down_sync(0xffffffffu, best, o);
-      const unsigned int i = __shfl_down_sync(0xffffffffu, bi, o);
-      if (better(v, i, best, bi)) {
-        best = v;
-        bi = i;
-      }
-    }
+    warpBest();
     if (lane == 0) {
       next[row] = static_cast<int32_t>(bi);
       if constexpr (DRAFTS) {
