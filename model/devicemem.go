@@ -1,6 +1,11 @@
 package model
 
-import "github.com/dflash-mlx/dflash-mlx/mlxc"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
 
 // OnDevice returns a copy of a small array that a GPU op made, padded to at least 4
 // elements (16 bytes for 32-bit types), for our CUDA kernels to read; elsewhere (no CUDA
@@ -42,4 +47,14 @@ func OnDeviceConst(a *mlxc.Array) *mlxc.Array {
 		a.Free()
 	}
 	return d
+}
+
+// deviceTotalMemory is the current GPU's memory in bytes as MLX reports it (device_info's
+// total_memory on CUDA), 0 when unknown.
+func deviceTotalMemory() uint64 {
+	n, err := strconv.ParseUint(strings.TrimSpace(mlxc.DeviceInfo(mlxc.CurrentDevice())["total_memory"]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }

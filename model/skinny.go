@@ -24,7 +24,12 @@ type SkinnyGEMM struct {
 	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
 	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
 	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
-	tiled       bool         // DFLASH_TC_TILED=1: weights in the tensor-core layout (ApplyOwned)
+	// tiled: weights go through a copy in the tensor-core layout (tcTile; on by default on
+	// CUDA, DFLASH_TC_TILED=0 turns it off), made per weight at its first launch while the
+	// copies fit in tileBudget bytes of device memory with what MLX holds (mayTile; 0: no
+	// bound, DFLASH_TC_TILED=1). tileBytes counts the copies made.
+	tiled                 bool
+	tileBudget, tileBytes uint64
 	// configFor picks the tensor-core launch (tcConfigFor unless DFLASH_TC_RULE says
 	// otherwise, see tcrule.go), its split resolved.
 	configFor func(N, K int) tcConfig
@@ -174,7 +179,14 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 	}
 	if s != nil {
 		s.configFor = rule
-		s.tiled = s.tensorCores && os.Getenv("DFLASH_TC_TILED") == "1"
+		switch os.Getenv("DFLASH_TC_TILED") {
+		case "0":
+		case "1":
+			s.tiled = s.tensorCores
+		default:
+			s.tileBudget = uint64(float64(deviceTotalMemory()) * tcTileMemoryShare)
+			s.tiled = s.tensorCores && s.tileBudget > 0
+		}
 		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
 		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
 		s.fuseAct = s.fuse && os.Getenv("DFLASH_FUSE_ACT") != "0"
@@ -223,7 +235,7 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 }
 
 // TCState is what one weight keeps for the tensor-core kernel between calls: its copy in
-// the kernel's layout (DFLASH_TC_TILED=1), the per-tile counts and the float scratch (ws:
+// the kernel's layout (SkinnyGEMM.tiled), the per-tile counts and the float scratch (ws:
 // partials, sums of squares, scales) of the split launch, and the last split launch's y
 // (prev). Counts and scratch are inputs the kernel writes, not outputs: each output costs
 // host time on every launch (an allocation, a dependency, a handle), two per o and down
@@ -234,7 +246,8 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 // input: an edge that orders them. Zero value: nothing made yet.
 type TCState struct {
 	tiled, counts, ws, prev *mlxc.Array
-	wsLen                   int // ws's length in floats
+	wsLen                   int  // ws's length in floats
+	untiled                 bool // the tiled copy did not fit (SkinnyGEMM.mayTile): row-major
 }
 
 // Free releases what the state holds.
@@ -243,7 +256,7 @@ func (st *TCState) Free() {
 	st.counts.Free()
 	st.ws.Free()
 	st.prev.Free()
-	st.tiled, st.counts, st.ws, st.prev, st.wsLen = nil, nil, nil, nil, 0
+	st.tiled, st.counts, st.ws, st.prev, st.wsLen, st.untiled = nil, nil, nil, nil, 0, false
 }
 
 // scales reads the rows' scales of the last NormOut launch on this weight with launch c
@@ -365,7 +378,7 @@ func (s *SkinnyGEMM) ApplyFused(x, w, r *mlxc.Array, gated bool, st *TCState) *m
 func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x, w, nil) }
 
 // ApplyOwned is Apply for a weight whose owner keeps a TCState for it: the tensor-core
-// layout when DFLASH_TC_TILED=1 (made in the first call's graph, detached: the owner frees
+// layout where SkinnyGEMM.tiled makes one (made in the first call's graph, detached: the owner frees
 // it), and the split launch's counts (zeros, made the same way).
 func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 	if s.tensorCores {
@@ -391,7 +404,7 @@ func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 }
 
 // tcApply is the tensor-core product with the weight's launch shape and the fusions asked
-// for (r nil: no residual), through st's tiled copy when DFLASH_TC_TILED=1.
+// for (r nil: no residual), through st's tiled copy where there is one.
 func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
 	return s.launchTC(x, w, tcFusion{r: r, gated: gated}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)[0]
 }
@@ -413,8 +426,28 @@ type tcFusion struct {
 	eps   float32
 }
 
+// tcTileMemoryShare is the share of the device's memory that MLX's arrays and the tiled
+// copies may fill together before further weights stay row-major (a copy's bytes equal its
+// weight's: ≈ 8 GB more for the 4B shape, whose products and vocabulary head all go through
+// the kernel).
+const tcTileMemoryShare = 0.75
+
+// mayTile reports whether w's tiled copy may be made, and counts it: always without a
+// budget (DFLASH_TC_TILED=1), else while MLX's active memory, the copies made so far (a
+// first forward makes them all in one graph, before any is allocated) and this one stay
+// within the budget. The layout changes no result, so weights that stay row-major only
+// cost speed.
+func (s *SkinnyGEMM) mayTile(w *mlxc.Array) bool {
+	n := uint64(w.NBytes())
+	if s.tileBudget > 0 && mlxc.ActiveMemory()+s.tileBytes+n > s.tileBudget {
+		return false
+	}
+	s.tileBytes += n
+	return true
+}
+
 // launchTC is the tensor-core product of rows x and an N-row weight w with launch shape c
-// and the fusions f, through st's tiled copy when DFLASH_TC_TILED=1 (register path). It
+// and the fusions f, through st's tiled copy where there is one (register path). It
 // returns applyTC's outputs: y first.
 func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
 	c.Gated, c.Resid, c.NormOut = f.gated, f.r != nil, f.normW != nil
@@ -422,11 +455,17 @@ func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, s
 		c.EpsBits = int(math.Float32bits(f.eps))
 	}
 	if s.tiled && st != nil && c.Stages == 0 && !c.Act {
-		if st.tiled == nil {
-			st.tiled = tcTile(w).Detach()
+		if st.tiled == nil && !st.untiled {
+			if s.mayTile(w) {
+				st.tiled = tcTile(w).Detach()
+			} else {
+				st.untiled = true
+			}
 		}
-		c.Tiled = true
-		w = st.tiled
+		if st.tiled != nil {
+			c.Tiled = true
+			w = st.tiled
+		}
 	}
 	return s.applyTC(x, w, f, c, N, st)
 }

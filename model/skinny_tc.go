@@ -605,8 +605,10 @@ __device__ __forceinline__ uint4 dflash_ldw(const void* p) {
 // [N/8, K/32, 32, 8], where lane 4g+t of slice s of n8 tile nt holds W[8nt+g][32s+8t ..
 // 32s+8t+7]. A warp's load of one slice is then 512 contiguous bytes (row-major: 64 bytes
 // from each of 8 rows), and the products are the same bit for bit (same terms, same
-// order). An experiment (DFLASH_TC_TILED=1): the layout is a second copy of each weight
-// that goes through the kernel.
+// order). The layout is a second copy of each weight that goes through the kernel, made
+// while device memory allows (SkinnyGEMM.mayTile; DFLASH_TC_TILED=0 turns it off). Session
+// 15, H200: DFlash 1 362 against 1 284 tok/s with the copies (sessions 5–13 had it off:
+// before session 14's launch shapes it did not pay for the memory).
 func tcTile(w *mlxc.Array) *mlxc.Array {
 	N, K := w.Dim(0), w.Dim(1)
 	t := mlxc.Reshape(w, N/8, 8, K/32, 4, 8)

@@ -172,3 +172,36 @@ func TestNormOutFits(t *testing.T) {
 		}
 	}
 }
+
+// Tiled copies are made while they fit the budget beside MLX's live arrays, counting the
+// copies already promised (a first forward promises them all before any is allocated);
+// without a budget (DFLASH_TC_TILED=1) always.
+func TestMayTileKeepsToTheBudget(t *testing.T) {
+	if err := mlxc.Do(func() error {
+		so := mlxc.NewScope()
+		defer so.Close()
+		w := mlxc.Zeros([]int{64, 32}, mlxc.BFloat16) // 4 096 bytes
+		mlxc.Eval(w)
+		n := uint64(w.NBytes())
+		base := mlxc.ActiveMemory()
+		for _, c := range []struct {
+			name   string
+			budget uint64
+			want   []bool
+		}{
+			{"room for two", base + 2*n + n/2, []bool{true, true, false, false}},
+			{"room for none", base + n - 1, []bool{false, false}},
+			{"no budget", 0, []bool{true, true, true}},
+		} {
+			s := &SkinnyGEMM{tileBudget: c.budget}
+			for i, want := range c.want {
+				if got := s.mayTile(w); got != want {
+					t.Errorf("%s: copy %d: mayTile = %v, want %v (counted %d bytes)", c.name, i, got, want, s.tileBytes)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
