@@ -433,10 +433,10 @@ type tcFusion struct {
 const tcTileMemoryShare = 0.75
 
 // mayTile reports whether w's tiled copy may be made, and counts it: always without a
-// budget (DFLASH_TC_TILED=1), else while MLX's active memory, the copies made so far (a
-// first forward makes them all in one graph, before any is allocated) and this one stay
-// within the budget. The layout changes no result, so weights that stay row-major only
-// cost speed.
+// budget (DFLASH_TC_TILED=1), else while MLX's active memory, the copies promised so far (a
+// first forward makes them all in one graph, before any is allocated; once allocated they
+// count twice, which errs towards fewer copies) and this one stay within the budget. The
+// layout changes no result, so weights that stay row-major only cost speed.
 func (s *SkinnyGEMM) mayTile(w *mlxc.Array) bool {
 	n := uint64(w.NBytes())
 	if s.tileBudget > 0 && mlxc.ActiveMemory()+s.tileBytes+n > s.tileBudget {
