@@ -150,6 +150,9 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		act.Act = true
 		ks = append(ks, kernelCheck{Name: "skinny_tc_act_" + T, Header: tcMMA, Inputs: tcInputs(xw, act, T), Outputs: y,
 			Consts: constsOf(act.template(dt)), Body: tcSource})
+		act.Tiled = true
+		ks = append(ks, kernelCheck{Name: "skinny_tc_act_tiled_" + T, Header: tcMMA, Inputs: tcInputs(xw, act, T), Outputs: y,
+			Consts: constsOf(act.template(dt)), Body: tcSource})
 		// The fusions (ApplyFused) on the model's products: o with the residual add, down
 		// with the gated activation and the add, and each alone; the staged path too.
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigFor(1024, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {

@@ -347,7 +347,7 @@ func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCSt
 // fused tensor-core kernel, whose launch for w has an even tile count, no split over K and
 // the register path, and I a whole number of its blocks' gate columns.
 func (s *SkinnyGEMM) FitsAct(x, w *mlxc.Array) bool {
-	if s == nil || !s.fuseAct || !s.tensorCores || s.tiled || w.Ndim() != 2 || !s.Fits(x, w) {
+	if s == nil || !s.fuseAct || !s.tensorCores || w.Ndim() != 2 || !s.Fits(x, w) {
 		return false
 	}
 	N := w.Dim(0)
@@ -454,7 +454,7 @@ func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, s
 	if c.NormOut {
 		c.EpsBits = int(math.Float32bits(f.eps))
 	}
-	if s.tiled && st != nil && c.Stages == 0 && !c.Act {
+	if s.tiled && st != nil && c.Stages == 0 {
 		if st.tiled == nil && !st.untiled {
 			if s.mayTile(w) {
 				st.tiled = tcTile(w).Detach()

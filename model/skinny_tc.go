@@ -233,7 +233,9 @@ const tcMain = `
   const int chunk = blockIdx.x - ct * SPLIT;
   const int sb = chunk * S / SPLIT;              // this block's first slice
   const int SC = (chunk + 1) * S / SPLIT - sb;   // and its slice count
-  const int n0 = ct * (ACT ? C / 2 : C); // the block's first weight row (with ACT: gate row)
+  const int ft = ct * (ACT ? TILES / 2 : TILES); // the block's first n8 tile of weight rows (with ACT: gate rows)
+  const int n0 = 8 * ft;                          // and its first row
+  const int NW = TILED ? w_shape[0] * 8 : w_shape[0]; // the weight's rows
   const bool r0 = g < M;
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
@@ -269,15 +271,16 @@ const tcMain = `
   // "tile" elements on, the next slice SLICE. Row-major: rows n0+g, k from 8t. Tiled
   // [N/8, S, 32 lanes, 8]: the lane's 16 bytes next to its neighbours'.
   constexpr int SLICE = TILED ? 256 : 32;
-  const T* w_p = TILED ? w + ((size_t)ct * TILES * S * 32 + lane) * 8 + (size_t)sb * 256 : w + (size_t)(n0 + g) * K + 8 * t + 32 * sb;
+  const T* w_p = TILED ? w + ((size_t)ft * S * 32 + lane) * 8 + (size_t)sb * 256 : w + (size_t)(n0 + g) * K + 8 * t + 32 * sb;
   const size_t tile = TILED ? (size_t)S * 256 : (size_t)8 * K;
-  // Tile j's weights start toff[j] elements after w_p: the next 8 rows each, or with ACT
-  // (a merged gate/up weight, up rows half the weight on) gate rows in the first half of
-  // the tiles and the same rows' up rows in the second.
+  // Tile j's weights start toff[j] elements after w_p: the next tile each, or with ACT (a
+  // merged gate/up weight, up rows half the weight on: NW/16 tiles) gate tiles in the
+  // first half of the block's tiles and the same rows' up tiles in the second, in either
+  // layout.
   size_t toff[TILES];
 #pragma unroll
   for (int j = 0; j < TILES; ++j) {
-    toff[j] = ACT && j >= TILES / 2 ? ((size_t)w_shape[0] / 2 + 8 * (j - TILES / 2)) * K : j * tile;
+    toff[j] = (ACT && j >= TILES / 2 ? (size_t)NW / 16 + (j - TILES / 2) : (size_t)j) * tile;
   }
   float acc[TILES][4];
 #pragma unroll
@@ -394,7 +397,7 @@ const tcMain = `
     part[wid][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
   __syncthreads();
-  const int N = TILED ? w_shape[0] * 8 : w_shape[0];
+  const int N = NW;
 `
 
 // tcStore sums the warps' partials in warp order and writes y (one block per tile); with

@@ -390,8 +390,9 @@ func fusedCase(s *SkinnyGEMM, f *Fused, dt mlxc.Dtype, N, K, M int) error {
 
 // On CUDA: the gate/up product with the activation applied as it writes (ApplyAct) gives
 // GatedAct of the plain product bit for bit, on the 4B shape's merged gate/up weight and a
-// narrower one, with 1, 3 and 16 rows, bf16 and f16; a weight whose launch splits K does
-// not fit.
+// narrower one, with 1, 3 and 16 rows, bf16 and f16, from the row-major weight and from
+// its tiled copy (tcTile: gate and up tiles far apart in it too); a weight whose launch
+// splits K does not fit.
 func TestActProductMatchesSeparate(t *testing.T) {
 	onFusionKernels(t, func(s *SkinnyGEMM, f *Fused) error {
 		so := mlxc.NewScope()
@@ -408,11 +409,21 @@ func TestActProductMatchesSeparate(t *testing.T) {
 					if !s.FitsAct(x, w) {
 						return fmt.Errorf("%v N=%d K=%d rows %d: FitsAct false", dt, N, K, M)
 					}
-					var st TCState
+					var st, tst TCState
 					got := s.ApplyAct(x, w, &st)
 					want := f.GatedAct(s.ApplyOwned(x, w, &st))
+					s.tiled = true
+					tiled := s.ApplyAct(x, w, &tst)
+					s.tiled = false
 					err := sameBits(fmt.Sprintf("%v N=%d K=%d rows %d", dt, N, K, M), got, want)
+					if err == nil && tst.tiled == nil {
+						err = fmt.Errorf("%v N=%d K=%d rows %d: no tiled copy made", dt, N, K, M)
+					}
+					if err == nil {
+						err = sameBits(fmt.Sprintf("%v N=%d K=%d rows %d, tiled", dt, N, K, M), tiled, want)
+					}
 					st.Free()
+					tst.Free()
 					if err != nil {
 						return err
 					}
