@@ -38,7 +38,14 @@ func TestTCInModelSweep(t *testing.T) {
 			rule  func(N, K int) tcConfig
 			tiled bool
 		}
-		vs := []variant{{"default", tcConfigFor, false}, {"sweep", tcConfigSweep, false}, {"default, tiled", tcConfigFor, true}}
+		// The rules run in the loaded model's layout (tiled copies by default on CUDA); the
+		// default rule in the other layout too.
+		tiled := m.skinny.tiled
+		other := "default, tiled"
+		if tiled {
+			other = "default, row-major"
+		}
+		vs := []variant{{"default", tcConfigFor, tiled}, {other, tcConfigFor, !tiled}, {"sweep", tcConfigSweep, tiled}}
 		classes := os.Getenv("DFLASH_TC_INMODEL_RULES") // ';'-separated DFLASH_TC_RULE values
 		if classes == "" {
 			classes = "wide=4/8/4p;wide=4/4/4p;wide=2/8/2p;down=4/4/4;down=4/4/2p;down=1/8/2p;narrow=1/4/2p;narrow=2/8/2;narrow=2/4/4p;narrow=4/4/s3k128"
@@ -48,7 +55,7 @@ func TestTCInModelSweep(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			vs = append(vs, variant{r, rule, false})
+			vs = append(vs, variant{r, rule, tiled})
 		}
 		c := m.NewCache()
 		defer c.Free()
@@ -75,7 +82,7 @@ func TestTCInModelSweep(t *testing.T) {
 			return lg
 		}
 		use := func(v variant) { m.skinny.configFor, m.skinny.tiled = v.rule, v.tiled }
-		defer use(variant{rule: tcConfigFor})
+		defer use(variant{rule: tcConfigFor, tiled: tiled})
 		// Warm-up (kernels compiled, tiled copies made) and a check of every rule's logits.
 		// Rules sum in other orders, so logits differ by rounding; a wrong launch is off by
 		// the logits' own size (the bound: 5% of the largest).
