@@ -56,21 +56,37 @@ func TestMergedProjectionsMatchSeparate(t *testing.T) {
 	}
 }
 
-// A launch rule that cannot be read fails the load with the variable's name, on any
-// backend, rather than running other shapes than the ones asked for.
-func TestBadTCRuleFailsLoad(t *testing.T) {
+// A launch rule or weight layout that cannot be read fails the load with the variable's
+// name, on any backend, rather than running other shapes or layouts than the ones asked
+// for; the layout's accepted values load.
+func TestBadTCSettingsFailLoad(t *testing.T) {
 	dir := t.TempDir()
 	writeModel(t, dir, modelgen.TinyQwen3())
-	t.Setenv("DFLASH_TC_RULE", "wide=3/8/4")
-	err := mlxc.Do(func() error {
-		m, err := model.Load(dir, model.LoadOptions{})
-		if err == nil {
-			m.Free()
-		}
-		return err
-	})
-	if err == nil || !strings.Contains(err.Error(), "DFLASH_TC_RULE") || !strings.Contains(err.Error(), "tiles must be") {
-		t.Fatalf("load with a bad DFLASH_TC_RULE: %v", err)
+	for _, tc := range []struct {
+		name, value, want string // want: "" loads
+	}{
+		{"DFLASH_TC_RULE", "wide=3/8/4", "tiles must be"},
+		{"DFLASH_TC_TILED", "yes", "want 0"},
+		{"DFLASH_TC_TILED", "2", "want 0"},
+		{"DFLASH_TC_TILED", "0", ""},
+		{"DFLASH_TC_TILED", "1", ""},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			err := mlxc.Do(func() error {
+				m, err := model.Load(dir, model.LoadOptions{})
+				if err == nil {
+					m.Free()
+				}
+				return err
+			})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("load: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("load with %s=%s: %v, want an error naming the variable and %q", tc.name, tc.value, err, tc.want)
+			}
+		})
 	}
 }
 

@@ -157,11 +157,17 @@ const skinnySource = `
 // unset or "tc" the tensor-core one (the default on CUDA since session 3), "1" the
 // CUDA-core one, "0" none (cuBLAS); DFLASH_TC_RULE the tensor-core launch shapes
 // (tcrule.go; an unreadable value is an error, so that a comparison never runs the wrong
-// shapes). GPU-exact mode also sends one-row products through it. MLX thread only.
+// shapes); DFLASH_TC_TILED the weights' layout (unset: tiled copies within the memory
+// budget, "0" none, "1" without the budget; any other value is an error too). GPU-exact
+// mode also sends one-row products through it. MLX thread only.
 func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 	rule, err := parseTCRule(os.Getenv("DFLASH_TC_RULE"))
 	if err != nil {
 		return nil, fmt.Errorf("DFLASH_TC_RULE: %w", err)
+	}
+	tiling := os.Getenv("DFLASH_TC_TILED")
+	if tiling != "" && tiling != "0" && tiling != "1" {
+		return nil, fmt.Errorf("DFLASH_TC_TILED=%q: want 0 (row-major weights), 1 (tiled copies of every weight) or unset (tiled copies within %.0f%% of the device's memory)", tiling, 100*tcTileMemoryShare)
 	}
 	var s *SkinnyGEMM
 	switch {
@@ -179,7 +185,7 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 	}
 	if s != nil {
 		s.configFor = rule
-		switch os.Getenv("DFLASH_TC_TILED") {
+		switch tiling {
 		case "0":
 		case "1":
 			s.tiled = s.tensorCores
