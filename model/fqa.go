@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 
@@ -37,13 +38,28 @@ type fqaKey struct {
 // stay bit for bit alike.
 const fqaWarps = 4
 
-// fqaWarpCount is fqaWarps or DFLASH_FQA_WARPS when that is 2, 4, 8 or 16.
+// fqaWarpCount is fqaWarps or DFLASH_FQA_WARPS when that is 2, 4, 8 or 16 (a model's load
+// refuses any other value first: fqaWarpSetting).
 func fqaWarpCount() int {
-	switch n, _ := strconv.Atoi(os.Getenv("DFLASH_FQA_WARPS")); n {
-	case 2, 4, 8, 16:
-		return n
+	n, err := fqaWarpSetting()
+	if err != nil {
+		return fqaWarps
 	}
-	return fqaWarps
+	return n
+}
+
+// fqaWarpSetting reads DFLASH_FQA_WARPS: fqaWarps when unset, an error for a value other
+// than 2, 4, 8 or 16 (so that a comparison never runs another count than the one asked for).
+func fqaWarpSetting() (int, error) {
+	v := os.Getenv("DFLASH_FQA_WARPS")
+	if v == "" {
+		return fqaWarps, nil
+	}
+	switch n, _ := strconv.Atoi(v); n {
+	case 2, 4, 8, 16:
+		return n, nil
+	}
+	return 0, fmt.Errorf("DFLASH_FQA_WARPS=%q: want 2, 4, 8 or 16 warps per block (unset: %d)", v, fqaWarps)
 }
 
 // fqaHead: the block's (head, query), its query scaled into shared memory, its keys' and

@@ -56,9 +56,9 @@ func TestMergedProjectionsMatchSeparate(t *testing.T) {
 	}
 }
 
-// A launch rule or weight layout that cannot be read fails the load with the variable's
-// name, on any backend, rather than running other shapes or layouts than the ones asked
-// for; the layout's accepted values load.
+// A launch rule, weight layout or attention warp count that cannot be read fails the load
+// with the variable's name, on any backend, rather than running other kernels than the
+// ones asked for; accepted values load.
 func TestBadTCSettingsFailLoad(t *testing.T) {
 	dir := t.TempDir()
 	writeModel(t, dir, modelgen.TinyQwen3())
@@ -70,6 +70,9 @@ func TestBadTCSettingsFailLoad(t *testing.T) {
 		{"DFLASH_TC_TILED", "2", "want 0"},
 		{"DFLASH_TC_TILED", "0", ""},
 		{"DFLASH_TC_TILED", "1", ""},
+		{"DFLASH_FQA_WARPS", "6", "want 2, 4, 8 or 16"},
+		{"DFLASH_FQA_WARPS", "eight", "want 2, 4, 8 or 16"},
+		{"DFLASH_FQA_WARPS", "8", ""},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			t.Setenv(tc.name, tc.value)

@@ -116,6 +116,9 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	}
 	a.WeightBytes = w.Bytes
 	m.arch = a
+	if _, err := fqaWarpSetting(); err != nil {
+		return nil, err
+	}
 	if m.skinny, err = NewSkinnyGEMM(); err != nil {
 		return nil, err
 	}
