@@ -235,7 +235,7 @@ const tcMain = `
   const int SC = (chunk + 1) * S / SPLIT - sb;   // and its slice count
   const int ft = ct * (ACT ? TILES / 2 : TILES); // the block's first n8 tile of weight rows (with ACT: gate rows)
   const int n0 = 8 * ft;                          // and its first row
-  const int NW = TILED ? w_shape[0] * 8 : w_shape[0]; // the weight's rows
+  const int N = TILED ? w_shape[0] * 8 : w_shape[0]; // the weight's rows (y's columns without ACT)
   const bool r0 = g < M;
   const bool r1 = g + 8 < M;
   const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
@@ -274,13 +274,13 @@ const tcMain = `
   const T* w_p = TILED ? w + ((size_t)ft * S * 32 + lane) * 8 + (size_t)sb * 256 : w + (size_t)(n0 + g) * K + 8 * t + 32 * sb;
   const size_t tile = TILED ? (size_t)S * 256 : (size_t)8 * K;
   // Tile j's weights start toff[j] elements after w_p: the next tile each, or with ACT (a
-  // merged gate/up weight, up rows half the weight on: NW/16 tiles) gate tiles in the
+  // merged gate/up weight, up rows half the weight on: N/16 tiles) gate tiles in the
   // first half of the block's tiles and the same rows' up tiles in the second, in either
   // layout.
   size_t toff[TILES];
 #pragma unroll
   for (int j = 0; j < TILES; ++j) {
-    toff[j] = (ACT && j >= TILES / 2 ? (size_t)NW / 16 + (j - TILES / 2) : (size_t)j) * tile;
+    toff[j] = (ACT && j >= TILES / 2 ? (size_t)N / 16 + (j - TILES / 2) : (size_t)j) * tile;
   }
   float acc[TILES][4];
 #pragma unroll
@@ -397,7 +397,6 @@ const tcMain = `
     part[wid][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
   __syncthreads();
-  const int N = NW;
 `
 
 // tcStore sums the warps' partials in warp order and writes y (one block per tile); with
