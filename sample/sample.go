@@ -9,16 +9,21 @@ import (
 
 // Params are the user's sampling settings (mlx-lm semantics and defaults).
 type Params struct {
-	Temperature float64 // 0 = greedy
+	Temperature float64 // 0 (or below GreedyBelow) = greedy
 	TopP        float64 // (0, 1): nucleus; 0 or ≥ 1: off
 	TopK        int     // > 0: keep the k best
-	MinP        float64 // (0, 1): drop tokens below max·min_p
+	MinP        float64 // (0, 1]: drop tokens below max·min_p; 0: off
 	// RepetitionPenalty (> 0, ≠ 1) rescales the logits of tokens seen in the last
 	// RepetitionContext tokens (default 20).
 	RepetitionPenalty float64
 	RepetitionContext int
 	Seed              uint64
 }
+
+// GreedyBelow is the temperature under which sampling is argmax: 1/T would overflow
+// float32 near 1e-38, and far above that logits/T already puts all the mass on the best
+// token (exact ties aside), so anything colder is decoded greedily.
+const GreedyBelow = 1e-5
 
 // Validate reports the first invalid setting.
 func (p Params) Validate() error {
@@ -31,14 +36,15 @@ func (p Params) Validate() error {
 		return fmt.Errorf("top_k must be ≥ 0, got %d", p.TopK)
 	case p.MinP < 0 || p.MinP > 1 || math.IsNaN(p.MinP):
 		return fmt.Errorf("min_p must be in [0, 1], got %v", p.MinP)
-	case p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty):
-		return fmt.Errorf("repetition_penalty must be ≥ 0, got %v", p.RepetitionPenalty)
+	case p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || math.IsInf(p.RepetitionPenalty, 0):
+		return fmt.Errorf("repetition_penalty must be ≥ 0 and finite, got %v", p.RepetitionPenalty)
 	}
 	return nil
 }
 
-// Greedy reports whether decoding is deterministic argmax.
-func (p Params) Greedy() bool { return p.Temperature == 0 }
+// Greedy reports whether decoding is deterministic argmax: temperature 0, or below
+// GreedyBelow.
+func (p Params) Greedy() bool { return p.Temperature < GreedyBelow }
 
 func (p Params) penaltyOn() bool { return p.RepetitionPenalty > 0 && p.RepetitionPenalty != 1 }
 
@@ -124,46 +130,59 @@ func (p Params) PenaltyRows(logits *mlxc.Array, history []int32, extra *mlxc.Arr
 }
 
 // LogProbs is logits − logsumexp(logits) along the last axis, in the logits' dtype, as
-// mlx-lm computes it before sampling.
+// mlx-lm computes it before sampling (greedy decoding takes its argmax, so ties break as
+// mlx-lm's do).
 func LogProbs(logits *mlxc.Array) *mlxc.Array {
 	return mlxc.Subtract(logits, mlxc.LogSumExp(logits, []int{-1}, true))
 }
 
 // Filter applies top-p, min-p and top-k (mlx-lm's order) to logprobs [R, V], setting
-// removed entries to −inf.
+// removed entries to −inf. It works in float32 whatever the input's dtype (the result is
+// float32): a bf16 running sum over a 151 936-token vocabulary stops growing long before 1
+// and would keep the wrong set. Every filter keeps the best token, so a row never empties.
 func (p Params) Filter(logprobs *mlxc.Array) *mlxc.Array {
-	negInf := mlxc.Scalar(math.Inf(-1), logprobs.Dtype())
+	x := mlxc.AsType(logprobs, mlxc.Float32)
+	negInf := mlxc.Scalar(math.Inf(-1), mlxc.Float32)
 	if p.TopP > 0 && p.TopP < 1 {
-		probs := mlxc.Exp(logprobs)
-		order := mlxc.Argsort(logprobs, -1) // ascending
-		sorted := mlxc.TakeAlongAxis(probs, order, -1)
-		cum := mlxc.Cumsum(sorted, -1, false, true)
-		keepSorted := mlxc.Greater(cum, mlxc.Scalar(1-p.TopP, cum.Dtype()))
-		// Scatter the keep flags back to vocabulary order.
-		keep := mlxc.PutAlongAxis(mlxc.Zeros(logprobs.Shape(), mlxc.Bool), order, keepSorted, -1)
-		logprobs = mlxc.Where(keep, logprobs, negInf)
+		// mlx-lm's rule: drop, from the least likely up, every token whose mass above it
+		// (the tokens sorted after it) already reaches top_p of the total; the threshold is
+		// a value, so tied tokens are kept or dropped together, and the best token, with no
+		// mass above it, always stays.
+		sorted := mlxc.Sort(x, -1) // ascending
+		probs := mlxc.Exp(sorted)
+		above := mlxc.Cumsum(probs, -1, true, false)
+		total := mlxc.Add(mlxc.SliceAxis(above, -1, 0, 1), mlxc.SliceAxis(probs, -1, 0, 1))
+		reach := mlxc.GreaterEqual(above, mlxc.Multiply(total, mlxc.Scalar(p.TopP, mlxc.Float32)))
+		dropped := mlxc.Sum(mlxc.AsType(reach, mlxc.Int32), []int{-1}, true)
+		thresh := mlxc.TakeAlongAxis(sorted, dropped, -1)
+		x = mlxc.Where(mlxc.Less(x, thresh), negInf, x)
 	}
-	if p.MinP > 0 && p.MinP < 1 {
-		top := mlxc.Max(logprobs, []int{-1}, true)
-		thresh := mlxc.Add(top, mlxc.Scalar(math.Log(p.MinP), logprobs.Dtype()))
-		keep := mlxc.GreaterEqual(logprobs, thresh)
-		logprobs = mlxc.Where(keep, logprobs, negInf)
+	if p.MinP > 0 {
+		// Keep p ≥ min_p · p_max; min_p = 1 keeps the best token and its ties.
+		top := mlxc.Max(x, []int{-1}, true)
+		thresh := mlxc.Add(top, mlxc.Scalar(math.Log(p.MinP), mlxc.Float32))
+		x = mlxc.Where(mlxc.Less(x, thresh), negInf, x)
 	}
-	if p.TopK > 0 && p.TopK < logprobs.Dim(-1) {
-		v := logprobs.Dim(-1)
-		idx := mlxc.Argpartition(mlxc.Negative(logprobs), p.TopK-1, -1)
+	if p.TopK > 0 && p.TopK < x.Dim(-1) {
+		v := x.Dim(-1)
+		idx := mlxc.Argpartition(mlxc.Negative(x), p.TopK-1, -1)
 		drop := mlxc.SliceAxis(idx, -1, p.TopK, v)
 		fill := mlxc.BroadcastTo(negInf, drop.Shape()...)
-		logprobs = mlxc.PutAlongAxis(logprobs, drop, fill, -1)
+		x = mlxc.PutAlongAxis(x, drop, fill, -1)
 	}
-	return logprobs
+	return x
 }
 
-// Probs is the sampling distribution (float32) over the filtered logprobs at temperature T.
+// Probs is the sampling distribution (float32) over the filtered logprobs at temperature
+// T: softmax(filtered · 1/T), the distribution Draw samples from.
 func (p Params) Probs(filtered *mlxc.Array) *mlxc.Array {
+	return mlxc.Softmax(p.scaled(filtered), []int{-1}, true)
+}
+
+// scaled is filtered · 1/T in float32 (T ≥ GreedyBelow, so 1/T is finite).
+func (p Params) scaled(filtered *mlxc.Array) *mlxc.Array {
 	x := mlxc.AsType(filtered, mlxc.Float32)
-	x = mlxc.Multiply(x, mlxc.Scalar(1/p.Temperature, mlxc.Float32))
-	return mlxc.Softmax(x, []int{-1}, true)
+	return mlxc.Multiply(x, mlxc.Scalar(1/p.Temperature, mlxc.Float32))
 }
 
 // Draw samples one token per row (uint32 [R]) from logprobs [R, V]: argmax when greedy,
@@ -172,7 +191,5 @@ func (p Params) Draw(logprobs *mlxc.Array, key *mlxc.Array) *mlxc.Array {
 	if p.Greedy() {
 		return mlxc.Argmax(logprobs, -1, false)
 	}
-	f := p.Filter(logprobs)
-	scaled := mlxc.Multiply(f, mlxc.Scalar(1/p.Temperature, f.Dtype()))
-	return mlxc.Categorical(scaled, -1, key)
+	return mlxc.Categorical(p.scaled(p.Filter(logprobs)), -1, key)
 }

@@ -119,3 +119,35 @@ func TestValidate(t *testing.T) {
 		t.Error("valid params rejected")
 	}
 }
+
+// Temperatures too cold for 1/T in float32 (and everything below GreedyBelow) decode
+// greedily; just above it, sampling still concentrates on the best token.
+func TestColdTemperatureIsGreedy(t *testing.T) {
+	lp := []float32{-3, -0.2, -1.9, -0.21, -7}
+	for _, temp := range []float64{0, 1e-45, 1e-40, 1e-38, 1e-9, GreedyBelow / 2, GreedyBelow} {
+		p := Params{Temperature: temp, TopP: 0.9}
+		if p.Validate() != nil {
+			t.Errorf("T=%g refused", temp)
+		}
+		if got, want := p.Greedy(), temp < GreedyBelow; got != want {
+			t.Errorf("T=%g: Greedy() = %v, want %v", temp, got, want)
+		}
+		on(t, func() {
+			for seed := uint64(0); seed < 4; seed++ {
+				tok := mlxc.AsType(p.Draw(mlxc.FromSlice(lp, 1, len(lp)), NewKeys(seed).Next()), mlxc.Int32).Int32s()
+				if tok[0] != 1 {
+					t.Errorf("T=%g seed %d: drew %d, want the best token 1", temp, seed, tok[0])
+				}
+			}
+			if !p.Greedy() {
+				probs := p.Probs(p.Filter(mlxc.FromSlice(lp, 1, len(lp)))).Float32s()
+				for i, q := range probs {
+					if math.IsNaN(float64(q)) || (i != 1 && q != 0) {
+						t.Errorf("T=%g: probs %v, want a point mass on token 1", temp, probs)
+						break
+					}
+				}
+			}
+		})
+	}
+}
