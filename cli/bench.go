@@ -75,17 +75,21 @@ type benchRow struct {
 	DFlashRuns []float64 `json:"dflash_runs_tok_s"`
 	// τ of each DFlash run: with --replay-drafts each run replays its own seeded pattern,
 	// so runs differ in τ as well as in time.
-	DFlashTaus  []float64 `json:"dflash_runs_tau"`
-	Speedup     float64   `json:"speedup"`
-	Tau         float64   `json:"tau"`
-	Exact       bool      `json:"exact"`
-	CycleMS     float64   `json:"cycle_ms"`
-	DraftMS     float64   `json:"draft_ms_per_cycle"`
-	VerifyMS    float64   `json:"verify_ms_per_cycle"`
-	BuildMS     float64   `json:"build_ms_per_cycle"`
-	RollbackMS  float64   `json:"rollback_ms_per_cycle"`
-	HostMS      float64   `json:"host_ms_per_cycle"`
-	PlainStepMS float64   `json:"plain_step_ms"`
+	DFlashTaus []float64 `json:"dflash_runs_tau"`
+	Speedup    float64   `json:"speedup"`
+	Tau        float64   `json:"tau"`
+	// Exact: every DFlash run gave plain decoding's tokens; null when not checked (replayed
+	// acceptance commits drafts the target may not have chosen). LoopsAgree: with
+	// --compare-run-ahead, both loops gave the same tokens.
+	Exact       *bool   `json:"exact"`
+	LoopsAgree  *bool   `json:"loops_agree,omitempty"`
+	CycleMS     float64 `json:"cycle_ms"`
+	DraftMS     float64 `json:"draft_ms_per_cycle"`
+	VerifyMS    float64 `json:"verify_ms_per_cycle"`
+	BuildMS     float64 `json:"build_ms_per_cycle"`
+	RollbackMS  float64 `json:"rollback_ms_per_cycle"`
+	HostMS      float64 `json:"host_ms_per_cycle"`
+	PlainStepMS float64 `json:"plain_step_ms"`
 	// Graph nodes (≈ kernels) per plain step, per draft and per verify, from profiled runs.
 	PlainStepNodes float64 `json:"plain_step_nodes"`
 	DraftNodes     float64 `json:"draft_nodes_per_cycle"`
@@ -138,8 +142,10 @@ type benchReport struct {
 	MedianDFl   float64    `json:"median_dflash_tok_s"`
 	MedianSpeed float64    `json:"median_speedup"`
 	MedianTau   float64    `json:"median_tau"`
-	AllExact    bool       `json:"all_exact"`
-	Note        string     `json:"note,omitempty"`
+	// AllExact is null when exactness was not checked (--replay-drafts), never true.
+	AllExact      *bool  `json:"all_exact"`
+	AllLoopsAgree *bool  `json:"all_loops_agree,omitempty"`
+	Note          string `json:"note,omitempty"`
 	// Roofline: plain decoding reads every weight once per token, so copy bandwidth over
 	// weight bytes bounds its tok/s.
 	WeightBytes      int64   `json:"weight_bytes"`
@@ -202,7 +208,7 @@ func benchAction(c *cli.Context) error {
 		return benchFlips(c, s, prompts)
 	}
 	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
-	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, AllExact: true, Note: note}
+	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, Note: note}
 	_ = mlxc.Do(func() error {
 		rep.Backend, rep.Device, rep.MLX = mlxc.Backend(), mlxc.CurrentDevice().String(), mlxc.Version()
 		return nil
@@ -269,7 +275,7 @@ func benchAction(c *cli.Context) error {
 		var plainTPS, dTPS, taus, otherTPS []float64
 		var loopBuild, loopWait, loopHost, plainBuild, plainWait []float64
 		var ref, last engine.Result
-		exact := true
+		exact, loopsAgree := true, true
 		for r := 0; r < repeats; r++ {
 			label(1)
 			res, err := gen(prompt, true, false)
@@ -303,10 +309,10 @@ func benchAction(c *cli.Context) error {
 				}
 				otherTPS = append(otherTPS, other.Stats.GenerationTPS)
 				if _, ok := sameTokens(other.Tokens, res.Tokens); !ok {
-					exact = false // the loops must agree, replayed or not
+					loopsAgree = false // the loops must agree, replayed or not
 				}
 			}
-			if _, ok := sameTokens(res.Tokens, ref.Tokens); !ok && replay < 0 {
+			if _, ok := sameTokens(res.Tokens, ref.Tokens); !ok {
 				exact = false
 			}
 			last = res
@@ -322,7 +328,7 @@ func benchAction(c *cli.Context) error {
 		}
 		st, ps := prof.Stats, max(1, prof.Stats.Cycles)
 		row := benchRow{Prompt: i, PromptTokens: len(prompt), Tokens: len(last.Tokens), PlainTPS: median(plainTPS),
-			DFlashTPS: median(dTPS), PlainRuns: plainTPS, DFlashRuns: dTPS, DFlashTaus: taus, Tau: median(taus), Exact: exact,
+			DFlashTPS: median(dTPS), PlainRuns: plainTPS, DFlashRuns: dTPS, DFlashTaus: taus, Tau: median(taus),
 			CycleMS: ms(last.Stats.DecodeTime) / float64(max(1, last.Stats.Cycles)),
 			DraftMS: ms(st.DraftTime) / float64(ps), VerifyMS: ms(st.VerifyTime) / float64(ps),
 			BuildMS: ms(st.BuildTime) / float64(ps), RollbackMS: ms(st.RollbackTime) / float64(ps),
@@ -355,7 +361,16 @@ func benchAction(c *cli.Context) error {
 			row.Speedup = row.DFlashTPS / row.PlainTPS
 			row.PlainStepMS = 1000 / row.PlainTPS
 		}
-		rep.AllExact = rep.AllExact && exact
+		if replay < 0 {
+			// Without replay the other loop must also give plain decoding's tokens.
+			ok := exact && loopsAgree
+			row.Exact = &ok
+			rep.AllExact = allOf(rep.AllExact, ok)
+		}
+		if len(otherTPS) > 0 {
+			row.LoopsAgree = &loopsAgree
+			rep.AllLoopsAgree = allOf(rep.AllLoopsAgree, loopsAgree)
+		}
 		rep.Rows = append(rep.Rows, row)
 		if !c.Bool("json") {
 			fmt.Fprintf(os.Stderr, "prompt %d: plain %.1f tok/s, dflash %.1f tok/s (τ %.2f)\n", i, row.PlainTPS, row.DFlashTPS, row.Tau)
@@ -386,6 +401,22 @@ func benchAction(c *cli.Context) error {
 	return nil
 }
 
+// allOf folds one more checked result into a conjunction that starts unchecked (nil).
+func allOf(acc *bool, v bool) *bool {
+	if acc != nil {
+		v = v && *acc
+	}
+	return &v
+}
+
+// checkMark prints a check that may not have been made.
+func checkMark(b *bool, unchecked string) string {
+	if b == nil {
+		return unchecked
+	}
+	return fmt.Sprint(*b)
+}
+
 func sameTokens(a, b []int32) (int, bool) {
 	if len(a) != len(b) {
 		return min(len(a), len(b)), false
@@ -405,7 +436,7 @@ func printBench(r benchReport) {
 	}
 	fmt.Printf("%-6s %7s %11s %12s %8s %6s %6s %9s %9s %9s %8s %8s\n", "prompt", "tokens", "plain tok/s", "dflash tok/s", "speedup", "τ", "exact", "cycle ms", "draft ms", "verify ms", "build ms", "host ms")
 	for _, x := range r.Rows {
-		fmt.Printf("%-6d %7d %11.1f %12.1f %7.2fx %6.2f %6v %9.2f %9.2f %9.2f %8.2f %8.2f\n", x.Prompt, x.PromptTokens, x.PlainTPS, x.DFlashTPS, x.Speedup, x.Tau, x.Exact, x.CycleMS, x.DraftMS, x.VerifyMS, x.BuildMS, x.HostMS)
+		fmt.Printf("%-6d %7d %11.1f %12.1f %7.2fx %6.2f %6s %9.2f %9.2f %9.2f %8.2f %8.2f\n", x.Prompt, x.PromptTokens, x.PlainTPS, x.DFlashTPS, x.Speedup, x.Tau, checkMark(x.Exact, "-"), x.CycleMS, x.DraftMS, x.VerifyMS, x.BuildMS, x.HostMS)
 	}
 	if len(r.Rows) > 0 {
 		x := r.Rows[0]
@@ -431,7 +462,11 @@ func printBench(r benchReport) {
 			fmt.Printf("  %-10s %s\n", part.name, topOps(part.ops, 8))
 		}
 	}
-	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %v\n", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, r.AllExact)
+	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %s", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, checkMark(r.AllExact, "not checked (replayed acceptance)"))
+	if r.AllLoopsAgree != nil {
+		fmt.Printf(", both loops agree: %v", *r.AllLoopsAgree)
+	}
+	fmt.Println()
 	if r.CopyBandwidthGBs > 0 {
 		fmt.Printf("roofline: weights %s, copy bandwidth %.0f GB/s → plain ≤ %.1f tok/s; measured plain is %.0f%% of it\n", human(r.WeightBytes), r.CopyBandwidthGBs, r.RooflineTPS, 100*r.PlainOfRoofline)
 	}
