@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,12 +27,16 @@ Python tools find them too. Interrupted downloads resume.`,
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}},
 		},
 		Action: func(c *cli.Context) error {
-			target := c.Args().First()
-			if target == "" {
-				target = DefaultTarget
+			ids, err := trailingFlags(c)
+			if err != nil {
+				return err
 			}
-			if c.NArg() > 1 {
-				return cli.Exit("download takes one target ID", 2)
+			if len(ids) > 1 {
+				return cli.Exit(fmt.Sprintf("download takes one target ID, got %d: %s", len(ids), strings.Join(ids, " ")), 2)
+			}
+			target := DefaultTarget
+			if len(ids) == 1 {
+				target = ids[0]
 			}
 			cfg := LoadConfig{Target: target, Draft: c.String("draft-model"), NoDraft: c.Bool("no-draft"), DraftsFile: c.String("drafts-file")}
 			draftRef, err := resolveDraft(cfg)
@@ -121,4 +126,51 @@ func modelsCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// trailingFlags applies the command's flags that follow its arguments and returns the
+// arguments. urfave/cli stops reading flags at the first argument, so without this
+// `download ID --no-draft` would take "--no-draft" for a second ID.
+func trailingFlags(c *cli.Context) ([]string, error) {
+	args := c.Args().Slice()
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if a == "-" || !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		var flag cli.Flag
+		for _, f := range c.Command.Flags {
+			for _, n := range f.Names() {
+				if n == name {
+					flag = f
+				}
+			}
+		}
+		if flag == nil {
+			return nil, cli.Exit("flag provided but not defined: -"+name, 2)
+		}
+		if _, isBool := flag.(*cli.BoolFlag); isBool && !hasValue {
+			value = "true"
+		} else if !hasValue {
+			if i+1 == len(args) {
+				return nil, cli.Exit("flag needs an argument: -"+name, 2)
+			}
+			i++
+			value = args[i]
+		}
+		// Aliases are separate entries of the flag set: set them all, as parsing does.
+		for _, n := range flag.Names() {
+			if err := c.Set(n, value); err != nil {
+				return nil, cli.Exit(fmt.Sprintf("invalid value %q for flag -%s: %v", value, name, err), 2)
+			}
+		}
+	}
+	return pos, nil
 }
