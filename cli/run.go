@@ -126,6 +126,9 @@ func runAction(c *cli.Context) error {
 		TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
 		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens,
 	}
+	if out.Tokens == nil {
+		out.Tokens = []int32{} // a list, empty when nothing was generated, never null
+	}
 	if jsonOut {
 		return printJSON(out)
 	}
