@@ -43,6 +43,14 @@ func (p *progressBar) update(done, total int64) {
 	fmt.Fprintf(p.w, "\r%s [%s%s] %3.0f%% %s/%s", p.label, strings.Repeat("=", n), strings.Repeat(" ", 30-n), frac*100, human(done), human(total))
 }
 
+// fail ends the bar of a step that failed: it clears a drawn bar and reports nothing, the
+// error that follows says what went wrong.
+func (p *progressBar) fail() {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K")
+	}
+}
+
 func (p *progressBar) done() {
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K")

@@ -124,14 +124,15 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		}
 		mlxc.ResetPeakMemory()
 		m, err := model.Load(tm.Dir, opt)
+		if err != nil {
+			if bar != nil {
+				bar.fail()
+			}
+			return err
+		}
 		if bar != nil {
 			bar.done()
-			if err == nil {
-				fmt.Fprintf(cfg.Log, "weights %s, peak memory while loading %s\n", human(m.Arch().WeightBytes), human(int64(mlxc.PeakMemory())))
-			}
-		}
-		if err != nil {
-			return err
+			fmt.Fprintf(cfg.Log, "weights %s, peak memory while loading %s\n", human(m.Arch().WeightBytes), human(int64(mlxc.PeakMemory())))
 		}
 		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault(),
 			RowwiseVerify: model.GPUExactDefault(), RunAhead: engine.RunAheadDefault()}
