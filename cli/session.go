@@ -84,6 +84,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if cfg.Target == "" {
 		cfg.Target = DefaultTarget
 	}
+	if err := checkRunAheadSetting(); err != nil {
+		return nil, err
+	}
 	draftRef, err := resolveDraft(cfg)
 	if err != nil {
 		return nil, err
@@ -161,6 +164,18 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	}
 	s.LoadTime = time.Since(start)
 	return s, nil
+}
+
+// checkRunAheadSetting fails on a DFLASH_RUN_AHEAD that is neither 0 nor 1, before
+// anything is downloaded or loaded, as the kernel settings do: a typo would otherwise run
+// the default loop while the user believes they chose one.
+func checkRunAheadSetting() error {
+	switch v := os.Getenv("DFLASH_RUN_AHEAD"); v {
+	case "", "0", "1":
+		return nil
+	default:
+		return fmt.Errorf("DFLASH_RUN_AHEAD=%q: want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)", v)
+	}
 }
 
 // Close frees the models.
