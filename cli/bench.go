@@ -200,6 +200,7 @@ func benchAction(c *cli.Context) error {
 	if s.Engine.Proposer == nil {
 		return cli.Exit("bench needs a drafter: pass --draft-model or a target the registry knows", 2)
 	}
+	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	prompts, err := benchPromptIDs(c, s)
 	if err != nil {
 		return err

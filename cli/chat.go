@@ -61,6 +61,7 @@ func chatAction(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
+	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	cs := &chatSession{s: s, system: c.String("system"), think: c.Bool("enable-thinking"), out: os.Stdout}
 	cs.sp = func() engine.Request {
 		return engine.Request{MaxTokens: c.Int("max-new-tokens"), Sampling: sp, StopTokens: s.StopTokens(), BlockSize: c.Int("block-size")}

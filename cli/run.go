@@ -79,6 +79,7 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
+	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	var ids []int32
 	if c.Bool("no-chat-template") {
 		ids, err = s.Tok.Encode(prompt, true)

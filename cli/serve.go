@@ -57,20 +57,25 @@ Point clients at it:
 func serveAction(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, err := Open(ctx, loadConfig(c))
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	lc := loadConfig(c)
+	if c.Bool("log-json") {
+		handler = slog.NewJSONHandler(os.Stderr, nil)
+		// Start-up goes through the JSON log too, so every line on stderr is a record.
+		lc.Logger = slog.New(handler)
+	}
+	logger := slog.New(handler)
+	s, err := Open(ctx, lc)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	id := c.String("model-id")
 	if id == "" {
 		id = s.TargetRef
 	}
 	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile")}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
-	if c.Bool("log-json") {
-		handler = slog.NewJSONHandler(os.Stderr, nil)
-	}
 	cfg := server.Config{
 		Host: c.String("host"), Port: c.Int("port"), MaxQueue: c.Int("max-queue"), APIKey: c.String("api-key"),
 		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),
@@ -80,7 +85,7 @@ func serveAction(c *cli.Context) error {
 	if base := s.TargetRef[strings.LastIndex(s.TargetRef, "/")+1:]; base != id {
 		cfg.ModelAliases = []string{base}
 	}
-	srv, err := server.New(cfg, b, slog.New(handler))
+	srv, err := server.New(cfg, b, logger)
 	if err != nil {
 		return err
 	}
@@ -88,7 +93,12 @@ func serveAction(c *cli.Context) error {
 	if s.DraftRef != "" {
 		mode = "DFlash (" + s.DraftRef + ")"
 	}
-	fmt.Fprintf(os.Stderr, "serving %s with %s on http://%s:%d/v1\n", id, mode, cfg.Host, cfg.Port)
+	url := fmt.Sprintf("http://%s:%d/v1", cfg.Host, cfg.Port)
+	if c.Bool("log-json") {
+		logger.Info("serving", "model", id, "mode", mode, "url", url)
+	} else {
+		fmt.Fprintf(os.Stderr, "serving %s with %s on %s\n", id, mode, url)
+	}
 	return srv.ListenAndServe(ctx)
 }
 

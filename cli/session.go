@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -33,6 +34,9 @@ type LoadConfig struct {
 	Revision     string
 	Quiet        bool
 	Log          io.Writer // notices and progress (stderr)
+	// Logger, when set, gets the notices and the load summary as log records (serve
+	// --log-json), and nothing is drawn on Log.
+	Logger *slog.Logger
 	// ContextLength overrides the model's max_position_embeddings when > 0.
 	ContextLength int
 }
@@ -47,6 +51,8 @@ type Session struct {
 	DraftDir  string
 	drafter   *draft.Drafter
 	LoadTime  time.Duration
+	log       io.Writer
+	logger    *slog.Logger
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -91,14 +97,19 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if draftRef == "" && !cfg.NoDraft && !cfg.Quiet {
-		fmt.Fprintf(cfg.Log, "note: no DFlash draft known for %s; using plain decoding (pass --draft-model to speed it up)\n", cfg.Target)
+	if draftRef == "" && !cfg.NoDraft {
+		const msg = "no DFlash draft known for the target; using plain decoding (pass --draft-model to speed it up)"
+		if cfg.Logger != nil {
+			cfg.Logger.Warn(msg, "target", cfg.Target)
+		} else if !cfg.Quiet {
+			fmt.Fprintf(cfg.Log, "note: no DFlash draft known for %s; using plain decoding (pass --draft-model to speed it up)\n", cfg.Target)
+		}
 	}
 	client, err := hub.NewClientFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	opts := hub.DownloadOptions{Revision: cfg.Revision, Quiet: cfg.Quiet, Progress: cfg.Log}
+	opts := hub.DownloadOptions{Revision: cfg.Revision, Quiet: cfg.Quiet || cfg.Logger != nil, Progress: cfg.Log}
 	tm, err := client.ResolveModel(ctx, cfg.Target, opts)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", cfg.Target, err)
@@ -115,9 +126,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
 	}
-	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir}
+	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger}
 	var bar *progressBar
-	if !cfg.Quiet {
+	if !cfg.Quiet && cfg.Logger == nil {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
 	}
 	err = mlxc.Do(func() error {
@@ -136,6 +147,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		if bar != nil {
 			bar.done()
 			fmt.Fprintf(cfg.Log, "weights %s, peak memory while loading %s\n", human(m.Arch().WeightBytes), human(int64(mlxc.PeakMemory())))
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("loaded", "model", cfg.Target, "weight_bytes", m.Arch().WeightBytes, "peak_memory_bytes", mlxc.PeakMemory())
 		}
 		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault(),
 			RowwiseVerify: model.GPUExactDefault(), RunAhead: engine.RunAheadDefault()}
@@ -175,6 +189,37 @@ func checkRunAheadSetting() error {
 		return nil
 	default:
 		return fmt.Errorf("DFLASH_RUN_AHEAD=%q: want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)", v)
+	}
+}
+
+// BlockSizeNote says how a requested --block-size will be used when that differs from what
+// was asked ("" when it does not): the engine caps a block at the drafter's, a block of one
+// token holds no drafts, and plain decoding has no blocks.
+func (s *Session) BlockSizeNote(requested int) string {
+	if requested <= 0 {
+		return ""
+	}
+	if s.Engine.Proposer == nil {
+		return fmt.Sprintf("--block-size %d has no effect without a drafter (plain decoding)", requested)
+	}
+	switch b := s.Engine.Proposer.BlockSize(); {
+	case requested > b:
+		return fmt.Sprintf("--block-size %d is larger than the drafter's block (%d); using %d", requested, b, b)
+	case requested == 1:
+		return "--block-size 1 leaves no room for drafts (a block is the staged token plus its drafts): every cycle verifies one token; use 2 or more, or --no-draft"
+	}
+	return ""
+}
+
+// Notice tells the user something they should know about their settings: a log record when
+// the session logs records, else a "note:" line on the session's log.
+func (s *Session) Notice(msg string) {
+	switch {
+	case msg == "":
+	case s.logger != nil:
+		s.logger.Warn(msg)
+	default:
+		fmt.Fprintln(s.log, "note: "+msg)
 	}
 }
 
