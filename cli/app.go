@@ -69,6 +69,13 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print versions and the device in use",
+		Description: `Prints the dflash-mlx and MLX versions, the MLX backend (cpu, cuda, metal) and
+the device generation runs on; include it in bug reports.
+
+Examples:
+  dflash-mlx version
+  dflash-mlx version --json
+  DFLASH_DEVICE=cpu dflash-mlx version               # what forcing the CPU selects`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 		Action: func(c *cli.Context) error {
 			var info struct {

@@ -33,7 +33,13 @@ Commands:
   /reset           forget the conversation (keeps the system message)
   /system TEXT     set the system message and reset
   /stats           statistics of the last answer
-  /exit            quit`,
+  /exit            quit
+
+Examples:
+  dflash-mlx chat                                    # the default Qwen3-4B pair
+  dflash-mlx chat --system "You are a terse Go reviewer." --temperature 0.7
+  dflash-mlx chat --target-model mlx-community/Qwen3-8B-4bit --enable-thinking
+  dflash-mlx chat --target-model ./my-model --no-draft   # plain decoding, to compare`,
 		Flags:  flags,
 		Action: chatAction,
 	}

@@ -115,7 +115,12 @@ func demoCommand() *cli.Command {
 checkpoint formats and with the real Qwen3 tokenizer and chat template, then runs the
 whole pipeline: chat template → tokenizer → prefill → DFlash cycles → streamed text,
 and checks the output against plain decoding. The text is gibberish (random weights);
-the point is that every stage runs, offline, and that DFlash is lossless.`,
+the point is that every stage runs, offline, and that DFlash is lossless.
+
+Examples:
+  dflash-mlx demo
+  dflash-mlx demo --prompt "Write a limerick." --max-new-tokens 64
+  dflash-mlx demo --dir /tmp/dflash-demo --block-size 16   # the drafter's full block`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Value: filepath.Join("build", "demo"), Usage: "where to write the pair"},
 			&cli.StringFlag{Name: "prompt", Value: "Explain speculative decoding in one sentence.", Usage: "prompt"},

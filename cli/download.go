@@ -18,7 +18,13 @@ func downloadCommand() *cli.Command {
 		ArgsUsage: "[TARGET-ID]",
 		Description: `Downloads the target (default ` + DefaultTarget + `) and the drafter the registry
 pairs with it (or --draft-model) into the standard cache (HF_HOME / HF_HUB_CACHE), where
-Python tools find them too. Interrupted downloads resume.`,
+Python tools find them too. Interrupted downloads resume.
+
+Examples:
+  dflash-mlx download                                # the default pair
+  dflash-mlx download mlx-community/Qwen3-8B-4bit    # and its drafter z-lab/Qwen3-8B-DFlash-b16
+  dflash-mlx download mlx-community/Qwen3-4B-bf16 --no-draft
+  HF_HUB_CACHE=/data/hf dflash-mlx download Qwen/Qwen3-4B --revision main`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "draft-model", Usage: "drafter to fetch (default: from the registry)"},
 			&cli.BoolFlag{Name: "no-draft", Usage: "fetch the target only"},
@@ -71,6 +77,15 @@ func modelsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "models",
 		Usage: "list cached models and the known target → draft pairs",
+		Description: `Lists the models in the Hugging Face cache (HF_HOME / HF_HUB_CACHE) with their size
+and the drafter the registry pairs with each, then the registry's pairs. Your own pairs
+(--drafts-file, default ~/.config/dflash-mlx/drafts.json) come first and win.
+
+Examples:
+  dflash-mlx models
+  dflash-mlx models --json | jq -r '.cached[].repo_id'
+  HF_HUB_CACHE=/data/hf dflash-mlx models
+  dflash-mlx models --drafts-file ./drafts.json      # check your own pairs resolve`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			&cli.StringFlag{Name: "drafts-file", Usage: "extra target→draft pairs (JSON)"},

@@ -48,7 +48,14 @@ One generation runs at a time; others wait in a FIFO queue (--max-queue). SIGTER
 Point clients at it:
   OpenAI SDK:  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
   Open WebUI:  Settings → Connections → OpenAI API → http://127.0.0.1:8000/v1
-  Continue:    provider "openai", apiBase "http://127.0.0.1:8000/v1"`,
+  Continue:    provider "openai", apiBase "http://127.0.0.1:8000/v1"
+
+Examples:
+  dflash-mlx serve                                   # default pair on 127.0.0.1:8000
+  dflash-mlx serve --target-model mlx-community/Qwen3-8B-4bit --port 8080 --api-key "$KEY"
+  dflash-mlx serve --host 0.0.0.0 --cors-origins http://localhost:3000 --log-json
+  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model": "Qwen3-4B-bf16", "messages": [{"role": "user", "content": "Hi"}]}'`,
 		Flags:  flags,
 		Action: serveAction,
 	}
