@@ -1,11 +1,14 @@
 package hub
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -23,6 +26,16 @@ type CachedModel struct {
 	Revisions []CachedRevision
 	// LastModified is the newest modification time among the blobs.
 	LastModified time.Time
+	// PartialBytes counts the blobs still being written (*.incomplete): a download that was
+	// interrupted, or is running.
+	PartialBytes int64
+}
+
+// Incomplete reports a model that cannot be used as it is: a download left unfinished
+// blobs, or the newest snapshot lacks files it needs (see CachedRevision.Complete).
+// Downloading it again resumes.
+func (m CachedModel) Incomplete() bool {
+	return m.PartialBytes > 0 || len(m.Revisions) == 0 || !m.Revisions[0].Complete()
 }
 
 // CachedRevision is one snapshot of a cached repository.
@@ -36,8 +49,15 @@ type CachedRevision struct {
 	Files int
 	// SizeOnDisk is the size of the distinct blobs the snapshot uses.
 	SizeOnDisk int64
-	modified   time.Time
+	// Missing lists what a loadable model folder needs that the snapshot lacks: config.json,
+	// the weights (every shard its safetensors index names, else one *.safetensors file),
+	// and the targets of dangling links.
+	Missing  []string
+	modified time.Time
 }
+
+// Complete reports a snapshot that has its config, its weights and no dangling links.
+func (r CachedRevision) Complete() bool { return len(r.Missing) == 0 }
 
 // ListCachedModels lists the model repositories in a hub cache, sorted by repository ID. A cache
 // that does not exist yet holds no models.
@@ -76,6 +96,9 @@ func scanRepo(dir, repoID string) (CachedModel, error) {
 		if err != nil || !info.Mode().IsRegular() {
 			continue
 		}
+		if strings.HasSuffix(b.Name(), ".incomplete") {
+			m.PartialBytes += info.Size()
+		}
 		m.SizeOnDisk += info.Size()
 		if info.ModTime().After(m.LastModified) {
 			m.LastModified = info.ModTime()
@@ -105,10 +128,12 @@ func scanRepo(dir, repoID string) (CachedModel, error) {
 	return m, nil
 }
 
-// scanRevision counts a snapshot's files and the distinct blobs they resolve to.
+// scanRevision counts a snapshot's files and the distinct blobs they resolve to, and lists
+// what it lacks to be loaded.
 func scanRevision(dir string) (CachedRevision, error) {
 	rev := CachedRevision{Dir: dir}
 	seen := map[string]bool{}
+	present := map[string]bool{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -117,9 +142,16 @@ func scanRevision(dir string) (CachedRevision, error) {
 			return nil
 		}
 		rev.Files++
-		real, err := filepath.EvalSymlinks(path)
+		name, err := filepath.Rel(dir, path)
 		if err != nil {
-			return nil // a dangling pointer takes no space
+			return err
+		}
+		name = filepath.ToSlash(name)
+		real, err := filepath.EvalSymlinks(path)
+		present[name] = err == nil
+		if err != nil {
+			rev.Missing = append(rev.Missing, name) // a dangling pointer takes no space
+			return nil
 		}
 		fi, err := os.Stat(real)
 		if err != nil {
@@ -134,7 +166,60 @@ func scanRevision(dir string) (CachedRevision, error) {
 		}
 		return nil
 	})
-	return rev, err
+	if err != nil {
+		return rev, err
+	}
+	rev.Missing = append(rev.Missing, missingModelFiles(dir, present)...)
+	sort.Strings(rev.Missing)
+	rev.Missing = slices.Compact(rev.Missing) // a dangling shard is also a missing one
+	return rev, nil
+}
+
+// missingModelFiles lists the files a model folder needs that are not present: config.json
+// and the weights, which are the shards a safetensors index names or, without an index, at
+// least one *.safetensors file ("*.safetensors" stands for it then). present maps the
+// snapshot's names to whether their content is there (false: a dangling link).
+func missingModelFiles(dir string, present map[string]bool) []string {
+	var missing []string
+	if !present["config.json"] {
+		missing = append(missing, "config.json")
+	}
+	var indexes []string
+	hasWeights := false
+	for name := range present {
+		switch {
+		case strings.HasSuffix(name, ".safetensors.index.json"):
+			indexes = append(indexes, name)
+		case strings.HasSuffix(name, ".safetensors"):
+			hasWeights = true
+		}
+	}
+	if len(indexes) == 0 && !hasWeights {
+		return append(missing, "*.safetensors")
+	}
+	for _, index := range indexes {
+		if !present[index] {
+			continue // listed as dangling already
+		}
+		var idx struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(index)))
+		if err != nil || json.Unmarshal(b, &idx) != nil {
+			missing = append(missing, index) // unreadable: the shards cannot be known
+			continue
+		}
+		shards := map[string]bool{}
+		for _, shard := range idx.WeightMap {
+			shards[path.Join(path.Dir(index), shard)] = true
+		}
+		for shard := range shards {
+			if !present[shard] {
+				missing = append(missing, shard)
+			}
+		}
+	}
+	return missing
 }
 
 // readRefs maps each commit to the refs naming it; refs may be nested ("refs/pr/1").

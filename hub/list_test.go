@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/hub/hubtest"
 )
@@ -98,5 +100,96 @@ func TestListCachedModelsOfMissingCache(t *testing.T) {
 	models, err := ListCachedModels(filepath.Join(t.TempDir(), "never-created"))
 	if err != nil || len(models) != 0 {
 		t.Errorf("ListCachedModels = %v, %v; want nothing and no error", models, err)
+	}
+}
+
+// A model is incomplete while a download left unfinished blobs or its newest snapshot lacks
+// the config, a shard its index names or any weights, or has a dangling link; complete
+// downloads are not.
+func TestListCachedModelsMarksIncomplete(t *testing.T) {
+	srv := hubtest.New(t)
+	sharded := hubtest.LFSIfWeights(
+		hubtest.File{Path: "config.json", Data: []byte(`{"model_type":"qwen3"}`)},
+		hubtest.File{Path: "model.safetensors.index.json", Data: []byte(`{"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors","c":"model-00002-of-00002.safetensors"}}`)},
+		hubtest.File{Path: "model-00001-of-00002.safetensors", Data: randomBytes(1, 1000)},
+		hubtest.File{Path: "model-00002-of-00002.safetensors", Data: randomBytes(2, 1000)},
+	)
+	for _, id := range []string{"org/complete", "org/interrupted", "org/dangling"} {
+		srv.AddRepo(id, hubtest.Public).Commit("main", modelFiles(70, 200_000)...)
+	}
+	for _, id := range []string{"org/sharded", "org/shard-missing"} {
+		srv.AddRepo(id, hubtest.Public).Commit("main", sharded...)
+	}
+	c := newTestClient(t, srv)
+	ctx := context.Background()
+	for _, id := range []string{"org/complete", "org/dangling", "org/sharded", "org/shard-missing"} {
+		if _, err := c.Download(ctx, id, quiet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Interrupted while the weights stream: a partial blob stays, the snapshot has no weights.
+	srv.InjectFault("org/interrupted", "model.safetensors", hubtest.Fault{Kind: hubtest.Stall, After: 50_000})
+	cut, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.Download(cut, "org/interrupted", quiet); err == nil {
+		t.Fatal("the stalled download succeeded")
+	}
+	// A shard's link removed, a blob removed under its link; a config alone (what reading a
+	// model's config.json first leaves).
+	snap := func(id string) string {
+		s, err := c.CachedSnapshot(id, "main", []string{"*"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Dir
+	}
+	if err := os.Remove(filepath.Join(snap("org/shard-missing"), "model-00002-of-00002.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	blob, err := filepath.EvalSymlinks(filepath.Join(snap("org/dangling"), "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	srv.AddRepo("org/config-only", hubtest.Public).Commit("main", sharded...)
+	if _, err := c.DownloadFile(ctx, "org/config-only", "config.json", quiet); err != nil {
+		t.Fatal(err)
+	}
+
+	models, err := ListCachedModels(c.CacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		incomplete bool
+		partial    bool
+		missing    string
+	}{
+		"org/complete":      {false, false, ""},
+		"org/sharded":       {false, false, ""},
+		"org/interrupted":   {true, true, "*.safetensors"},
+		"org/shard-missing": {true, false, "model-00002-of-00002.safetensors"},
+		"org/dangling":      {true, false, "model.safetensors"},
+		"org/config-only":   {true, false, "*.safetensors"},
+	}
+	if len(models) != len(want) {
+		t.Fatalf("%d models, want %d: %+v", len(models), len(want), models)
+	}
+	for _, m := range models {
+		w, ok := want[m.RepoID]
+		if !ok {
+			t.Errorf("unexpected model %s", m.RepoID)
+			continue
+		}
+		var missing []string
+		if len(m.Revisions) > 0 {
+			missing = m.Revisions[0].Missing
+		}
+		if m.Incomplete() != w.incomplete || (m.PartialBytes > 0) != w.partial || strings.Join(missing, ",") != w.missing {
+			t.Errorf("%s: incomplete %v, partial %d bytes, missing %q; want incomplete %v, partial %v, missing %q",
+				m.RepoID, m.Incomplete(), m.PartialBytes, missing, w.incomplete, w.partial, w.missing)
+		}
 	}
 }
