@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/model"
 )
 
 // Pair maps a target base name (the part after the last "/", matched case-insensitively,
@@ -15,12 +18,16 @@ import (
 type Pair struct {
 	Target string `json:"target"`
 	Draft  string `json:"draft"`
-	// Family is informational: "qwen3" (pure attention) or "qwen3_5" (hybrid) etc.
+	// Family is the target's model_type: "qwen3" (pure attention), "qwen3_5" (hybrid) etc.
 	Family string `json:"family,omitempty"`
+	// Served: the target's family is one this build loads (always for user pairs, whose
+	// target's config decides at load time). Only served pairs resolve.
+	Served bool `json:"served"`
 }
 
-// builtinPairs covers every pair the public DFlash MLX projects list. The prefix rule maps
-// mlx-community variants (-bf16, -4bit, -8bit, -MLX-bf16 …) and the original Qwen IDs.
+// builtinPairs covers every pair the public DFlash MLX projects list, served or not, so
+// that `models` can show them all; the prefix rule maps mlx-community variants (-bf16,
+// -4bit, -8bit, -MLX-bf16 …) and the original Qwen IDs.
 var builtinPairs = []Pair{
 	{Target: "Qwen3-4B", Draft: "z-lab/Qwen3-4B-DFlash-b16", Family: "qwen3"},
 	{Target: "Qwen3-8B", Draft: "z-lab/Qwen3-8B-DFlash-b16", Family: "qwen3"},
@@ -55,6 +62,9 @@ func DefaultUserFile() string {
 // target → draft. A missing default file is fine; a malformed one is an error.
 func NewRegistry(path string) (*Registry, error) {
 	r := &Registry{pairs: append([]Pair(nil), builtinPairs...)}
+	for i := range r.pairs {
+		r.pairs[i].Served = slices.Contains(model.Families(), r.pairs[i].Family)
+	}
 	if path == "" {
 		return r, nil
 	}
@@ -84,45 +94,80 @@ func NewRegistry(path string) (*Registry, error) {
 		if strings.TrimSpace(p.Target) == "" || strings.TrimSpace(p.Draft) == "" {
 			return nil, fmt.Errorf("%s: entry %d needs both target and draft", path, i)
 		}
+		list[i].Served = true
 	}
 	// User pairs first so they win over built-ins with the same key.
 	r.pairs = append(list, r.pairs...)
 	return r, nil
 }
 
-// Pairs lists all known pairs (user pairs first).
+// Pairs lists all known pairs (user pairs first), served or not.
 func (r *Registry) Pairs() []Pair { return append([]Pair(nil), r.pairs...) }
 
-// Resolve returns the draft for a target ID or path. A user pair whose target equals the
-// whole ID wins; otherwise the base name is matched exactly, then by the longest key k with
-// name = k or name starting with k+"-" / k+"_".
+// Resolve returns the draft for a target ID or path, from a served pair only (see Match).
 func (r *Registry) Resolve(target string) (string, bool) {
+	p, ok := r.Match(target)
+	if !ok || !p.Served {
+		return "", false
+	}
+	return p.Draft, true
+}
+
+// Match returns the pair of a target ID or path, served or not. A user pair whose target
+// equals the whole ID wins; a known drafter is no target (the rule below would pair
+// "Qwen3-4B-DFlash-b16" with itself); otherwise the base name is matched exactly, then by
+// the longest key k with name = k or name starting with k+"-" / k+"_".
+func (r *Registry) Match(target string) (Pair, bool) {
 	t := strings.TrimRight(target, "/")
 	for _, p := range r.pairs {
 		if strings.EqualFold(p.Target, t) {
-			return p.Draft, true
+			return p, true
 		}
 	}
-	name := strings.ToLower(t[strings.LastIndex(t, "/")+1:])
-	best, bestLen := "", -1
+	if r.IsDraft(t) {
+		return Pair{}, false
+	}
+	name := baseName(t)
+	var best Pair
+	bestLen := -1
 	for _, p := range r.pairs {
-		k := strings.ToLower(p.Target[strings.LastIndex(p.Target, "/")+1:])
+		k := baseName(p.Target)
 		if name == k {
-			return p.Draft, true
+			return p, true
 		}
-		if (strings.HasPrefix(name, k+"-") || strings.HasPrefix(name, k+"_")) && len(k) > bestLen {
-			best, bestLen = p.Draft, len(k)
+		if hasKeyPrefix(name, k) && len(k) > bestLen {
+			best, bestLen = p, len(k)
 		}
 	}
 	return best, bestLen >= 0
 }
 
-// Known lists the target base names, for error messages.
+// IsDraft reports whether an ID or path names a known drafter: its base name is a draft's,
+// exactly or followed by "-" or "_" (a quantized or renamed copy of it).
+func (r *Registry) IsDraft(ref string) bool {
+	name := baseName(strings.TrimRight(ref, "/"))
+	for _, p := range r.pairs {
+		if d := baseName(p.Draft); name == d || hasKeyPrefix(name, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// baseName is the lower-cased part of an ID or path after its last "/".
+func baseName(ref string) string { return strings.ToLower(ref[strings.LastIndex(ref, "/")+1:]) }
+
+// hasKeyPrefix reports whether name is key followed by "-" or "_" and more.
+func hasKeyPrefix(name, key string) bool {
+	return strings.HasPrefix(name, key+"-") || strings.HasPrefix(name, key+"_")
+}
+
+// Known lists the served target base names, for error messages.
 func (r *Registry) Known() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, p := range r.pairs {
-		if !seen[p.Target] {
+		if p.Served && !seen[p.Target] {
 			seen[p.Target] = true
 			out = append(out, p.Target)
 		}

@@ -3,46 +3,77 @@ package draft
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
+// Targets resolve to their drafter by name prefix, only where this build loads the target's
+// family; unserved pairs stay known (Match) and marked; a drafter is never its own target.
 func TestRegistryResolve(t *testing.T) {
 	r, err := NewRegistry("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cases := []struct{ target, want string }{
-		{"mlx-community/Qwen3-4B-bf16", "z-lab/Qwen3-4B-DFlash-b16"},
-		{"mlx-community/Qwen3-4B-4bit", "z-lab/Qwen3-4B-DFlash-b16"},
-		{"mlx-community/Qwen3-4B-8bit", "z-lab/Qwen3-4B-DFlash-b16"},
-		{"Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16"},
-		{"Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"},
-		{"mlx-community/Qwen3.5-4B-MLX-bf16", "z-lab/Qwen3.5-4B-DFlash"},
-		{"mlx-community/Qwen3.5-9B-4bit", "z-lab/Qwen3.5-9B-DFlash"},
-		{"mlx-community/Qwen3.5-27B-4bit", "z-lab/Qwen3.5-27B-DFlash"},
-		{"mlx-community/Qwen3.5-35B-A3B-4bit", "z-lab/Qwen3.5-35B-A3B-DFlash"},
-		{"Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash"},
-		{"/home/me/models/qwen3-4b-bf16/", "z-lab/Qwen3-4B-DFlash-b16"},
-		{"mlx-community/Llama-3-8B", ""},
-		{"mlx-community/Qwen3-40B", ""}, // "Qwen3-4" is not a key; "Qwen3-4B" does not prefix "qwen3-40b"
+	cases := []struct {
+		target string
+		pair   string // the matched pair's draft, served or not
+		served bool
+	}{
+		{"mlx-community/Qwen3-4B-bf16", "z-lab/Qwen3-4B-DFlash-b16", true},
+		{"mlx-community/Qwen3-4B-4bit", "z-lab/Qwen3-4B-DFlash-b16", true},
+		{"mlx-community/Qwen3-4B-8bit", "z-lab/Qwen3-4B-DFlash-b16", true},
+		{"Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16", true},
+		{"Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16", true},
+		{"/home/me/models/qwen3-4b-bf16/", "z-lab/Qwen3-4B-DFlash-b16", true},
+		// Known pairs of families this build cannot load: matched, not resolved.
+		{"mlx-community/Qwen3.5-4B-MLX-bf16", "z-lab/Qwen3.5-4B-DFlash", false},
+		{"mlx-community/Qwen3.5-9B-4bit", "z-lab/Qwen3.5-9B-DFlash", false},
+		{"mlx-community/Qwen3.5-27B-4bit", "z-lab/Qwen3.5-27B-DFlash", false},
+		{"mlx-community/Qwen3.5-35B-A3B-4bit", "z-lab/Qwen3.5-35B-A3B-DFlash", false},
+		{"Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash", false},
+		// Drafters, and copies of them, are not targets.
+		{"z-lab/Qwen3-4B-DFlash-b16", "", false},
+		{"someone/Qwen3-8B-DFlash-b16-4bit", "", false},
+		{"/models/qwen3-4b-dflash-b16", "", false},
+		{"mlx-community/Llama-3-8B", "", false},
+		{"mlx-community/Qwen3-40B", "", false}, // "Qwen3-4" is not a key; "Qwen3-4B" does not prefix "qwen3-40b"
 	}
 	for _, c := range cases {
-		got, ok := r.Resolve(c.target)
-		if got != c.want || ok != (c.want != "") {
-			t.Errorf("Resolve(%q) = %q, %v; want %q", c.target, got, ok, c.want)
+		p, ok := r.Match(c.target)
+		if p.Draft != c.pair || ok != (c.pair != "") || (ok && p.Served != c.served) {
+			t.Errorf("Match(%q) = %+v, %v; want draft %q served %v", c.target, p, ok, c.pair, c.served)
 		}
+		want := ""
+		if c.served {
+			want = c.pair
+		}
+		if got, ok := r.Resolve(c.target); got != want || ok != (want != "") {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", c.target, got, ok, want)
+		}
+	}
+	for _, k := range r.Known() {
+		if strings.HasPrefix(k, "Qwen3.5") || strings.HasPrefix(k, "Qwen3.6") {
+			t.Errorf("Known() lists %s, whose family this build cannot load", k)
+		}
+	}
+	if !r.IsDraft("z-lab/Qwen3-4B-DFlash-b16") || r.IsDraft("mlx-community/Qwen3-4B-bf16") {
+		t.Error("IsDraft does not tell drafters from targets")
 	}
 }
 
 func TestRegistryUserFile(t *testing.T) {
 	dir := t.TempDir()
 	list := filepath.Join(dir, "list.json")
-	os.WriteFile(list, []byte(`[{"target":"my-org/MyModel","draft":"my-org/MyModel-DFlash"},{"target":"Qwen3-4B","draft":"me/better-draft"}]`), 0o644)
+	os.WriteFile(list, []byte(`[{"target":"my-org/MyModel","draft":"my-org/MyModel-DFlash"},{"target":"Qwen3-4B","draft":"me/better-draft"},{"target":"Qwen3.5-4B","draft":"me/qwen35-draft"}]`), 0o644)
 	r, err := NewRegistry(list)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := r.Resolve("my-org/MyModel"); d != "my-org/MyModel-DFlash" {
+		t.Errorf("user pair not used: %q", d)
+	}
+	// A user pair is served whatever its target's family: the target's config decides.
+	if d, _ := r.Resolve("my-org/Qwen3.5-4B"); d != "me/qwen35-draft" {
 		t.Errorf("user pair not used: %q", d)
 	}
 	if d, _ := r.Resolve("mlx-community/Qwen3-4B-bf16"); d != "me/better-draft" {
