@@ -124,6 +124,26 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 	if dir == "" {
 		t.Skip("DFLASH_NVRTC_DIR not set (make check-kernels)")
 	}
+	ks := kernelChecks(t, t.TempDir())
+	js, err := json.Marshal(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "kernels.json")
+	if err := os.WriteFile(f, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("python3", filepath.Join("..", "scripts", "check_cuda_kernels.py"), f, dir).CombinedOutput()
+	t.Logf("%s", strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("NVRTC rejected a kernel: %v", err)
+	}
+}
+
+// kernelChecks lists every instantiation of the custom CUDA kernels the code can request,
+// as NVRTC compiles them: the compile check and the source hashes loop over it.
+func kernelChecks(t *testing.T, inc string) []kernelCheck {
+	t.Helper()
 	var ks []kernelCheck
 	for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
 		T := cudaType(dt)
@@ -236,7 +256,7 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 		Outputs: [][2]string{{"accepted", "int32_t"}, {"tok", "int32_t"}}, Body: rowLeadSource})
 	// The form NewKernel hands MLX on CUDA: body and header #included from files, the
 	// shape and stride names the body uses listed beside the include.
-	inc, T := t.TempDir(), cudaType(mlxc.BFloat16)
+	T := cudaType(mlxc.BFloat16)
 	fqaIn := [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}}
 	body, hdr := mlxc.KernelSources(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "fqa", Inputs: []string{"q", "k", "v", "off", "scale"},
 		Outputs: []string{"out"}, Source: fqaSource}, inc)
@@ -253,17 +273,5 @@ func TestCUDAKernelSourcesCompile(t *testing.T) {
 	}
 	ks = append(ks, kernelCheck{Name: "skinny_tc_included", Header: hdr, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}}, gu, T),
 		Outputs: [][2]string{{"y", T}}, Consts: constsOf(gu.template(mlxc.BFloat16)), Body: body})
-	js, err := json.Marshal(ks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := filepath.Join(t.TempDir(), "kernels.json")
-	if err := os.WriteFile(f, js, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("python3", filepath.Join("..", "scripts", "check_cuda_kernels.py"), f, dir).CombinedOutput()
-	t.Logf("%s", strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("NVRTC rejected a kernel: %v", err)
-	}
+	return ks
 }
