@@ -25,7 +25,7 @@ func modelFlags() []cli.Flag {
 func samplingFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-new-tokens", Aliases: []string{"max-tokens", "n"}, Value: 256, Usage: "most tokens to generate"},
-		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Value: 0, Usage: "0 = greedy; > 0 samples (losslessly with DFlash)"},
+		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Value: 0, Usage: "0 (or below 1e-5) = greedy; > 0 samples (losslessly with DFlash)"},
 		&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling threshold (1 = off)"},
 		&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens (0 = off)"},
 		&cli.Float64Flag{Name: "min-p", Value: 0, Usage: "drop tokens below max·min-p (0 = off)"},
