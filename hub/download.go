@@ -257,6 +257,26 @@ func (c *Client) DownloadFile(ctx context.Context, repoID, repoPath string, opts
 	return pointer, nil
 }
 
+// PeekFile makes one file of a revision available like DownloadFile, but leaves the
+// revision's ref where it was: it asks which commit the revision is at and fetches the file
+// of that commit. Reading a model's config.json before deciding to download the model then
+// does not point the branch at a snapshot that holds nothing else, which offline mode would
+// take for the branch's current one. Offline it reads the cache, as DownloadFile does.
+func (c *Client) PeekFile(ctx context.Context, repoID, repoPath string, opts DownloadOptions) (string, error) {
+	if c.Offline || IsCommitHash(opts.revision()) {
+		return c.DownloadFile(ctx, repoID, repoPath, opts)
+	}
+	if err := validateRepoPath(repoPath); err != nil {
+		return "", err
+	}
+	info, err := c.RepoInfo(ctx, repoID, opts.revision())
+	if err != nil {
+		return "", err
+	}
+	opts.Revision = info.SHA
+	return c.DownloadFile(ctx, repoID, repoPath, opts)
+}
+
 // shortRev labels a revision for display: the branch or tag with the commit it is at.
 func shortRev(rev, commit string) string {
 	if rev == commit {

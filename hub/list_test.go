@@ -154,7 +154,7 @@ func TestListCachedModelsMarksIncomplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.AddRepo("org/config-only", hubtest.Public).Commit("main", sharded...)
-	if _, err := c.DownloadFile(ctx, "org/config-only", "config.json", quiet); err != nil {
+	if _, err := c.PeekFile(ctx, "org/config-only", "config.json", quiet); err != nil {
 		t.Fatal(err)
 	}
 

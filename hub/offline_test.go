@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -172,4 +174,49 @@ func TestFailedUpdateKeepsThePreviousSnapshot(t *testing.T) {
 		t.Fatalf("offline after a failed update: %+v, %v; want the previous commit %s", snap, err, oldCommit)
 	}
 	assertSnapshot(t, c.CacheDir, testRepo, oldCommit, oldFiles, wantedFiles(oldFiles))
+}
+
+// Peeking at a new commit's config.json leaves the branch at the previous, complete
+// snapshot: offline mode still finds it, and the peeked file is the new commit's.
+func TestPeekFileLeavesTheRefAlone(t *testing.T) {
+	srv := hubtest.New(t)
+	repo := srv.AddRepo(testRepo, hubtest.Public)
+	oldFiles := modelFiles(46, 20_000)
+	oldCommit := repo.Commit("main", oldFiles...)
+	c := newTestClient(t, srv)
+	ctx := context.Background()
+	if _, err := c.Download(ctx, testRepo, quiet); err != nil {
+		t.Fatal(err)
+	}
+	newFiles := modelFiles(47, 20_000)
+	newCommit := repo.Commit("main", newFiles...)
+	weights := func(r hubtest.Request) bool { return r.File == "model.safetensors" }
+	before := srv.Count(weights)
+	path, err := c.PeekFile(ctx, testRepo, "config.json", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(c.CacheDir, RepoFolderName(testRepo), "snapshots", newCommit, "config.json"); path != want {
+		t.Errorf("peeked %s, want %s", path, want)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, fileByPath(t, newFiles, "config.json").Data) {
+		t.Errorf("peeked content differs (%v)", err)
+	}
+	if ref, _ := os.ReadFile(filepath.Join(c.CacheDir, RepoFolderName(testRepo), "refs", "main")); string(ref) != oldCommit {
+		t.Errorf("refs/main = %q after a peek, want the previous %q", ref, oldCommit)
+	}
+	if n := srv.Count(weights) - before; n != 0 {
+		t.Errorf("the peek made %d requests for the weights", n)
+	}
+	c.Offline = true
+	snap, err := c.Download(ctx, testRepo, quiet)
+	if err != nil || snap.Commit != oldCommit {
+		t.Fatalf("offline after a peek: %+v, %v; want the previous commit %s", snap, err, oldCommit)
+	}
+	if _, err := c.PeekFile(ctx, testRepo, "config.json", quiet); err != nil {
+		t.Errorf("offline peek of a cached file: %v", err)
+	}
+	if _, err := c.PeekFile(ctx, "test-org/never-seen", "config.json", quiet); !errors.Is(err, ErrNotCached) {
+		t.Errorf("offline peek of an uncached repo: %v, want ErrNotCached", err)
+	}
 }
