@@ -15,6 +15,9 @@ type answerWriter interface {
 	// abort reports an error that happened after begin: a JSON error response when nothing
 	// was sent yet, an in-stream error event otherwise.
 	abort(e *apiError)
+	// probe writes a liveness probe once begin has run: an SSE comment in a stream. A full
+	// answer has sent nothing by then and returns nil: an informational response probes.
+	probe() func() error
 }
 
 // outcome is how a generation ended, as the client sees it.

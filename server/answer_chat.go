@@ -46,6 +46,8 @@ func (c *chatCollector) end(o outcome) error {
 	return nil
 }
 
+func (c *chatCollector) probe() func() error { return nil }
+
 func (c *chatCollector) abort(e *apiError) { writeError(c.w, e) }
 
 // chatStreamer streams a chat answer as chat.completion.chunk events.
@@ -107,6 +109,8 @@ func (c *chatStreamer) end(o outcome) error {
 	}
 	return c.stream.done()
 }
+
+func (c *chatStreamer) probe() func() error { return c.stream.ping }
 
 func (c *chatStreamer) abort(e *apiError) {
 	if c.stream.send(e.body()) == nil {

@@ -33,6 +33,8 @@ func (c *textCollector) end(o outcome) error {
 	return nil
 }
 
+func (c *textCollector) probe() func() error { return nil }
+
 func (c *textCollector) abort(e *apiError) { writeError(c.w, e) }
 
 // textStreamer streams a text completion; every chunk is a text_completion object.
@@ -80,6 +82,8 @@ func (c *textStreamer) end(o outcome) error {
 	}
 	return c.stream.done()
 }
+
+func (c *textStreamer) probe() func() error { return c.stream.ping }
 
 func (c *textStreamer) abort(e *apiError) {
 	if c.stream.send(e.body()) == nil {

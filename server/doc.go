@@ -22,7 +22,9 @@
 // Concurrency: the engine has one MLX worker, so exactly one generation runs at a time.
 // Others wait in a FIFO queue of Config.MaxQueue places; one more gets 429 with Retry-After.
 // A client that disconnects, while queued or mid-answer, cancels its generation (the
-// Backend sees its context end). On shutdown the server stops accepting, lets running and
+// Backend sees its context end); one that only half-closes its sending side after the
+// request is answered in full (a 102 Processing response or an SSE comment tells the two
+// apart, see clientWatch). On shutdown the server stops accepting, lets running and
 // queued work finish for Config.DrainTimeout, then cancels the rest (503 / an in-stream
 // error) and returns nil.
 //

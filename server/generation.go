@@ -55,17 +55,21 @@ type runOutcome struct {
 
 // runGeneration waits for the generation slot, runs the generation and answers through
 // out. Whatever happens, the slot is released and the request gets a complete answer, a
-// clean error, or nothing because the client is gone.
+// clean error, or, when the client is gone, a connection closed without a response.
 func (s *Server) runGeneration(w http.ResponseWriter, r *http.Request, g *generation, out answerWriter) {
 	info := infoFrom(r.Context())
-	ctx, cancel := context.WithCancelCause(r.Context())
+	ctx, cancel, watch := s.watchClient(r)
 	defer cancel(nil)
+	defer watch.stop()
 	stopOnShutdown := context.AfterFunc(s.hardStop, func() { cancel(errDraining) })
 	defer stopOnShutdown()
+	informational := informationalProbe(w, r, watch.conn, s.cfg.WriteTimeout)
+	watch.setProbe(informational)
 
 	queued := time.Now()
 	release, err := s.queue.acquire(ctx)
 	info.queueWait = time.Since(queued)
+	watch.setProbe(nil)
 	if err != nil {
 		s.refuse(ctx, w, info, err)
 		return
@@ -74,15 +78,27 @@ func (s *Server) runGeneration(w http.ResponseWriter, r *http.Request, g *genera
 	s.metrics.observeQueueWait(info.queueWait)
 
 	if err := out.begin(); err != nil {
-		info.statusOverride = statusClientClosed
-		return
+		abandon(info)
 	}
 	if err := out.write(g.initial); err != nil {
-		info.statusOverride = statusClientClosed
-		return
+		abandon(info)
 	}
-	run := s.generate(ctx, g, out)
-	s.answer(ctx, r, g, out, run, info)
+	if probe := out.probe(); probe != nil {
+		watch.setProbe(probe)
+	} else {
+		watch.setProbe(informational)
+	}
+	run := s.generate(ctx, cancel, g, out)
+	watch.setProbe(nil)
+	s.answer(ctx, g, out, run, info)
+}
+
+// abandon ends a request whose client is gone, or cannot be written to, by closing the
+// connection: an empty 200, or a stream ended cleanly without [DONE], would pass for an
+// answer to a client that only half-closed its side.
+func abandon(info *requestInfo) {
+	info.statusOverride = statusClientClosed
+	panic(http.ErrAbortHandler)
 }
 
 // refuse answers a request that never got the generation slot.
@@ -97,13 +113,14 @@ func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, info *reques
 	case errors.Is(err, errDraining) || errors.Is(context.Cause(ctx), errDraining):
 		writeError(w, unavailable("the server is shutting down"))
 	default:
-		info.statusOverride = statusClientClosed // gone while queued; nobody to answer
+		abandon(info) // gone while queued; nobody to answer
 	}
 }
 
 // generate calls the backend, passing its text through the stop filter and the parser to
-// out as it comes.
-func (s *Server) generate(ctx context.Context, g *generation, out answerWriter) *runOutcome {
+// out as it comes. A failed write cancels ctx too: the client is gone, nothing the backend
+// does from then on can reach it.
+func (s *Server) generate(ctx context.Context, cancel context.CancelCauseFunc, g *generation, out answerWriter) *runOutcome {
 	run := &runOutcome{}
 	filter := newStopFilter(g.req.Stop)
 	var mu sync.Mutex // makes a late emit harmless instead of racing the final writes
@@ -126,6 +143,7 @@ func (s *Server) generate(ctx context.Context, g *generation, out answerWriter) 
 		if safe != "" {
 			if err := out.write(g.parse(safe)); err != nil {
 				run.writeErr = err
+				cancel(errClientGone)
 				return err
 			}
 		}
@@ -153,7 +171,7 @@ func (s *Server) generate(ctx context.Context, g *generation, out answerWriter) 
 }
 
 // answer finishes the response after the backend returned.
-func (s *Server) answer(ctx context.Context, r *http.Request, g *generation, out answerWriter, run *runOutcome, info *requestInfo) {
+func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, run *runOutcome, info *requestInfo) {
 	res := run.result
 	promptTokens := res.PromptTokens
 	if promptTokens == 0 {
@@ -170,9 +188,8 @@ func (s *Server) answer(ctx context.Context, r *http.Request, g *generation, out
 	}()
 	interrupted := !run.stopped && (run.err != nil || res.FinishReason == FinishCancelled)
 	switch {
-	case run.writeErr != nil || r.Context().Err() != nil:
-		info.statusOverride = statusClientClosed
-		return
+	case run.writeErr != nil || errors.Is(context.Cause(ctx), errClientGone):
+		abandon(info)
 	case interrupted && errors.Is(context.Cause(ctx), errDraining):
 		out.abort(unavailable("the server is shutting down; the generation was cancelled"))
 		return
@@ -196,9 +213,8 @@ func (s *Server) answer(ctx context.Context, r *http.Request, g *generation, out
 		finish = "tool_calls"
 	}
 	outcome = finish
-	err := out.end(outcomeFor(finish, promptTokens, res.CompletionTokens, stats))
-	if err != nil {
-		info.statusOverride = statusClientClosed
+	if err := out.end(outcomeFor(finish, promptTokens, res.CompletionTokens, stats)); err != nil {
+		abandon(info)
 	}
 }
 

@@ -175,7 +175,8 @@ func decode(t *testing.T, data []byte, v any) {
 }
 
 // sseEvents splits an SSE body into its data payloads and reports whether it ended with
-// [DONE]. Any line that is not "data: ..." or blank fails the test.
+// [DONE]. Comment lines (":..."), which the server sends to probe a client that closed its
+// sending side, are skipped; any other line that is not "data: ..." or blank fails the test.
 func sseEvents(t *testing.T, body io.Reader) (events [][]byte, done bool) {
 	t.Helper()
 	sc := bufio.NewScanner(body)
@@ -183,7 +184,7 @@ func sseEvents(t *testing.T, body io.Reader) (events [][]byte, done bool) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case line == "":
+		case line == "" || strings.HasPrefix(line, ":"):
 		case line == "data: [DONE]":
 			if done {
 				t.Fatal("[DONE] sent twice")

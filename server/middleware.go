@@ -51,7 +51,8 @@ type statusRecorder struct {
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
+	// Informational responses (102 probes a client's liveness) precede the real status.
+	if r.status == 0 && code >= 200 {
 		r.status = code
 	}
 	r.ResponseWriter.WriteHeader(code)
@@ -75,16 +76,17 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w}
 		rec.Header().Set("X-Request-Id", info.id)
 		defer func() {
-			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					panic(p)
-				}
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
 				s.log.Error("handler panic", "id", info.id, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				if rec.status == 0 {
 					writeError(rec, internalError("internal server error; see the server log for request "+info.id))
 				}
 			}
 			s.finishRequest(r, rec, info, time.Since(start))
+			if p == http.ErrAbortHandler {
+				panic(p) // net/http closes the connection without completing the response
+			}
 		}()
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info)))
 	})

@@ -90,13 +90,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		// WriteTimeout stays 0: answers set a deadline per write instead (Config.WriteTimeout),
 		// so a long stream is not cut while the client keeps reading.
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnContext: connContext,
 	}
 	s.log.Info("serving OpenAI-compatible API", "addr", "http://"+ln.Addr().String(),
 		"model", s.backend.ModelID(), "context", s.backend.ContextLength(), "max_queue", s.cfg.MaxQueue,
 		"auth", s.cfg.APIKey != "")
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(clientListener{ln}) }()
 	select {
 	case err := <-served:
 		s.stopAllWork()

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 )
 
 // sseStream writes Server-Sent Events: each event is "data: <json>\n\n", flushed at once,
 // and the stream ends with "data: [DONE]\n\n" as OpenAI's does.
 type sseStream struct {
+	mu           sync.Mutex // a probe may write between the generation's events
 	w            http.ResponseWriter
 	rc           *http.ResponseController
 	writeTimeout time.Duration
@@ -21,6 +23,8 @@ func newSSEStream(w http.ResponseWriter, writeTimeout time.Duration) *sseStream 
 
 // start sends the 200 status and the event-stream headers.
 func (s *sseStream) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	h := s.w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
@@ -43,7 +47,15 @@ func (s *sseStream) done() error {
 	return s.write([]byte("data: [DONE]\n\n"))
 }
 
+// ping writes a comment line, which SSE clients skip: a probe of whether the client is
+// still there.
+func (s *sseStream) ping() error {
+	return s.write([]byte(": ping\n\n"))
+}
+
 func (s *sseStream) write(b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	// A per-write deadline: a client that stops reading is cut after writeTimeout, while a
 	// long generation that keeps writing is never cut.
 	if s.writeTimeout > 0 {
