@@ -15,15 +15,24 @@ import (
 // stopped reading.
 var errClientGone = errors.New("the client is gone")
 
-// clientListener wraps the listener Serve answers on: it records how each connection's
-// reads and writes end, which is what tells a client that half-closed its side from one
-// that is gone.
+// connSendBuffer bounds the kernel's send buffer of each connection. Left to autotuning it
+// grows to megabytes, enough to swallow a whole long stream for a client that stopped
+// reading, so no write would ever stall and Config.WriteTimeout could never cut it. 64 KiB
+// still carries a stream at several MB/s over a 10 ms round trip.
+const connSendBuffer = 64 << 10
+
+// clientListener wraps the listener Serve answers on: it bounds each connection's send
+// buffer and records how the connection's reads and writes end, which is what tells a
+// client that half-closed its side from one that is gone.
 type clientListener struct{ net.Listener }
 
 func (l clientListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		_ = tcp.SetWriteBuffer(connSendBuffer) // best effort: the default only loosens the bound
 	}
 	return &clientConn{Conn: c}, nil
 }

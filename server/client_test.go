@@ -169,3 +169,42 @@ func TestHalfClosedClientGetsTheWholeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// --write-timeout bounds a stall writing a stream: a client that stops reading frees the
+// generation slot about that long after the connection's buffers fill, not when the
+// generation would have ended.
+func TestWriteTimeoutCutsAStreamNobodyReads(t *testing.T) {
+	const writeTimeout = 200 * time.Millisecond
+	// 4 000 deltas of 1 KB at 1 ms each: 4 MB over at least 4 s.
+	delta := strings.Repeat("x", 1023) + " "
+	fake := &servertest.Fake{Delay: time.Millisecond, Script: func(in servertest.Input) []string {
+		if in.Prompt != "stall" {
+			return nil // the default short answer
+		}
+		out := make([]string, 4000)
+		for i := range out {
+			out[i] = delta
+		}
+		return out
+	}}
+	srv := newFakeServer(t, server.Config{WriteTimeout: writeTimeout}, fake)
+	conn := rawPost(t, srv.URL, "/v1/completions", map[string]any{"prompt": "stall", "stream": true, "max_tokens": 4000})
+	// The client reads nothing: only what the kernel buffers gets through.
+	if err := conn.SetReadBuffer(4096); err != nil {
+		t.Fatalf("shrinking the read buffer: %v", err)
+	}
+	start := time.Now()
+	waitFor(t, "the generation to start", 5*time.Second, func() bool { return fake.Active() == 1 })
+	if !fake.WaitIdle(3 * time.Second) {
+		t.Fatalf("the generation still ran %v after the client stopped reading, with a %v write timeout",
+			time.Since(start).Round(time.Millisecond), writeTimeout)
+	}
+	runs := fake.Runs()
+	if last := runs[len(runs)-1]; last.Finish != server.FinishCancelled || last.CompletionTokens >= 4000 {
+		t.Fatalf("run %+v: want a cancelled generation", last)
+	}
+	t.Logf("the slot was freed %v after the request", time.Since(start).Round(time.Millisecond))
+	if a := chatOnce(t, srv.URL, userChat("next")); a.Content == "" {
+		t.Fatal("no answer after the stalled stream")
+	}
+}

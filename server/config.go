@@ -44,8 +44,10 @@ type Config struct {
 	ReadHeaderTimeout time.Duration // default 10s
 	ReadTimeout       time.Duration // whole request including body; default 60s
 	// WriteTimeout bounds each write to the client (default 60s): a client that stops
-	// reading a stream is cut after this long, which frees the generation slot. It is not a
-	// limit on the length of a generation.
+	// reading a stream is cut after this long, which frees the generation slot. The stall
+	// starts once the connection's buffers are full: Serve keeps the server's side to 64 KiB,
+	// so that they cannot swallow a whole answer. It is not a limit on the length of a
+	// generation.
 	WriteTimeout time.Duration
 	IdleTimeout  time.Duration // keep-alive idle; default 120s
 
