@@ -25,7 +25,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on (0.0.0.0 exposes the server to your network)"},
 		&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on"},
 		&cli.StringFlag{Name: "model-id", Usage: "id reported by /v1/models (default: the target model name)"},
-		&cli.IntFlag{Name: "max-queue", Value: 32, Usage: "requests that may wait behind the running one (more get 429)"},
+		&cli.IntFlag{Name: "max-queue", Value: 32, Usage: "requests that may wait behind the running one (0: none; more get 429)"},
 		&cli.StringFlag{Name: "api-key", Usage: "require 'Authorization: Bearer KEY'", EnvVars: []string{"DFLASH_API_KEY"}},
 		&cli.IntFlag{Name: "max-tokens-limit", Usage: "largest max_tokens a request may ask for (default: the context)"},
 		&cli.IntFlag{Name: "default-max-tokens", Value: 4096, Usage: "max_tokens when a request sets none"},
@@ -62,6 +62,10 @@ Examples:
 }
 
 func serveAction(c *cli.Context) error {
+	maxQueue, err := queueFlag(c.Int("max-queue"))
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
@@ -84,7 +88,7 @@ func serveAction(c *cli.Context) error {
 	}
 	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile")}
 	cfg := server.Config{
-		Host: c.String("host"), Port: c.Int("port"), MaxQueue: c.Int("max-queue"), APIKey: c.String("api-key"),
+		Host: c.String("host"), Port: c.Int("port"), MaxQueue: maxQueue, APIKey: c.String("api-key"),
 		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),
 		CORSOrigins: c.StringSlice("cors-origins"), ReadTimeout: c.Duration("read-timeout"),
 		WriteTimeout: c.Duration("write-timeout"), DrainTimeout: c.Duration("drain-timeout"),
@@ -107,6 +111,18 @@ func serveAction(c *cli.Context) error {
 		fmt.Fprintf(os.Stderr, "serving %s with %s on %s\n", id, mode, url)
 	}
 	return srv.ListenAndServe(ctx)
+}
+
+// queueFlag turns --max-queue into server.Config.MaxQueue, where 0 would mean the default:
+// 0 on the command line means no queue.
+func queueFlag(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("--max-queue %d: give 0 (no request waits) or more", n)
+	case n == 0:
+		return server.NoQueue, nil
+	}
+	return n, nil
 }
 
 // backend adapts a Session to server.Backend.

@@ -86,7 +86,7 @@ func TestCORS(t *testing.T) {
 func TestConfigIsValidated(t *testing.T) {
 	bad := []server.Config{
 		{Port: 70000},
-		{MaxQueue: -1},
+		{MaxQueue: server.NoQueue - 1},
 		{DefaultTemperature: 3},
 		{CORSOrigins: []string{"app.example"}},
 		{CORSOrigins: []string{"http://app.example/"}},

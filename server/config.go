@@ -17,8 +17,9 @@ type Config struct {
 	// ModelAliases are names accepted in "model" besides Backend.ModelID.
 	ModelAliases []string
 
-	// MaxQueue is how many requests may wait behind the running generation (default 32).
-	// One more is answered 429 with Retry-After.
+	// MaxQueue is how many requests may wait behind the running generation (default 32;
+	// NoQueue for none, so that only the running generation is served). One more is
+	// answered 429 with Retry-After.
 	MaxQueue int
 
 	// APIKey, when set, is required as "Authorization: Bearer <key>" on /v1/* and /metrics.
@@ -58,6 +59,10 @@ type Config struct {
 	DrainTimeout time.Duration
 }
 
+// NoQueue is the MaxQueue of a server that lets no request wait: while a generation runs,
+// every other one gets 429. (MaxQueue 0 means the default, as every zero field does.)
+const NoQueue = -1
+
 const (
 	defaultHost              = "127.0.0.1"
 	defaultMaxQueue          = 32
@@ -69,6 +74,9 @@ const (
 	defaultMaxBodyBytes      = 8 << 20
 	defaultDrainTimeout      = 30 * time.Second
 )
+
+// queueLimit is how many requests may wait, NoQueue read as none.
+func (cfg Config) queueLimit() int { return max(cfg.MaxQueue, 0) }
 
 // withDefaults returns cfg with every unset field filled in.
 func (cfg Config) withDefaults() Config {
@@ -90,8 +98,8 @@ func (cfg Config) validate() error {
 	switch {
 	case cfg.Port < 0 || cfg.Port > 65535:
 		return fmt.Errorf("port %d is outside 0..65535", cfg.Port)
-	case cfg.MaxQueue < 0:
-		return fmt.Errorf("max queue %d is negative", cfg.MaxQueue)
+	case cfg.MaxQueue < NoQueue:
+		return fmt.Errorf("max queue %d is negative (NoQueue, %d, lets no request wait)", cfg.MaxQueue, NoQueue)
 	case cfg.DefaultMaxTokens < 0:
 		return fmt.Errorf("default max tokens %d is negative", cfg.DefaultMaxTokens)
 	case cfg.MaxTokensLimit < 0:

@@ -103,6 +103,46 @@ func TestQueueFullGets429WithRetryAfter(t *testing.T) {
 	}
 }
 
+// With no queue only the running generation is served: every other request gets 429 at
+// once, and the slot serves again once it is free.
+func TestNoQueueServesOnlyTheRunningGeneration(t *testing.T) {
+	fake := &servertest.Fake{Script: longScript(400), Delay: 5 * time.Millisecond}
+	srv := newFakeServer(t, server.Config{MaxQueue: server.NoQueue}, fake)
+	chat := srv.URL + "/v1/chat/completions"
+	cancelA, doneA := startAsync(t, chat, userChat("a", "stream", true))
+	defer cancelA()
+	waitFor(t, "the first generation to run", 5*time.Second, func() bool { return fake.Active() == 1 })
+	for _, body := range []map[string]any{userChat("b"), userChat("c", "stream", true)} {
+		resp, data := do(t, http.MethodPost, chat, body)
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("request behind the running one: %d %s, want 429", resp.StatusCode, data)
+		}
+		var er errorResponse
+		decode(t, data, &er)
+		if er.Error == nil || er.Error.Code == nil || *er.Error.Code != "queue_full" ||
+			!strings.Contains(er.Error.Message, "0 requests wait") {
+			t.Fatalf("429 body %s", data)
+		}
+	}
+	cancelA()
+	<-doneA
+	if !fake.WaitIdle(2 * time.Second) {
+		t.Fatal("backend still busy after the client left")
+	}
+	if a := completionText(t, srv.URL); a == "" {
+		t.Fatal("no answer once the slot was free")
+	}
+	if runs := fake.Runs(); len(runs) != 2 {
+		t.Fatalf("%d generations ran, want 2 (the refused ones never run)", len(runs))
+	}
+}
+
+func completionText(t *testing.T, baseURL string) string {
+	t.Helper()
+	text, _, _ := completionOnce(t, baseURL, map[string]any{"prompt": "free", "max_tokens": 3})
+	return text
+}
+
 func TestClientDisconnectCancelsGeneration(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run("stream="+strconv.FormatBool(stream), func(t *testing.T) {

@@ -50,7 +50,7 @@ func New(cfg Config, backend Backend, logger *slog.Logger) (*Server, error) {
 		cfg:         cfg,
 		backend:     backend,
 		log:         logger,
-		queue:       newGenerationQueue(cfg.MaxQueue),
+		queue:       newGenerationQueue(cfg.queueLimit()),
 		metrics:     newMetrics(),
 		hardStop:    hardStop,
 		stopAllWork: stopAllWork,
@@ -94,7 +94,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ConnContext: connContext,
 	}
 	s.log.Info("serving OpenAI-compatible API", "addr", "http://"+ln.Addr().String(),
-		"model", s.backend.ModelID(), "context", s.backend.ContextLength(), "max_queue", s.cfg.MaxQueue,
+		"model", s.backend.ModelID(), "context", s.backend.ContextLength(), "max_queue", s.cfg.queueLimit(),
 		"auth", s.cfg.APIKey != "")
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(clientListener{ln}) }()
