@@ -95,7 +95,9 @@ type TemplateOptions struct {
 	// default. It comes from chat_template_kwargs.enable_thinking, and the server sets it to
 	// false when it forces a tool call with ResponsePrefix.
 	EnableThinking *bool
-	// ExtraArgs are the other chat_template_kwargs entries, passed to the template verbatim.
+	// ExtraArgs are the other chat_template_kwargs entries, passed to the template verbatim;
+	// the server refuses the variables the renderer sets itself (messages, tools, documents,
+	// add_generation_prompt), so they never appear here.
 	ExtraArgs map[string]any
 	// ResponsePrefix is text appended after the generation prompt, as the first words of the
 	// assistant's answer. The server uses it for tool_choice "required" ("<tool_call>\n") and

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -399,6 +401,17 @@ func decodeToolChoice(o jsonObject, tools []Tool) (toolChoice, error) {
 	return choice, nil
 }
 
+// reservedTemplateArgs are the template variables that the renderer sets from the request
+// itself (as transformers' apply_chat_template does), with the request field to use instead.
+// Refusing them here names the field at fault; the template would refuse them later, and its
+// error would be reported against the messages.
+var reservedTemplateArgs = map[string]string{
+	"messages":              "send the conversation in messages",
+	"tools":                 "send tools in tools",
+	"documents":             "this server takes no documents",
+	"add_generation_prompt": "the server always adds the generation prompt",
+}
+
 // decodeTemplateArgs reads "chat_template_kwargs" (an extension shared by vLLM and mlx-lm):
 // enable_thinking is lifted out, the rest passed to the template as they are.
 func decodeTemplateArgs(o jsonObject) (TemplateOptions, error) {
@@ -412,9 +425,15 @@ func decodeTemplateArgs(o jsonObject) (TemplateOptions, error) {
 	} else if ok {
 		opts.EnableThinking = &v
 	}
-	for name, raw := range kwargs.fields {
+	// In name order, so that a request with several bad entries always hears of the same one.
+	for _, name := range slices.Sorted(maps.Keys(kwargs.fields)) {
+		raw := kwargs.fields[name]
 		if name == "enable_thinking" {
 			continue
+		}
+		if hint, ok := reservedTemplateArgs[name]; ok {
+			return opts, invalidField(kwargs.child(name), "%s is set by the server and cannot be overridden; %s",
+				kwargs.child(name), hint)
 		}
 		var v any
 		if err := json.Unmarshal(raw, &v); err != nil {
