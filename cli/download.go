@@ -18,7 +18,8 @@ func downloadCommand() *cli.Command {
 		ArgsUsage: "[TARGET-ID]",
 		Description: `Downloads the target (default ` + DefaultTarget + `) and the drafter the registry
 pairs with it (or --draft-model) into the standard cache (HF_HOME / HF_HUB_CACHE), where
-Python tools find them too. Interrupted downloads resume.
+Python tools find them too. Interrupted downloads resume. A target whose model_type
+dflash-mlx cannot load is refused once its config.json is read, before any weights move.
 
 Examples:
   dflash-mlx download                                # the default pair
@@ -45,11 +46,14 @@ Examples:
 				target = ids[0]
 			}
 			cfg := LoadConfig{Target: target, Draft: c.String("draft-model"), NoDraft: c.Bool("no-draft"), DraftsFile: c.String("drafts-file")}
-			draftRef, err := resolveDraft(cfg)
+			client, err := hub.NewClientFromEnv()
 			if err != nil {
 				return err
 			}
-			client, err := hub.NewClientFromEnv()
+			if err := checkLoadable(c.Context, client, target, c.String("revision")); err != nil {
+				return err
+			}
+			draftRef, err := resolveDraft(cfg)
 			if err != nil {
 				return err
 			}

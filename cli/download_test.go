@@ -77,3 +77,35 @@ func TestDownloadFlagsAfterID(t *testing.T) {
 		})
 	}
 }
+
+// A target whose model_type no family of this build loads is refused after its config.json
+// alone: one line on stderr, and neither its weights nor any drafter's are requested.
+func TestUnloadableFamilyRefusedBeforeDownload(t *testing.T) {
+	const target, drafter = "org/Qwen3.5-4B-bf16", "z-lab/Qwen3.5-4B-DFlash"
+	for _, args := range [][]string{
+		{"download", target},
+		{"download", target, "--no-draft"},
+		{"run", "--target-model", target, "--prompt", "hi"},
+		{"run", "--target-model", target, "--draft-model", drafter, "--prompt", "hi"},
+		{"chat", "--target-model", target},
+		{"serve", "--target-model", target, "--port", "0"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			srv := hubtest.New(t)
+			fakeModel(srv, target, "qwen3_5")
+			fakeModel(srv, drafter, "qwen3")
+			_, errOut, code := hubCLI(t, srv, args...)
+			if code == 0 {
+				t.Fatal("exit 0")
+			}
+			lines := strings.Split(strings.TrimSpace(errOut), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], `model_type "qwen3_5"`) || !strings.Contains(lines[0], "cannot load") {
+				t.Errorf("stderr is not one line naming the model_type:\n%s", errOut)
+			}
+			weights := srv.Count(func(r hubtest.Request) bool { return strings.HasSuffix(r.File, ".safetensors") })
+			if weights != 0 || requestsFor(srv, drafter) != 0 {
+				t.Errorf("%d weight requests, %d drafter requests; want none", weights, requestsFor(srv, drafter))
+			}
+		})
+	}
+}

@@ -93,6 +93,13 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err := checkRunAheadSetting(); err != nil {
 		return nil, err
 	}
+	client, err := hub.NewClientFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLoadable(ctx, client, cfg.Target, cfg.Revision); err != nil {
+		return nil, err
+	}
 	draftRef, err := resolveDraft(cfg)
 	if err != nil {
 		return nil, err
@@ -104,10 +111,6 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		} else if !cfg.Quiet {
 			fmt.Fprintf(cfg.Log, "note: no DFlash draft known for %s; using plain decoding (pass --draft-model to speed it up)\n", cfg.Target)
 		}
-	}
-	client, err := hub.NewClientFromEnv()
-	if err != nil {
-		return nil, err
 	}
 	opts := hub.DownloadOptions{Revision: cfg.Revision, Quiet: cfg.Quiet || cfg.Logger != nil, Progress: cfg.Log}
 	tm, err := client.ResolveModel(ctx, cfg.Target, opts)
