@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/hub"
+	"github.com/dflash-mlx/dflash-mlx/model"
 )
 
 func downloadCommand() *cli.Command {
@@ -115,12 +119,34 @@ Examples:
 				RepoID string `json:"repo_id"`
 				Size   int64  `json:"size_bytes"`
 				Draft  string `json:"draft,omitempty"`
-				Dir    string `json:"dir"`
+				// Drafter: the repository is a known DFlash drafter, not a target.
+				Drafter bool `json:"drafter,omitempty"`
+				// Incomplete: a download was interrupted or the snapshot lacks files
+				// (Missing); downloading again resumes.
+				Incomplete bool     `json:"incomplete"`
+				Missing    []string `json:"missing,omitempty"`
+				// Unsupported: its config.json names a model_type this build cannot load.
+				ModelType   string `json:"model_type,omitempty"`
+				Unsupported bool   `json:"unsupported,omitempty"`
+				Dir         string `json:"dir"`
 			}
 			var rows []row
 			for _, m := range cached {
-				d, _ := reg.Resolve(m.RepoID)
-				rows = append(rows, row{RepoID: m.RepoID, Size: m.SizeOnDisk, Draft: d, Dir: m.Dir})
+				r := row{RepoID: m.RepoID, Size: m.SizeOnDisk, Drafter: reg.IsDraft(m.RepoID), Incomplete: m.Incomplete(), Dir: m.Dir}
+				r.Draft, _ = reg.Resolve(m.RepoID)
+				if len(m.Revisions) > 0 {
+					r.ModelType = cachedModelType(m.Revisions[0].Dir)
+					r.Unsupported = r.ModelType != "" && !slices.Contains(model.Families(), r.ModelType)
+				}
+				if r.Incomplete {
+					if len(m.Revisions) > 0 {
+						r.Missing = m.Revisions[0].Missing
+					}
+					if m.PartialBytes > 0 {
+						r.Missing = append(r.Missing, fmt.Sprintf("%s of unfinished downloads", human(m.PartialBytes)))
+					}
+				}
+				rows = append(rows, r)
 			}
 			pairs := reg.Pairs()
 			if c.Bool("json") {
@@ -132,14 +158,28 @@ Examples:
 			}
 			for _, r := range rows {
 				d := ""
-				if r.Draft != "" {
+				switch {
+				case r.Drafter:
+					d = "  (DFlash drafter)"
+				case r.Draft != "":
 					d = "  draft: " + r.Draft
+				}
+				switch {
+				case r.Unsupported:
+					d += fmt.Sprintf("  this build cannot load model_type %q", r.ModelType)
+				case r.Incomplete:
+					what := strings.ReplaceAll(strings.Join(r.Missing, ", "), "*.safetensors", "no weights")
+					d += fmt.Sprintf("  incomplete (%s): `dflash-mlx download %s` resumes", what, r.RepoID)
 				}
 				fmt.Printf("  %-50s %9s%s\n", r.RepoID, human(r.Size), d)
 			}
 			fmt.Println("\nKnown target → DFlash draft pairs (targets match by name prefix, e.g. -bf16/-4bit/-8bit):")
 			for _, p := range pairs {
-				fmt.Printf("  %-20s → %s\n", p.Target, p.Draft)
+				if p.Served {
+					fmt.Printf("  %-20s → %s\n", p.Target, p.Draft)
+				} else {
+					fmt.Printf("  %-20s → %-30s  (not served: this build cannot load %s models)\n", p.Target, p.Draft, p.Family)
+				}
 			}
 			fmt.Printf("\nAdd pairs in %s: [{\"target\": \"org/Model\", \"draft\": \"org/Model-DFlash\"}]\n", path)
 			return nil
@@ -192,4 +232,20 @@ func trailingFlags(c *cli.Context) ([]string, error) {
 		}
 	}
 	return pos, nil
+}
+
+// cachedModelType is the model_type in a snapshot's config.json, "" when it has none or
+// cannot be read.
+func cachedModelType(snapshot string) string {
+	b, err := os.ReadFile(filepath.Join(snapshot, "config.json"))
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		ModelType string `json:"model_type"`
+	}
+	if json.Unmarshal(b, &cfg) != nil {
+		return ""
+	}
+	return cfg.ModelType
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,5 +109,113 @@ func TestUnloadableFamilyRefusedBeforeDownload(t *testing.T) {
 				t.Errorf("%d weight requests, %d drafter requests; want none", weights, requestsFor(srv, drafter))
 			}
 		})
+	}
+}
+
+// cacheRepo writes a model repository into a Hub cache the way downloads leave it, every
+// file holding a config of modelType; partial adds a blob still being written.
+func cacheRepo(t *testing.T, cache, id, modelType string, files []string, partial bool) {
+	t.Helper()
+	dir := filepath.Join(cache, "models--"+strings.ReplaceAll(id, "/", "--"))
+	commit := strings.Repeat("a", 40)
+	for _, f := range files {
+		blob := filepath.Join(dir, "blobs", f+".blob")
+		link := filepath.Join(dir, "snapshots", commit, f)
+		if err := os.MkdirAll(filepath.Dir(blob), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(blob, []byte(`{"model_type":"`+modelType+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", f+".blob"), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if partial {
+		if err := os.WriteFile(filepath.Join(dir, "blobs", "feed.incomplete"), make([]byte, 100), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// models pairs cached targets with served drafters only, shows drafters as drafters (not as
+// their own draft), marks incomplete downloads, and marks which known pairs are served.
+func TestModelsListing(t *testing.T) {
+	cache := t.TempDir()
+	whole := []string{"config.json", "model.safetensors", "tokenizer.json"}
+	cacheRepo(t, cache, "mlx-community/Qwen3-4B-bf16", "qwen3", whole, false)
+	cacheRepo(t, cache, "z-lab/Qwen3-4B-DFlash-b16", "qwen3", []string{"config.json", "model.safetensors"}, false)
+	cacheRepo(t, cache, "mlx-community/Qwen3-8B-4bit", "qwen3", []string{"config.json", "tokenizer.json"}, true)
+	cacheRepo(t, cache, "mlx-community/Qwen3.5-4B-bf16", "qwen3_5", whole, false)
+	run := func(args ...string) string {
+		cmd := cliCmd(t, append([]string{"models", "--drafts-file", filepath.Join(cache, "none.json")}, args...)...)
+		cmd.Env = append(cmd.Env, "HF_HUB_CACHE="+cache)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("models %v: %v", args, err)
+		}
+		return string(out)
+	}
+	var res struct {
+		Cached []struct {
+			RepoID      string   `json:"repo_id"`
+			Draft       string   `json:"draft"`
+			Drafter     bool     `json:"drafter"`
+			Incomplete  bool     `json:"incomplete"`
+			Missing     []string `json:"missing"`
+			Unsupported bool     `json:"unsupported"`
+		} `json:"cached"`
+		Pairs []struct {
+			Target string `json:"target"`
+			Served bool   `json:"served"`
+		} `json:"pairs"`
+	}
+	if err := json.Unmarshal([]byte(run("--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		draft                            string
+		drafter, incomplete, unsupported bool
+	}{
+		"mlx-community/Qwen3-4B-bf16":   {"z-lab/Qwen3-4B-DFlash-b16", false, false, false},
+		"z-lab/Qwen3-4B-DFlash-b16":     {"", true, false, false},
+		"mlx-community/Qwen3-8B-4bit":   {"z-lab/Qwen3-8B-DFlash-b16", false, true, false},
+		"mlx-community/Qwen3.5-4B-bf16": {"", false, false, true},
+	}
+	if len(res.Cached) != len(want) {
+		t.Fatalf("cached rows %+v", res.Cached)
+	}
+	for _, r := range res.Cached {
+		w := want[r.RepoID]
+		if r.Draft != w.draft || r.Drafter != w.drafter || r.Incomplete != w.incomplete || (r.Incomplete != (len(r.Missing) > 0)) || r.Unsupported != w.unsupported {
+			t.Errorf("%s: %+v, want draft %q, drafter %v, incomplete %v, unsupported %v", r.RepoID, r, w.draft, w.drafter, w.incomplete, w.unsupported)
+		}
+	}
+	served := map[string]bool{}
+	for _, p := range res.Pairs {
+		served[p.Target] = p.Served
+	}
+	if !served["Qwen3-4B"] || served["Qwen3.5-4B"] || len(served) < 8 {
+		t.Errorf("pairs' served marks %v", served)
+	}
+	text := run()
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.Contains(line, "z-lab/Qwen3-4B-DFlash-b16 ") && strings.Contains(line, "draft: z-lab/Qwen3-4B-DFlash-b16"):
+			t.Errorf("the drafter is listed as its own draft: %q", line)
+		case strings.Contains(line, "Qwen3-8B-4bit") && !strings.Contains(line, "incomplete"):
+			t.Errorf("the partial download is not marked: %q", line)
+		case strings.Contains(line, "Qwen3-4B-bf16") && strings.Contains(line, "incomplete"):
+			t.Errorf("a complete download is marked incomplete: %q", line)
+		case strings.HasPrefix(strings.TrimSpace(line), "Qwen3.5-4B ") && !strings.Contains(line, "not served"):
+			t.Errorf("an unserved pair is not marked: %q", line)
+		case strings.Contains(line, "Qwen3.5-4B-bf16") && !strings.Contains(line, `cannot load model_type "qwen3_5"`):
+			t.Errorf("a cached model of an unloadable family is not marked: %q", line)
+		case line != strings.TrimRight(line, " "):
+			t.Errorf("trailing spaces: %q", line)
+		}
 	}
 }
