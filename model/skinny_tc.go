@@ -142,7 +142,7 @@ func (c tcConfig) fits(N, K int) bool {
 // Session 4 swept every launch shape alone (TestSkinnyTCSweep: 40 launches of one product
 // in a row) and found shapes 1.4–1.6x faster per product (tcConfigSweep); inside the
 // model they were slower: verify 8.7–8.8 ms against 7.9–8.1 ms for this rule in two
-// alternating pairs of runs on one H200 (bench/results/h200-2026-11-29-session4). A
+// alternating pairs of runs on one H200 (bench/results/h200-2026-11-29-c01a1e5). A
 // product's speed alone is not its speed between the layer's other kernels, so launch
 // shapes are chosen end to end.
 //
@@ -162,7 +162,7 @@ func (c tcConfig) fits(N, K int) bool {
 // blocks of 4 warps (K in 19 chunks, 1 520 blocks). o kept its shape (every alternative
 // tried was slower). Kernels per DFlash cycle (4B shape) 5.59 → 5.23 ms.
 //
-// Session 14 (bench/results/h200-2026-11-30-session14): the merged q/k/v with two slices
+// Session 14 (bench/results/h200-2026-11-30-b9b85af): the merged q/k/v with two slices
 // per group instead of four (78 registers against 116: 6 blocks per SM, its 768 blocks in
 // one wave instead of 1.45) 11.9 against 14.7 µs; down in one wave (K in 6 chunks, 480
 // blocks, each looping over its 51 slices, instead of 19 one-shot chunks in 2.9 waves)
