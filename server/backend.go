@@ -157,7 +157,9 @@ type GenerateResult struct {
 	DecodeTime  time.Duration
 	DraftTime   time.Duration
 	VerifyTime  time.Duration
-	// TokensPerSecond is the decode speed (completion tokens / DecodeTime). 0: the server
-	// computes it from DecodeTime or, failing that, from its own clock.
+	// TokensPerSecond is the decode speed: (CompletionTokens-1) / DecodeTime, as the first
+	// token comes out of the prefill. 0: the server computes it from DecodeTime or, failing
+	// that, from its own clock. Either way it is reported only over two tokens or more and
+	// a DecodeTime of a millisecond or more.
 	TokensPerSecond float64
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/server"
 	"github.com/dflash-mlx/dflash-mlx/server/servertest"
@@ -78,7 +79,8 @@ func TestChatSeedChangesSampledAnswer(t *testing.T) {
 }
 
 func TestChatResponseShape(t *testing.T) {
-	srv := newFakeServer(t, server.Config{ModelAliases: []string{"qwen"}}, &servertest.Fake{})
+	// A delay per delta makes the decode long enough to time, so tokens_per_second is set.
+	srv := newFakeServer(t, server.Config{ModelAliases: []string{"qwen"}}, &servertest.Fake{Delay: time.Millisecond})
 	for _, model := range []string{"dflash-fake", "qwen", ""} {
 		body := userChat("hello", "model", model)
 		resp, data := do(t, http.MethodPost, srv.URL+"/v1/chat/completions", body)

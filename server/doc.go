@@ -54,7 +54,9 @@
 //
 // Every answer carries usage and a "dflash" object (tau, cycles, prefill_ms, decode_ms,
 // draft_ms and verify_ms when the backend measured them, queue_ms, tokens_per_second);
-// streams carry it on the final chunk.
+// streams carry it on the final chunk. tokens_per_second is the completion tokens after the
+// first over decode_ms (the first comes out of the prefill), and null when there is no
+// interval to time: fewer than two tokens, or decode_ms under 1.
 // stream_options.include_usage adds the usage chunk with empty choices before [DONE].
 //
 // Requests are validated strictly: a wrong type or value is a 400 whose message and param

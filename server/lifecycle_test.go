@@ -304,7 +304,8 @@ func TestReadTimeoutDoesNotCutLongGenerations(t *testing.T) {
 }
 
 func TestMetricsParseAndCount(t *testing.T) {
-	srv := newFakeServer(t, server.Config{}, &servertest.Fake{})
+	// A delay per delta makes each decode long enough to time, so each has a speed.
+	srv := newFakeServer(t, server.Config{}, &servertest.Fake{Delay: time.Millisecond})
 	chatOnce(t, srv.URL, userChat("one"))
 	chatStream(t, srv.URL, userChat("two"))
 	completionOnce(t, srv.URL, map[string]any{"prompt": "three"})

@@ -50,7 +50,7 @@ func (m *metrics) observeRequest(endpoint string, status int, elapsed time.Durat
 
 // observeGeneration counts one generation that ran (outcome is the finish reason, or
 // "cancelled" or "error").
-func (m *metrics) observeGeneration(outcome string, promptTokens, completionTokens int, tau, tokensPerSecond float64) {
+func (m *metrics) observeGeneration(outcome string, promptTokens, completionTokens int, tau float64, tokensPerSecond *float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.generations[outcome]++
@@ -59,8 +59,8 @@ func (m *metrics) observeGeneration(outcome string, promptTokens, completionToke
 	if tau > 0 {
 		m.tau.observe(tau)
 	}
-	if tokensPerSecond > 0 {
-		m.tokensPerSecond.observe(tokensPerSecond)
+	if tokensPerSecond != nil {
+		m.tokensPerSecond.observe(*tokensPerSecond)
 	}
 }
 
@@ -120,7 +120,7 @@ func (m *metrics) write(w io.Writer, waiting int, running bool) error {
 	fmt.Fprintf(&b, "dflash_generation_running %d\n", boolToInt(running))
 
 	m.tau.write(&b, "dflash_tau", "Mean tokens committed per DFlash cycle, per request.")
-	m.tokensPerSecond.write(&b, "dflash_tokens_per_second", "Decode speed per request, in tokens per second.")
+	m.tokensPerSecond.write(&b, "dflash_tokens_per_second", "Decode speed per request, in tokens per second (requests with a timed decode of two tokens or more).")
 	m.queueWait.write(&b, "dflash_queue_wait_seconds", "Time a request waited for the generation slot.")
 	m.duration.write(&b, "dflash_request_duration_seconds", "Duration of completion requests.")
 

@@ -26,7 +26,7 @@ type requestInfo struct {
 	promptTokens     int
 	completionTokens int
 	tau              float64
-	tokensPerSecond  float64
+	tokensPerSecond  *float64 // nil: no rate (see decodeRate)
 	finish           string
 	queueWait        time.Duration
 }
@@ -112,13 +112,21 @@ func (s *Server) finishRequest(r *http.Request, rec *statusRecorder, info *reque
 	if info.generated {
 		attrs = append(attrs,
 			slog.Int("prompt_tokens", info.promptTokens), slog.Int("completion_tokens", info.completionTokens),
-			slog.Float64("tau", round2(info.tau)), slog.Float64("tok_per_s", round2(info.tokensPerSecond)),
+			slog.Float64("tau", round2(info.tau)), slog.Any("tok_per_s", rateAttr(info.tokensPerSecond)),
 			slog.String("finish", info.finish), slog.Duration("queued", info.queueWait))
 	}
 	s.log.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
 func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
+
+// rateAttr is a speed for the log: rounded, or nil (logged as null) when there is none.
+func rateAttr(rate *float64) any {
+	if rate == nil {
+		return nil
+	}
+	return round2(*rate)
+}
 
 // cors answers preflight requests and adds CORS headers for the configured origins. With no
 // origins configured it adds nothing, so browsers on other origins cannot use the API.

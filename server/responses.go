@@ -13,14 +13,16 @@ type usage struct {
 
 // dflashStats is the speculative-decoding report attached to every answer.
 type dflashStats struct {
-	Tau             float64 `json:"tau"`
-	Cycles          int     `json:"cycles"`
-	PrefillMS       float64 `json:"prefill_ms"`
-	DecodeMS        float64 `json:"decode_ms"`
-	DraftMS         float64 `json:"draft_ms,omitempty"` // measured only with serve --profile
-	VerifyMS        float64 `json:"verify_ms,omitempty"`
-	QueueMS         float64 `json:"queue_ms"`
-	TokensPerSecond float64 `json:"tokens_per_second"`
+	Tau       float64 `json:"tau"`
+	Cycles    int     `json:"cycles"`
+	PrefillMS float64 `json:"prefill_ms"`
+	DecodeMS  float64 `json:"decode_ms"`
+	DraftMS   float64 `json:"draft_ms,omitempty"` // measured only with serve --profile
+	VerifyMS  float64 `json:"verify_ms,omitempty"`
+	QueueMS   float64 `json:"queue_ms"`
+	// TokensPerSecond is the decode speed, null when there is no interval to measure it
+	// over (see decodeRate).
+	TokensPerSecond *float64 `json:"tokens_per_second"`
 }
 
 type toolCallJSON struct {

@@ -217,11 +217,14 @@ func (f *Fake) Generate(ctx context.Context, req server.GenerateRequest, emit fu
 		return res, ctx.Err()
 	}
 	res.PrefillTime = time.Since(start)
-	decodeStart := time.Now()
+	var decodeStart time.Time // the first token's, as DecodeTime is defined
 	for i, d := range deltas {
 		if !sleep(ctx, f.Delay) {
 			res.FinishReason = server.FinishCancelled
 			return res, ctx.Err()
+		}
+		if i == 0 {
+			decodeStart = time.Now()
 		}
 		res.CompletionTokens += d.tokens
 		res.Cycles++
@@ -236,7 +239,9 @@ func (f *Fake) Generate(ctx context.Context, req server.GenerateRequest, emit fu
 		}
 	}
 	res.FinishReason = finish
-	res.DecodeTime = time.Since(decodeStart)
+	if !decodeStart.IsZero() {
+		res.DecodeTime = time.Since(decodeStart)
+	}
 	res.DraftTime = res.DecodeTime * 2 / 5
 	res.VerifyTime = res.DecodeTime * 3 / 5
 	if res.Cycles > 0 {
