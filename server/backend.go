@@ -47,6 +47,20 @@ type Backend interface {
 	Generate(ctx context.Context, req GenerateRequest, emit func(Delta) error) (GenerateResult, error)
 }
 
+// TokenBounder is an optional Backend method. MaxTokenBytes is the most bytes of prompt text,
+// as the client sent it (before the tokenizer's normalization), that one token can cover.
+// The server refuses, before tokenizing, a prompt whose text is so long that, even at that
+// many bytes a token, it cannot fit in the context: tokenizing it would only spend time and
+// memory. A Backend without the method gets DefaultMaxTokenBytes.
+type TokenBounder interface {
+	MaxTokenBytes() int
+}
+
+// DefaultMaxTokenBytes bounds the bytes one token covers for a Backend that does not say:
+// the longest token of Qwen3's byte-level BPE vocabulary is 128 bytes (a run of spaces),
+// also counting the longer texts that its NFC normalization folds into a token.
+const DefaultMaxTokenBytes = 128
+
 // Prompt is a rendered, tokenized prompt.
 type Prompt struct {
 	Tokens []int32

@@ -37,6 +37,8 @@
 // max_completion_tokens, which wins) must fit in the rest of the context and under
 // Config.MaxTokensLimit, or the request gets a 400 naming the field; without one the answer
 // gets Config.DefaultMaxTokens, shortened to fit, and ends with "length" when it runs out.
+// Text too long to fit even at the most bytes a token can cover (TokenBounder) is refused
+// with the same context_length_exceeded before it is tokenized.
 //
 // Tool calls (Qwen format): with tools given and tool_choice not "none", each
 // <tool_call>{"name": ..., "arguments": {...}}</tool_call> block in the output becomes an

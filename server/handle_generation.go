@@ -59,6 +59,10 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 			opts.ResponsePrefix, opts.EnableThinking = prefix, ptr(false)
 		}
 	}
+	if err := s.checkPromptBytes(chatTextBytes(req.Messages), "messages"); err != nil {
+		writeAPIError(w, err)
+		return
+	}
 	prompt, err := s.backend.ChatPrompt(req.Messages, tools, opts)
 	if err != nil {
 		writeError(w, invalidField("messages", "the chat template could not render the messages: %v", err))
@@ -99,6 +103,10 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.checkModel(req.Model); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if err := s.checkPromptBytes(len(req.Prompt), "prompt"); err != nil {
 		writeAPIError(w, err)
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
+	"unicode"
 )
 
 // checkModel accepts an absent model, the backend's id and the configured aliases.
@@ -14,6 +16,45 @@ func (s *Server) checkModel(model string) error {
 	return &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
 		Message: "the model " + quote(model) + " does not exist; this server serves " + quote(s.backend.ModelID())}
 }
+
+// checkPromptBytes refuses, before tokenization, prompt text that cannot fit: a token covers
+// at most maxTokenBytes bytes, so text of more than (context-1)*maxTokenBytes bytes makes at
+// least as many tokens as the context holds, and leaves no room for the answer. Whatever a
+// tokenizer makes of shorter text, it is tokenized and measured, so no prompt that would fit
+// is refused.
+func (s *Server) checkPromptBytes(textBytes int, promptParam string) error {
+	contextLen := s.backend.ContextLength()
+	perToken := DefaultMaxTokenBytes
+	if b, ok := s.backend.(TokenBounder); ok && b.MaxTokenBytes() > 0 {
+		perToken = b.MaxTokenBytes()
+	}
+	if textBytes <= (contextLen-1)*perToken {
+		return nil
+	}
+	atLeast := (textBytes + perToken - 1) / perToken
+	return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam,
+		Code: "context_length_exceeded",
+		Message: fmt.Sprintf("%s: %d bytes of text, so at least %d tokens (a token covers at most %d bytes), "+
+			"but the model's context is %d tokens and the answer needs at least one", promptParam, textBytes, atLeast,
+			perToken, contextLen)}
+}
+
+// chatTextBytes is the part of a conversation's text that any chat template renders: the
+// contents of system, user and tool messages, less the whitespace around them (a template
+// may trim it). Assistant turns are left out, as templates drop earlier reasoning from them.
+func chatTextBytes(msgs []ChatMessage) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role != "assistant" {
+			n += len(strings.TrimFunc(m.Content, isTemplateSpace))
+		}
+	}
+	return n
+}
+
+// isTemplateSpace is whitespace as Jinja's trim (Python's str.strip) sees it: Unicode
+// White_Space and the ASCII separators U+001C..U+001F.
+func isTemplateSpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
 
 // planGeneration applies defaults and limits to the request's fields and the prompt.
 //

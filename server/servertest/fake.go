@@ -49,6 +49,7 @@ type Fake struct {
 	active    int
 	maxActive int
 	runs      []Run
+	tokenized int // bytes of prompt text tokenized
 }
 
 // Input is what a Script sees.
@@ -119,12 +120,28 @@ func (f *Fake) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opts s
 		b.WriteString("<think>\n\n</think>\n\n")
 	}
 	b.WriteString(opts.ResponsePrefix)
+	f.countTokenized(b.Len())
 	return server.Prompt{Tokens: Tokenize(b.String()), OpensInThinking: opens}, nil
 }
 
 // TextPrompt tokenizes text one byte per token.
 func (f *Fake) TextPrompt(text string) (server.Prompt, error) {
+	f.countTokenized(len(text))
 	return server.Prompt{Tokens: Tokenize(text)}, nil
+}
+
+func (f *Fake) countTokenized(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokenized += n
+}
+
+// Tokenized is how many bytes of prompt text ChatPrompt and TextPrompt have tokenized, for
+// tests of what the server refuses before tokenizing.
+func (f *Fake) Tokenized() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tokenized
 }
 
 // Tokenize is the fake's tokenizer: one token per byte.
