@@ -109,7 +109,7 @@ type clientWatch struct {
 	conn   *clientConn
 	cancel context.CancelCauseFunc
 
-	mu sync.Mutex // held while probing, so that pause waits for a probe in flight
+	mu sync.Mutex // held while probing, so that setProbe waits for a probe in flight
 	// probe writes one probe and reports whether the write failed; nil while the handler
 	// itself owns the response (setting headers, writing the answer).
 	probe func() error
