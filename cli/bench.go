@@ -119,7 +119,7 @@ type benchRow struct {
 	// The same full-block cycle enqueued back to back, the host never waiting for the
 	// device (engine.PipelineProbe): the floor of a cycle whose state stays on the device.
 	// It enqueues the serial loop's graphs, not the run-ahead loop's, so its host time can
-	// exceed that loop's (session 13: 6.2–6.7 against a 5.45 ms cycle on a slow host).
+	// exceed that loop's (see docs/perf/run-ahead.md).
 	Pipelined *engine.PipelineProbe `json:"pipelined,omitempty"`
 	// --compare-run-ahead: DFlash with the other loop than the session's (run-ahead when
 	// the session runs the plain loop), timed in the same alternation.

@@ -38,8 +38,8 @@ type Drafter struct {
 	scaleArr *mlxc.Array
 	// fused (CUDA; DFLASH_FUSED_DRAFT=0 or DFLASH_FUSED=0 turns it off): the target's fused
 	// head-prep and gated activation kernels, built for the drafter's own rotary embedding
-	// and epsilon, on the block rows. H200 (session 4): draft nodes 205 → 146 per cycle,
-	// build + draft encoding 3.9 → 2.6 ms per cycle.
+	// and epsilon, on the block rows: fewer draft nodes and less host time per cycle (see
+	// docs/perf/drafter.md).
 	fused *model.Fused
 	// ctxPos is the context rows' position for the fused kernels (contextPos), made for
 	// position ctxPosAt.

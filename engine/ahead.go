@@ -27,10 +27,9 @@ import (
 
 // RunAheadDefault reports whether the run-ahead loop serves requests without a repetition
 // penalty: on a CUDA GPU unless DFLASH_RUN_AHEAD=0, elsewhere only with DFLASH_RUN_AHEAD=1.
-// Measured on the H200 (session 5, 4B shape, τ 6.54): 707–723 against 545–581 tok/s for
-// the serial loop in the same runs, same tokens (bit for bit in GPU-exact mode). Not
-// measured on Metal; on the CPU backend host and device share the cores, so there is
-// little to overlap.
+// On a CUDA GPU it is faster than the serial loop with the same tokens (see
+// docs/perf/run-ahead.md). Not measured on Metal; on the CPU backend host and device share
+// the cores, so there is little to overlap.
 func RunAheadDefault() bool {
 	switch os.Getenv("DFLASH_RUN_AHEAD") {
 	case "1":

@@ -111,9 +111,9 @@ func QuantizedMatmulRows(x *Array, q Quantized) *Array {
 // hopperQMMSingleGroup reports the products that MLX's CUDA backend sends to its Hopper
 // quantized GEMM on a compute-capability-9 GPU: affine, transposed, more than one row, K a
 // multiple of 64 within a single group (MLX's own test for that kernel; the capability is
-// not asked here, other GPUs take the same detour). On the H200 (MLX 0.32.4,
-// session 4) it returned zeros for K = 64, group 64, 2–37 rows, bf16 (garbage in float32),
-// while one row (qmv) was right; QuantizedMatmul routes these through singleGroupRows.
+// not asked here, other GPUs take the same detour). On the H200 (MLX 0.32.4) it returned
+// zeros for such rows while one row (qmv) was right (see docs/perf/quantized-products.md);
+// QuantizedMatmul routes these through singleGroupRows.
 // TestQuantizedMatmulRows covers both sides of the test on a GPU.
 func hopperQMMSingleGroup(x *Array, q Quantized) bool {
 	if !curDevice.GPU || Backend() != "cuda" || (q.Mode != "" && q.Mode != "affine") || q.Biases == nil || x.Ndim() < 1 {

@@ -13,10 +13,10 @@ import (
 // and every array made from host data, in unified memory, the small ones packed together
 // in a shared pool. While the host writes new scalars into that pool (each cycle makes a
 // few) the pages move between host and GPU, and a kernel that reads a scalar there can
-// stall on a page migration: on the H200 the kernels that read a position or an epsilon
-// from such arrays took 18–45 µs for work of 2–5 µs (Nsight Compute, session 6). A GPU
-// op's output of more than 8 bytes lives in device memory. Only element 0 (or the first
-// n of an n-element constant) carries meaning; the kernels never read the padding.
+// stall on a page migration and take several times as long as its work (see
+// docs/perf/device-memory.md). A GPU op's output of more than 8 bytes lives in device
+// memory. Only element 0 (or the first n of an n-element constant) carries meaning; the
+// kernels never read the padding.
 func OnDevice(a *mlxc.Array) *mlxc.Array {
 	if a == nil || !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return a

@@ -16,10 +16,10 @@ import (
 // keys in tiles of 32 with an online softmax and are merged in a fixed order. The output is
 // written as [1, L, H, D], so rows need no transpose afterwards.
 //
-// Measured on the H200 in session 3: with the tensor-core product kernel it took a
-// verify's host encoding from 10.4 to 3–4 ms; TestFewQueryAttentionMatchesSDPA checks it
-// against MLX's attention there. Its keys are read by every query block from L2, so very
-// long contexts would want a split over keys (not done).
+// With the tensor-core product kernel it cuts most of a verify's host encoding (see
+// docs/perf/attention.md); TestFewQueryAttentionMatchesSDPA checks it against MLX's
+// attention on a GPU. Its keys are read by every query block from L2, so very long
+// contexts would want a split over keys (not done).
 type FewQueryAttention struct {
 	k          *mlxc.Kernel
 	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too

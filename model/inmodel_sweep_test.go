@@ -13,11 +13,12 @@ import (
 
 // TestTCInModelSweep times a 16-row verify block through a whole model under each launch
 // rule of the tensor-core kernel (DFLASH_TC_INMODEL=<model folder> on a CUDA GPU; a tuning
-// aid). Session 4 found the per-product sweep's winners slower inside the model than
-// alone, so shapes are compared here, in place: per rule, 8 verify blocks are enqueued
-// back to back (the host builds ahead, so the wall time per block is the device's), and
-// rules take turns over 5 rounds so drift hits them alike. Prints the median ms per block
-// per rule, fastest first; every rule's logits are checked against the default rule's.
+// aid). The per-product sweep's winners were slower inside the model than alone (see
+// docs/perf/tensor-core-products.md), so shapes are compared here, in place: per rule, 8
+// verify blocks are enqueued back to back (the host builds ahead, so the wall time per
+// block is the device's), and rules take turns over 5 rounds so drift hits them alike.
+// Prints the median ms per block per rule, fastest first; every rule's logits are checked
+// against the default rule's.
 func TestTCInModelSweep(t *testing.T) {
 	dir := os.Getenv("DFLASH_TC_INMODEL")
 	if dir == "" {

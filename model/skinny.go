@@ -10,13 +10,12 @@ import (
 
 // SkinnyGEMM computes y = x·Wᵀ for blocks of 2..16 rows (a verify block, a draft) with one
 // custom CUDA kernel instead of cuBLAS. MLX's CUDA backend captures every cuBLAS call into
-// a child CUDA graph, which costs host time: on an H200 a 16-row verify spent 6.9–12.6 ms
-// encoding ~1 000 nodes against 2.5–4.2 ms for a one-token step of the same size. The
+// a child CUDA graph, which costs host time on every product of every cycle. The
 // tensor-core variant (skinny_tc.go, the default on CUDA) is one plain kernel node per
-// product and reads the weights faster than cuBLAS does for 16 rows (H200 sweep, session
-// 3); the first, CUDA-core variant (DFLASH_SKINNY_GEMM=1) cut the host time too but ran
-// out of FMA throughput (verify 14–16 ms on the device). Each output element is reduced in
-// a fixed order that does not depend on the number of rows.
+// product and reads the weights faster than cuBLAS does for 16 rows; the first, CUDA-core
+// variant (DFLASH_SKINNY_GEMM=1) cut the host time too but ran out of FMA throughput (see
+// docs/perf/tensor-core-products.md). Each output element is reduced in a fixed order that
+// does not depend on the number of rows.
 type SkinnyGEMM struct {
 	k           *mlxc.Kernel
 	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
@@ -37,8 +36,8 @@ type SkinnyGEMM struct {
 	// output; DFLASH_FUSE_PRODUCTS=0 turns it off. fuseGated (DFLASH_FUSE_GATED=1, an
 	// experiment): the gated activation on its input too. Each block of the down projection
 	// then computes silu·up for all of its K range, so the whole activation is computed
-	// once per column tile (80 times for the 4B shape's down projection): on the H200
-	// (session 8) DFlash cycles were 0.6–0.8 ms slower with it than with GatedAct's kernel.
+	// once per column tile (80 times for the 4B shape's down projection), which made DFlash
+	// cycles slower than GatedAct's kernel does (see docs/perf/product-fusions.md).
 	fuse, fuseGated bool
 	// fuseAct: the gate/up product applies the activation as it writes (ApplyAct;
 	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
@@ -48,14 +47,9 @@ type SkinnyGEMM struct {
 	// per layer. The tiles' last blocks wait for each other to sum the rows' squares, then
 	// each normalizes its own columns (tcNormOut). The sum of squares runs in another order than
 	// MLX's RMSNorm, so a row may differ from MLX's norm by a rounding (TestNormFusion).
-	// Session 9 had the consumers (q/k/v, gate/up, the head) normalize the rows as they
-	// read them instead: every block of a consumer normalized all of its K range (608
-	// blocks of the gate/up product: 32.7 → 41.3 µs), 0.58 ms per cycle slower. Session 12
-	// had the launches leave only the rows' scales (the last tile to finish summing the
-	// tiles' sums, no barrier) and the consumers normalize x as they read it: o and down
-	// 1.4–1.7 µs faster each, but normalizing x in every block made the consumers
-	// compute-bound (Nsight Compute, H200: q/k/v 14.5 → 31 µs, gate/up 32.5 → 50 µs, the
-	// head 200 → 280 µs), DFlash 1 201 → 956 tok/s in the same lease.
+	// The norm is made by the producer because every consumer block normalizing its whole
+	// K range of the rows (tried in two forms) made the consumers slower than the norm
+	// kernels they saved (see docs/perf/product-fusions.md).
 	fuseNorm bool
 	// sms is the GPU's multiprocessor count, which bounds the blocks of a NormOut launch
 	// that may wait for each other (normOutFits).
@@ -154,8 +148,8 @@ const skinnySource = `
 
 // NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here,
 // nil otherwise (Linear then uses MLX's matmul). DFLASH_SKINNY_GEMM picks the variant:
-// unset or "tc" the tensor-core one (the default on CUDA since session 3), "1" the
-// CUDA-core one, "0" none (cuBLAS); DFLASH_TC_RULE the tensor-core launch shapes
+// unset or "tc" the tensor-core one (the default on CUDA), "1" the CUDA-core one, "0"
+// none (cuBLAS); DFLASH_TC_RULE the tensor-core launch shapes
 // (tcrule.go; an unreadable value is an error, so that a comparison never runs the wrong
 // shapes); DFLASH_TC_TILED the weights' layout (unset: tiled copies within the memory
 // budget, "0" none, "1" without the budget; any other value is an error too). GPU-exact
@@ -206,10 +200,10 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 // for bit there too (on the CPU backend it already does). Products of 1..16 rows go through
 // the tensor-core few-row kernel, whose per-row result does not depend on the row count,
 // and attention of every step through the few-query kernel, whose rows do not depend on
-// each other either. Measured on the H200 (session 3): 0 flips in 2 × 128 positions, DFlash
-// as fast as without it, plain decoding ~25% slower (one-row products leave MLX's gemv).
-// Quantized products of a block go one row at a time (quantizedProduct; since session 6,
-// not yet run on a GPU): a node per row, so quantized verify blocks are slow in this mode.
+// each other either. It costs plain decoding speed (one-row products leave MLX's gemv),
+// not DFlash's (see docs/perf/gpu-exact.md). Quantized products of a block go one row at
+// a time (quantizedProduct): a node per row, so quantized verify blocks are slow in this
+// mode.
 func GPUExactDefault() bool { return os.Getenv("DFLASH_GPU_EXACT") == "1" }
 
 func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {

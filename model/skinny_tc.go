@@ -23,9 +23,9 @@ import "github.com/dflash-mlx/dflash-mlx/mlxc"
 //
 // TILES and the split depend on N and K only, never on the row count, so a row's result is
 // the same bit for bit whether it comes with 1 or 15 other rows (GPUExactDefault relies on
-// this). The first version (session 2) staged x in shared memory behind barriers and had
-// one block per 32 columns: it cut the verify's host time but its device time was ~10 ms
-// for the 4B shape's weights (≈ 2.4 ms at memory bandwidth).
+// this). The first version staged x in shared memory behind barriers and had one block
+// per 32 columns: it cut the verify's host time but ran far below the memory bandwidth on
+// the device (see docs/perf/tensor-core-products.md).
 const tcKAlign = 32 // K must be a multiple of this (one slice = two k16 steps)
 
 // tcConfig is one launch shape of the kernel: Tiles n8 tiles per block (8·Tiles output
@@ -139,35 +139,10 @@ func (c tcConfig) fits(N, K int) bool {
 // per SM of an H200, else 2, so that narrow products still spread over every SM; K split
 // over blocks for the narrowest. Tiles 0: N does not fit.
 //
-// Session 4 swept every launch shape alone (TestSkinnyTCSweep: 40 launches of one product
-// in a row) and found shapes 1.4–1.6x faster per product (tcConfigSweep); inside the
-// model they were slower: verify 8.7–8.8 ms against 7.9–8.1 ms for this rule in two
-// alternating pairs of runs on one H200 (bench/results/h200-2026-11-29-c01a1e5). A
-// product's speed alone is not its speed between the layer's other kernels, so launch
-// shapes are chosen end to end.
-//
-// Session 6 timed each launch inside verify blocks with Nsight Compute (H200): products
-// with fewer than 264 column tiles of 16 (o and down, 2560 columns: 160 blocks of 8 warps,
-// one or two per SM) ran at 0.8–1.4 TB/s; split over K into blocks of 4 warps with 8
-// slices each (640 and 1 440 blocks) they took 12.2 against 17.0 µs (o) and 25.2 against
-// 37.5 µs (down). Wider products lost by splitting (merged q/k/v: 18.2 against 16.3 µs).
-//
-// Session 7 timed other shapes per class the same way (bench/results/h200-2026-11-30-
-// session7): the merged q/k/v (6 144 columns) ran 14.5 µs as 768 one-tile blocks of 4 warps,
-// pipelined, against 16.3 µs as 384 two-tile blocks of 8 warps; the drafter's k and v (1 024
-// columns, 128 blocks) 7.6 against 13.5 µs with K split into 5 chunks of 16 slices (320
-// blocks) instead of 2 of 40; gate/up 32.9 against 39.1 µs and the vocabulary head 199
-// against 241 µs with the software-pipelined loop (in session 4 it had lost inside the
-// model, when stalled kernels blurred such comparisons); down 24.2 against 25.1 µs as 4-tile
-// blocks of 4 warps (K in 19 chunks, 1 520 blocks). o kept its shape (every alternative
-// tried was slower). Kernels per DFlash cycle (4B shape) 5.59 → 5.23 ms.
-//
-// Session 14 (bench/results/h200-2026-11-30-b9b85af): the merged q/k/v with two slices
-// per group instead of four (78 registers against 116: 6 blocks per SM, its 768 blocks in
-// one wave instead of 1.45) 11.9 against 14.7 µs; down in one wave (K in 6 chunks, 480
-// blocks, each looping over its 51 slices, instead of 19 one-shot chunks in 2.9 waves)
-// 26.6 against 28.8 µs (K in 4 or 3 chunks: the same; 10: 28.8). Kernels per cycle 4.89
-// → 4.59 ms.
+// Shapes are chosen by timing them inside the model, per class of product, because a
+// product's speed alone is not its speed between the layer's other kernels; each shape
+// aims at filling the GPU in one wave of blocks, and its measurements are in
+// docs/perf/tensor-core-products.md.
 func tcConfigFor(N, K int) tcConfig {
 	switch {
 	case N%32 == 0 && N/32 >= 264:
@@ -198,11 +173,11 @@ const tcOneWaveBlocks = 4 * 132
 // (about 2.4 blocks per SM of an H200).
 const tcSplitMinBlocks = 320
 
-// tcConfigSweep is the per-product best of session 4's sweep (DFLASH_TC_RULE=sweep; 16
-// rows, GB/s alone, tcConfigFor's in brackets): wide products (gate/up, the vocabulary
-// head) 4 tiles, 8 warps, 4 slices, pipelined: 3012 [2122], 3832 [2671]; long K (down)
-// 4 tiles, 4 warps: 2145 [1339]; the rest one tile, 4 warps, 2 slices, pipelined: q/k/v
-// 1704 [1107], o ≈ 900 [805].
+// tcConfigSweep is the per-product best of TestSkinnyTCSweep's shapes, each product timed
+// alone (DFLASH_TC_RULE=sweep): wide products (gate/up, the vocabulary head) 4 tiles, 8
+// warps, 4 slices, pipelined; long K (down) 4 tiles, 4 warps; the rest one tile, 4 warps,
+// 2 slices, pipelined. Kept to compare against, since inside the model it lost to
+// tcConfigFor (see docs/perf/tensor-core-products.md).
 func tcConfigSweep(N, K int) tcConfig {
 	switch {
 	case N >= 16384 && N%32 == 0:
@@ -608,9 +583,9 @@ __device__ __forceinline__ uint4 dflash_ldw(const void* p) {
 // 32s+8t+7]. A warp's load of one slice is then 512 contiguous bytes (row-major: 64 bytes
 // from each of 8 rows), and the products are the same bit for bit (same terms, same
 // order). The layout is a second copy of each weight that goes through the kernel, made
-// while device memory allows (SkinnyGEMM.mayTile; DFLASH_TC_TILED=0 turns it off). Session
-// 15, H200: DFlash 1 362 against 1 284 tok/s with the copies (sessions 5–13 had it off:
-// before session 14's launch shapes it did not pay for the memory).
+// while device memory allows (SkinnyGEMM.mayTile; DFLASH_TC_TILED=0 turns it off): with
+// tcConfigFor's one-wave shapes the faster loads pay for the memory (see
+// docs/perf/tensor-core-products.md).
 func tcTile(w *mlxc.Array) *mlxc.Array {
 	N, K := w.Dim(0), w.Dim(1)
 	t := mlxc.Reshape(w, N/8, 8, K/32, 4, 8)

@@ -8,11 +8,12 @@ import (
 )
 
 // Launch shapes of the tensor-core few-row kernel are chosen end to end, inside the model
-// (a shape that is faster alone can be slower between the layer's other kernels: session
-// 4). DFLASH_TC_RULE lets one GPU run compare shapes per class of product side by side:
+// (a shape that is faster alone can be slower between the layer's other kernels: see
+// docs/perf/tensor-core-products.md). DFLASH_TC_RULE lets one GPU run compare shapes per
+// class of product side by side:
 //
 //	""       tcConfigFor
-//	"sweep"  tcConfigSweep (the per-product bests of the session-4 sweep)
+//	"sweep"  tcConfigSweep (the per-product bests of TestSkinnyTCSweep)
 //	"wide=4/8/4p,down=4/4/4,narrow=1/4/2p"
 //	         tcConfigFor with the named classes replaced; a shape is TILES/WARPS/UNROLL,
 //	         "p" appended for the software-pipelined loop, then "xN" to split K over N

@@ -162,7 +162,7 @@ for part in ['plain_step_ops','draft_ops_per_cycle','verify_ops_per_cycle']:
   tar -czf "$OUT/$(basename "$R").tgz" -C "$R" .
 fi
 if [ "$STAGE" = abbin ]; then
-  # The τ≈6.5 benchmark with two builds side by side in one lease: the carried base.tar.xz
+  # The τ≈6.5 benchmark with two builds side by side on one machine: the carried base.tar.xz
   # (bin/dflash-base, made by gpu_bundle.sh --base REV) and this build, alternating
   # ABBIN_ROUNDS times (default 2). Results: $OUT/abbin.tgz and a summary line per run.
   [ -f /tmp/stage/base.tar.xz ] || { echo "no base.tar.xz carried"; exit 3; }

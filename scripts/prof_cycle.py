@@ -6,9 +6,8 @@ Usage: python3 scripts/prof_cycle.py prof_1.csv [prof_2.csv ...]
 A DFlash cycle ends with its verify argmax (MLX's arg_reduce over 16 rows). Only the
 launches of whole cycles — from after one verify argmax to the next — are counted; each
 (kernel, grid, block) line gives microseconds per cycle, launches per cycle and
-microseconds per launch. (Session 6 and the first summaries of session 7 divided the whole
-window by its argmax count, which counts the window's partial cycles as whole ones: about
-10% low per cycle; per-launch times were right.)
+microseconds per launch. (Counting the window's partial cycles as whole ones made
+per-cycle sums about 10% low: docs/perf/profiling.md.)
 """
 import collections
 import csv

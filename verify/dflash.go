@@ -14,7 +14,7 @@ type DFlash struct {
 	mask  []int32
 	// maskRow is ProposeAt's n mask tokens [1, n], made on the device once per n: an array
 	// made from host data lives in unified memory, and the GPU copy that reads it each cycle
-	// stalled on page migrations (≈ 75 µs per cycle on the H200, session 6).
+	// stalled on page migrations (see docs/perf/device-memory.md).
 	maskRow *mlxc.Array
 	// argmax picks greedy drafts in one kernel on a CUDA GPU (nil: MLX's ops); made by
 	// Begin, freed by End.
