@@ -9,10 +9,22 @@ BIN := $(ROOT)/bin/dflash-mlx
 export CGO_ENABLED := 1
 export CGO_LDFLAGS := -L$(ROOT)/third_party/tokenizers $(CGO_LDFLAGS)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-GOFLAGS_BUILD := -ldflags "-X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION)"
 PREFIX ?= /usr/local
+# Where binaries look for libmlx (RUNPATH on Linux, LC_RPATH on macOS). bin/dflash-mlx looks
+# in this checkout first (mlxc/rpath_checkout.go), then beside itself as in a checkout, so a
+# moved checkout still runs. The installed binary is built with the dflash_installed tag and
+# looks only beside itself, so it never loads a checkout's libmlx. scripts/test_install.sh
+# checks both.
+ifeq ($(shell uname -s),Darwin)
+ORIGIN := @loader_path
+else
+ORIGIN := \$$ORIGIN
+endif
+VERSION_LDFLAGS := -X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION)
+GOFLAGS_BUILD := -ldflags "$(VERSION_LDFLAGS) -extldflags '-Wl,-rpath,$(ORIGIN)/../third_party/mlx/lib'"
+GOFLAGS_INSTALL := -tags dflash_installed -ldflags "$(VERSION_LDFLAGS) -extldflags '-Wl,-rpath,$(ORIGIN)/../lib/dflash-mlx/mlx/lib'"
 
-.PHONY: all deps lib build test test-short demo bench bench-ref install lint lint-workflows check-kernels clean distclean
+.PHONY: all deps lib build test test-short test-install demo bench bench-ref install lint lint-workflows check-kernels clean distclean
 
 all: build
 
@@ -42,6 +54,12 @@ build: lib third_party/tokenizers/libtokenizers.a
 
 test: deps build
 	DFLASH_REQUIRE_REFERENCE=$${DFLASH_REQUIRE_REFERENCE:-$${CI:+1}} $(GO) test -count=1 -timeout 30m ./...
+	@bash scripts/test_install.sh
+
+# Installs into a temporary PREFIX and checks which libmlx the installed and the checkout's
+# binaries load, with the checkout's or the installed libraries out of the way.
+test-install: build
+	@bash scripts/test_install.sh
 
 test-short: build
 	$(GO) test -count=1 -short ./...
@@ -58,11 +76,12 @@ bench: build
 bench-ref: deps build
 	bash bench/bench_ref.sh
 
-# The installed binary finds libmlx under $(PREFIX)/lib/dflash-mlx ($ORIGIN-relative), laid
-# out as in the wheel so libmlx's own RPATH finds its vendored BLAS; the checkout is not needed.
+# The installed binary finds libmlx under $(PREFIX)/lib/dflash-mlx (relative to itself, and
+# only there), laid out as in the wheel so libmlx's own RPATH finds its vendored BLAS; the
+# checkout is not needed, and not used while it exists.
 install: lib third_party/tokenizers/libtokenizers.a
 	install -d $(PREFIX)/bin $(PREFIX)/lib/dflash-mlx/mlx
-	$(GO) build -ldflags "-X github.com/dflash-mlx/dflash-mlx/cli.Version=$(VERSION) -extldflags '-Wl,-rpath,\$$ORIGIN/../lib/dflash-mlx/mlx/lib'" -o $(PREFIX)/bin/dflash-mlx ./cmd/dflash-mlx
+	$(GO) build $(GOFLAGS_INSTALL) -o $(PREFIX)/bin/dflash-mlx ./cmd/dflash-mlx
 	rm -rf $(PREFIX)/lib/dflash-mlx/mlx/lib && cp -a third_party/mlx/lib $(PREFIX)/lib/dflash-mlx/mlx/lib
 	@for d in third_party/mlx_*.libs; do [ -d "$$d" ] && cp -a "$$d" $(PREFIX)/lib/dflash-mlx/; done; true
 

@@ -87,6 +87,9 @@ Examples:
 				DeviceName   string `json:"device_name,omitempty"`
 				CUDAKernels  bool   `json:"cuda_kernels"`
 				MetalKernels bool   `json:"metal_kernels"`
+				// MLXLibrary is the libmlx the loader picked (Linux only): installed
+				// binaries must use their own, not a checkout's.
+				MLXLibrary string `json:"mlx_library,omitempty"`
 			}
 			err := mlxc.Do(func() error {
 				info.Version = Version
@@ -100,6 +103,7 @@ Examples:
 				}
 				info.CUDAKernels = mlxc.CUDAKernelsAvailable()
 				info.MetalKernels = mlxc.MetalKernelsAvailable()
+				info.MLXLibrary = loadedLibrary("libmlx.")
 				return nil
 			})
 			if err != nil {
@@ -113,6 +117,9 @@ Examples:
 				fmt.Printf(" (%s)", info.DeviceName)
 			}
 			fmt.Println()
+			if info.MLXLibrary != "" {
+				fmt.Printf("libmlx %s\n", info.MLXLibrary)
+			}
 			return nil
 		},
 	}

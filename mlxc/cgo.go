@@ -2,7 +2,7 @@ package mlxc
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/csrc
-#cgo LDFLAGS: -L${SRCDIR}/../build -lmlxc -L${SRCDIR}/../third_party/mlx/lib -lmlx -Wl,-rpath,${SRCDIR}/../third_party/mlx/lib -lm
+#cgo LDFLAGS: -L${SRCDIR}/../build -lmlxc -L${SRCDIR}/../third_party/mlx/lib -lmlx -lm
 #cgo linux LDFLAGS: -lstdc++
 #cgo darwin LDFLAGS: -lc++ -framework Foundation -framework Metal
 #cgo noescape mlxc_binary
