@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 	"github.com/dflash-mlx/dflash-mlx/sample"
@@ -19,6 +20,7 @@ import (
 // targets, many prompts, lengths and block sizes; streamed tokens equal the result and the
 // statistics add up.
 func TestRunAheadEqualsPlain(t *testing.T) {
+	testenv.RequireShapeExact(t)
 	for _, sc := range []struct {
 		name string
 		spec modelgen.Qwen3Spec
@@ -62,6 +64,7 @@ func TestRunAheadEqualsPlain(t *testing.T) {
 // after the previous one is read; each cycle waited for once enqueued) emit the same
 // tokens as plain decoding too.
 func TestRunAheadModesEqualPlain(t *testing.T) {
+	testenv.RequireShapeExact(t)
 	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
 	prompt := []int32{5, 3, 5, 8, 9}
 	want := plainGreedy(t, p, prompt, 30)
@@ -85,7 +88,9 @@ func TestRunAheadProfileMode(t *testing.T) {
 	dump := filepath.Join(t.TempDir(), "cycle.txt")
 	t.Setenv("DFLASH_GRAPH_DUMP", dump)
 	res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: 30, BlockSize: 8, IgnoreEOS: true, Profile: true})
-	if i, ok := eqTokens(res.Tokens, want); !ok || len(res.Tokens) != len(want) {
+	// Equal to plain decoding where rounding does not depend on the shape; the profile is
+	// checked everywhere.
+	if i, ok := eqTokens(res.Tokens, want); (!ok || len(res.Tokens) != len(want)) && testenv.ShapeExact() {
 		t.Fatalf("profiled run-ahead diverges from plain at %d:\n got   %v\n plain %v", i, res.Tokens, want)
 	}
 	checkGraphDump(t, dump)
@@ -126,7 +131,9 @@ func TestRunAheadCachesMatchFreshRun(t *testing.T) {
 		compareWithFresh(t, p, c, committed, dfl)
 	}
 	res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: 8, IgnoreEOS: true})
-	if _, ok := eqTokens(res.Tokens, want); !ok {
+	// A near-tie may flip a token where rounding depends on the shape; the caches are still
+	// compared with the fresh run over whatever was committed.
+	if _, ok := eqTokens(res.Tokens, want); !ok && testenv.ShapeExact() {
 		t.Fatalf("output differs from plain")
 	}
 	if checked < 5 {
@@ -149,7 +156,10 @@ func TestRunAheadReplayMatchesLoop(t *testing.T) {
 		results[k], _ = run(t, e, Request{Prompt: prompt, MaxTokens: 50, BlockSize: 8, IgnoreEOS: true})
 	}
 	loop, ahead := results[0], results[1]
-	if i, ok := eqTokens(ahead.Tokens, loop.Tokens); !ok || len(ahead.Tokens) != len(loop.Tokens) {
+	// The run-ahead verify attends through a device-placed window, the loop's through the
+	// exact keys: the same tokens only where rounding does not depend on the shape. The
+	// statistics follow the replayed acceptance and hold everywhere.
+	if i, ok := eqTokens(ahead.Tokens, loop.Tokens); (!ok || len(ahead.Tokens) != len(loop.Tokens)) && testenv.ShapeExact() {
 		t.Fatalf("tokens differ at %d:\n ahead %v\n loop  %v", i, ahead.Tokens, loop.Tokens)
 	}
 	a, l := ahead.Stats, loop.Stats
@@ -162,6 +172,7 @@ func TestRunAheadReplayMatchesLoop(t *testing.T) {
 // end the plain DFlash loop's, with the same finish reason (the cycle already in flight is
 // dropped).
 func TestRunAheadStops(t *testing.T) {
+	testenv.RequireShapeExact(t) // the two loops' verify blocks attend differently
 	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
 	prompt := []int32{9, 8, 7, 6}
 	want := plainGreedy(t, p, prompt, 40)
@@ -190,6 +201,7 @@ func TestRunAheadStops(t *testing.T) {
 // With temperature > 0 the run-ahead loop draws the random keys in the plain loop's order:
 // a seeded request samples the same tokens in both, for several block sizes and filters.
 func TestRunAheadSamplingMatchesLoop(t *testing.T) {
+	testenv.RequireShapeExact(t) // the two loops' verify blocks attend differently
 	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
 	for i, sp := range []sample.Params{
 		{Temperature: 1, Seed: 3},
