@@ -4,14 +4,20 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
 
 // A 16-token forward at offset N gives the same logits as 16 single-token steps, and
-// Rewind + re-run reproduces the same cache contents.
+// Rewind + re-run reproduces the same cache contents: bit for bit where rounding does not
+// depend on the shape (the CPU backend). On a GPU that reduces a 16-row block in another
+// order than one row (Metal; CUDA by default) the logits agree within 0.25 (0.027 seen on
+// an H200 with MLX's own ops, the bound TestForwardAtBlocksMatchDecode uses) and the cache
+// within 1/32 of its largest magnitude, while greedy tokens may flip on near-ties.
 func TestVerifyEqualsStepByStep(t *testing.T) {
+	exact := testenv.ShapeExact()
 	for _, q := range []int{0, 4} {
 		spec := modelgen.TinyQwen3()
 		spec.QuantBits, spec.QuantGroup = q, 64
@@ -36,13 +42,13 @@ func TestVerifyEqualsStepByStep(t *testing.T) {
 			single := mlxc.Concatenate(steps, 1)
 			d := mlxc.Max(mlxc.Abs(mlxc.Subtract(mlxc.AsType(multi, mlxc.Float32), mlxc.AsType(single, mlxc.Float32))), nil, false).Float()
 			// On the CPU backend the two paths reduce in the same order: exactly equal.
-			if d != 0 {
+			if exact && d != 0 || d > 0.25 {
 				t.Errorf("bits=%d: verify logits differ from step-by-step by %g", q, d)
 			}
 			am := mlxc.Argmax(multi, -1, false).Int32s()
 			as := mlxc.Argmax(single, -1, false).Int32s()
 			for i := range am {
-				if am[i] != as[i] {
+				if am[i] != as[i] && exact {
 					t.Errorf("greedy token %d differs", i)
 				}
 			}
@@ -58,6 +64,13 @@ func TestVerifyEqualsStepByStep(t *testing.T) {
 			m.Forward(mlxc.FromSlice(block[6:], 1, 10), c1, model.ForwardOptions{Logits: model.LogitsNone})
 			after := kvSnapshot(c1)
 			for i := range before {
+				if !exact {
+					// A wrong rollback leaves rows that differ by the values' own magnitude.
+					if d, m := maxAbsDiffArrays(before[i], after[i]), maxAbsArray(before[i]); d > m/32 {
+						t.Errorf("cache array %d differs after rewind + re-run by %g (largest magnitude %g)", i, d, m)
+					}
+					continue
+				}
 				if !mlxc.All(mlxc.Equal(before[i], after[i]), nil, false).Valid() || mlxc.All(mlxc.Equal(before[i], after[i]), nil, false).Int() != 1 {
 					t.Errorf("cache array %d differs after rewind + re-run", i)
 				}
@@ -71,6 +84,14 @@ func TestVerifyEqualsStepByStep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func maxAbsArray(a *mlxc.Array) float64 {
+	return mlxc.Max(mlxc.Abs(mlxc.AsType(a, mlxc.Float32)), nil, false).Float()
+}
+
+func maxAbsDiffArrays(a, b *mlxc.Array) float64 {
+	return mlxc.Max(mlxc.Abs(mlxc.Subtract(mlxc.AsType(a, mlxc.Float32), mlxc.AsType(b, mlxc.Float32))), nil, false).Float()
 }
 
 func kvSnapshot(c model.Cache) []*mlxc.Array {

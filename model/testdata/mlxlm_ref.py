@@ -10,14 +10,23 @@
                                  TOKENS is a comma-separated list of ids.
 """
 import json
+import os
 import sys
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.generate import generate_step
-from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+# The device the Go side computes on: DFLASH_DEVICE=cpu|gpu as mlxc reads it, else MLX's
+# default (the GPU where there is one), as mlxc picks. Set before mlx_lm is imported, whose
+# generation stream is made on the default device at import.
+_device = os.environ.get("DFLASH_DEVICE", "").lower()
+if _device in ("cpu", "gpu"):
+    mx.set_default_device(mx.cpu if _device == "cpu" else mx.gpu)
+
+from mlx_lm.generate import generate_step  # noqa: E402
+from mlx_lm.models.base import create_attention_mask  # noqa: E402
+from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
+from mlx_lm.utils import load_model, quantize_model, save_config, save_model  # noqa: E402
 
 
 def convert(src, dst, bits, group):
