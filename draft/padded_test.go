@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
@@ -56,7 +57,7 @@ func TestDrafterPaddedKeysMatchConcatenated(t *testing.T) {
 				if diff > 0.02*scale {
 					return fmt.Errorf("bucket %d cycle %d: logits differ by %g (scale %g)", bucket, cycle, diff, scale)
 				}
-				if fmt.Sprint(wa) != fmt.Sprint(ga) {
+				if !sameDrafts(want, wa, ga, 0.02*scale, testenv.ShapeExact()) {
 					return fmt.Errorf("bucket %d cycle %d: drafts %v, want %v", bucket, cycle, ga, wa)
 				}
 				if ref.Offset() != pad.Offset() {
@@ -147,6 +148,28 @@ func compareDrafts(want, got *mlxc.Array) (diff, scale float64, wa, ga []uint32)
 	diff = mlxc.Max(mlxc.Abs(mlxc.Subtract(w32, g32)), nil, false).Float()
 	scale = mlxc.Max(mlxc.Abs(w32), nil, false).Float()
 	return diff, scale, mlxc.ToSlice[uint32](mlxc.Argmax(want, -1, false)), mlxc.ToSlice[uint32](mlxc.Argmax(got, -1, false))
+}
+
+// sameDrafts reports whether the drafts ga are the drafts wa of the logits want. Where
+// rounding does not depend on the shape (exact) they must be the same tokens. Elsewhere (a
+// GPU: padded keys, a device-placed window and exact keys reduce in different orders) a row
+// may pick another token whose logit in want is within tol of that row's best: a near-tie
+// that the two computations round apart.
+func sameDrafts(want *mlxc.Array, wa, ga []uint32, tol float64, exact bool) bool {
+	if fmt.Sprint(wa) == fmt.Sprint(ga) {
+		return true
+	}
+	if exact || len(wa) != len(ga) {
+		return false
+	}
+	w := mlxc.AsType(want, mlxc.Float32).Float32s()
+	V := len(w) / len(wa)
+	for i := range wa {
+		if wa[i] != ga[i] && float64(w[i*V+int(wa[i])])-float64(w[i*V+int(ga[i])]) > tol {
+			return false
+		}
+	}
+	return true
 }
 
 // writeTinyPair writes a target of spec under dir/t and a 2-layer drafter of block 8 for it
