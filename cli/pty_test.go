@@ -4,22 +4,45 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The chat REPL in a real pseudo-terminal (util-linux `script` allocates it), as a person
-// uses it: two turns, the second prompt carries the first exchange through the template,
-// then /exit.
-func TestChatInPseudoTerminal(t *testing.T) {
-	scriptBin, err := exec.LookPath("script")
+// ptyCommand runs argv in a fresh pseudo-terminal through the system's `script`, or says why
+// it cannot: util-linux's (Linux) takes the command as one shell string after -c, the BSD one
+// (macOS) as arguments after the log file, and has no -c, -e or -f.
+func ptyCommand(argv []string) (*exec.Cmd, string) {
+	bin, err := exec.LookPath("script")
 	if err != nil {
-		t.Skip("util-linux `script` not installed; the pipe-driven chat tests cover the REPL")
+		return nil, "no `script` on PATH (util-linux's on Linux, the system's on macOS)"
 	}
+	// util-linux's names itself in --version; BSD's has no such flag and fails.
+	if out, err := exec.Command(bin, "--version").CombinedOutput(); err == nil && strings.Contains(string(out), "util-linux") {
+		quoted := make([]string, len(argv))
+		for i, a := range argv {
+			quoted[i] = shellQuote(a)
+		}
+		return exec.Command(bin, "-qfec", strings.Join(quoted, " "), "/dev/null"), ""
+	}
+	switch runtime.GOOS {
+	case "darwin", "freebsd", "netbsd", "openbsd", "dragonfly":
+		// -q: no start and end lines; the log goes to /dev/null, and script exits with the
+		// command's status.
+		return exec.Command(bin, append([]string{"-q", "/dev/null"}, argv...)...), ""
+	}
+	return nil, "`script` at " + bin + " is neither util-linux's nor a BSD one"
+}
+
+// The chat REPL in a real pseudo-terminal (`script` allocates it), as a person uses it: two
+// turns, the second prompt carries the first exchange through the template, then /exit.
+func TestChatInPseudoTerminal(t *testing.T) {
 	td, dd := tinyPair(t)
-	inner := strings.Join([]string{shellQuote(os.Args[0]), "chat", "--target-model", shellQuote(td), "--draft-model", shellQuote(dd), "-n", "6", "--block-size", "4"}, " ")
-	cmd := exec.Command(scriptBin, "-qfec", inner, "/dev/null")
+	cmd, why := ptyCommand([]string{os.Args[0], "chat", "--target-model", td, "--draft-model", dd, "-n", "6", "--block-size", "4"})
+	if cmd == nil {
+		t.Skip(why + "; the pipe-driven chat tests cover the REPL")
+	}
 	cmd.Env = append(os.Environ(), "DFLASH_CLI_MAIN=1", "HF_HUB_OFFLINE=1", "HF_HOME="+t.TempDir(), "DFLASH_CHAT_DEBUG=1")
 	stdin, _ := cmd.StdinPipe()
 	var out syncBuffer

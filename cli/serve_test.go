@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 )
 
 func freePort(t *testing.T) int {
@@ -102,6 +103,11 @@ func TestServeMatchesRunAndPlain(t *testing.T) {
 		t.Errorf("no dflash object in %v", resp)
 	}
 	for _, mode := range [][]string{{"--draft-model", dd, "--block-size", "4"}, {"--no-draft"}} {
+		if mode[0] == "--no-draft" && testenv.GPU() {
+			// A GPU's verify blocks round apart from its decode steps (testenv.ShapeExact):
+			// plain decoding may flip a near-tie that the server's DFlash did not.
+			continue
+		}
 		args := append([]string{"run", "--target-model", td, "--prompt", prompt, "-n", "10", "--json"}, mode...)
 		out, errOut, c := runCLI(t, args...)
 		if c != 0 {
