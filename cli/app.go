@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // Version is set at build time (-ldflags "-X …/cli.Version=…").
@@ -46,9 +47,16 @@ Examples:
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
 	}
+	// Every DFLASH_* setting is read here, once, so that a bad value fails before anything
+	// is downloaded or loaded: a typo would otherwise run the default path while the user
+	// believes they chose another.
+	if err := resolveSettings(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return 2
+	}
 	// DFLASH_CPUPROFILE=file writes a Go CPU profile of the whole command (for finding host
 	// overhead in the engine; `go tool pprof -top bin/dflash-mlx file`).
-	if path := os.Getenv("DFLASH_CPUPROFILE"); path != "" {
+	if path := resolved.Diagnostics.CPUProfile; path != "" {
 		if f, err := os.Create(path); err == nil {
 			if pprof.StartCPUProfile(f) == nil {
 				defer pprof.StopCPUProfile()
@@ -87,6 +95,8 @@ Examples:
 				DeviceName   string `json:"device_name,omitempty"`
 				CUDAKernels  bool   `json:"cuda_kernels"`
 				MetalKernels bool   `json:"metal_kernels"`
+				// Settings are the DFLASH_* settings as resolved from the environment.
+				Settings settings.Settings `json:"settings"`
 				// MLXLibrary is the libmlx the loader picked (Linux only): installed
 				// binaries must use their own, not a checkout's.
 				MLXLibrary string `json:"mlx_library,omitempty"`
@@ -103,6 +113,7 @@ Examples:
 				}
 				info.CUDAKernels = mlxc.CUDAKernelsAvailable()
 				info.MetalKernels = mlxc.MetalKernelsAvailable()
+				info.Settings = resolved
 				info.MLXLibrary = loadedLibrary("libmlx.")
 				return nil
 			})

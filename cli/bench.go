@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
@@ -27,7 +27,7 @@ var benchPrompts = []string{
 }
 
 func benchCommand() *cli.Command {
-	flags := append(modelFlags(),
+	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
 		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, tiny, or qwen3-4b-thin (the 4B graph with 256-wide matrices: the host's cost of a cycle)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
@@ -146,6 +146,8 @@ type benchReport struct {
 	AllExact      *bool  `json:"all_exact"`
 	AllLoopsAgree *bool  `json:"all_loops_agree,omitempty"`
 	Note          string `json:"note,omitempty"`
+	// Settings are the resolved settings the run used (environment and --gpu-exact).
+	Settings settings.Settings `json:"settings"`
 	// Roofline: plain decoding reads every weight once per token, so copy bandwidth over
 	// weight bytes bounds its tok/s.
 	WeightBytes      int64   `json:"weight_bytes"`
@@ -209,7 +211,7 @@ func benchAction(c *cli.Context) error {
 		return benchFlips(c, s, prompts)
 	}
 	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
-	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, Note: note}
+	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, Note: note, Settings: s.Settings}
 	_ = mlxc.Do(func() error {
 		rep.Backend, rep.Device, rep.MLX = mlxc.Backend(), mlxc.CurrentDevice().String(), mlxc.Version()
 		return nil
@@ -242,13 +244,9 @@ func benchAction(c *cli.Context) error {
 	// plain decoding, 2: DFlash; scripts/hostprof.py reads the file). Diagnostic, Linux only.
 	// DFLASH_HOSTPROF_US: microseconds between samples (default 500; each sample costs the
 	// sampled thread a few microseconds, so denser sampling slows what it measures).
-	hostProf := os.Getenv("DFLASH_HOSTPROF")
+	hostProf := resolved.Diagnostics.HostProf
 	if hostProf != "" {
-		us, err := strconv.Atoi(os.Getenv("DFLASH_HOSTPROF_US"))
-		if err != nil {
-			us = 500
-		}
-		if err := mlxc.StartHostProfile(us, 200_000); err != nil {
+		if err := mlxc.StartHostProfile(resolved.Diagnostics.HostProfUS, 200_000); err != nil {
 			return err
 		}
 		defer func() {

@@ -173,7 +173,7 @@ func (cs *chatSession) turn(ctx context.Context, user string) error {
 	msgs = append(msgs, tokenizer.NewMessage("user", user))
 	think := cs.think
 	opts := tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &think}
-	if os.Getenv("DFLASH_CHAT_DEBUG") == "1" {
+	if resolved.Diagnostics.ChatDebug {
 		// Shows the exact rendered prompt (tests check that history is kept).
 		if text, err := cs.s.Tok.ApplyChatTemplate(msgs, opts); err == nil {
 			fmt.Fprintf(os.Stderr, "[prompt]%s[/prompt]\n", text)

@@ -41,7 +41,8 @@ func tinyPair(t *testing.T) (string, string) {
 	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
 		reftest.Missing(t, "Qwen3 tokenizer asset "+tokDir)
 	}
-	t.Setenv("DFLASH_TOKENIZER_DIR", tokDir)
+	t.Setenv("DFLASH_TOKENIZER_DIR", tokDir) // for the CLI subprocesses
+	resolved.Diagnostics.TokenizerDir = tokDir
 	if pairDir == "" {
 		dir, err := os.MkdirTemp("", "dflash-cli-test-")
 		if err != nil {

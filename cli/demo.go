@@ -60,7 +60,7 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 // tokenizerAssets finds the real Qwen3 tokenizer files installed by `make deps`.
 func tokenizerAssets() (string, error) {
 	var cands []string
-	if d := os.Getenv("DFLASH_TOKENIZER_DIR"); d != "" {
+	if d := resolved.Diagnostics.TokenizerDir; d != "" {
 		cands = append(cands, d)
 	}
 	if exe, err := os.Executable(); err == nil {

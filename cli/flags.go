@@ -46,6 +46,7 @@ func loadConfig(c *cli.Context) LoadConfig {
 		Quiet:         c.Bool("quiet") || c.Bool("json"),
 		Log:           os.Stderr,
 		ContextLength: c.Int("context-length"),
+		Settings:      commandSettings(c),
 	}
 }
 

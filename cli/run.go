@@ -17,7 +17,7 @@ import (
 
 func runCommand() *cli.Command {
 	flags := append(modelFlags(), samplingFlags()...)
-	flags = append(flags,
+	flags = append(flags, gpuExactFlag(),
 		&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "the prompt; without it, stdin is read"},
 		&cli.StringFlag{Name: "system", Usage: "system message"},
 		&cli.BoolFlag{Name: "no-chat-template", Usage: "send the prompt as raw text, without the chat template"},

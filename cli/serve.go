@@ -21,7 +21,7 @@ import (
 )
 
 func serveCommand() *cli.Command {
-	flags := append(modelFlags(),
+	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on (0.0.0.0 exposes the server to your network)"},
 		&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on"},
 		&cli.StringFlag{Name: "model-id", Usage: "id reported by /v1/models (default: the target model name)"},

@@ -14,6 +14,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/hub"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
@@ -39,6 +40,9 @@ type LoadConfig struct {
 	Logger *slog.Logger
 	// ContextLength overrides the model's max_position_embeddings when > 0.
 	ContextLength int
+	// Settings for the loaders and the engine; nil: the settings resolved from the
+	// environment when the program started.
+	Settings *settings.Settings
 }
 
 // Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
@@ -51,8 +55,10 @@ type Session struct {
 	DraftDir  string
 	drafter   *draft.Drafter
 	LoadTime  time.Duration
-	log       io.Writer
-	logger    *slog.Logger
+	// Settings are the ones the session was loaded with (LoadConfig.Settings).
+	Settings settings.Settings
+	log      io.Writer
+	logger   *slog.Logger
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -90,8 +96,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if cfg.Target == "" {
 		cfg.Target = DefaultTarget
 	}
-	if err := checkRunAheadSetting(); err != nil {
-		return nil, err
+	st := resolved
+	if cfg.Settings != nil {
+		st = *cfg.Settings
 	}
 	client, err := hub.NewClientFromEnv()
 	if err != nil {
@@ -129,13 +136,13 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
 	}
-	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger}
+	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, Settings: st}
 	var bar *progressBar
 	if !cfg.Quiet && cfg.Logger == nil {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
 	}
 	err = mlxc.Do(func() error {
-		opt := model.LoadOptions{}
+		opt := model.LoadOptions{Settings: &st}
 		if bar != nil {
 			opt.Progress = bar.update
 		}
@@ -154,12 +161,12 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		if cfg.Logger != nil {
 			cfg.Logger.Info("loaded", "model", cfg.Target, "weight_bytes", m.Arch().WeightBytes, "peak_memory_bytes", mlxc.PeakMemory())
 		}
-		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucketDefault(),
-			RowwiseVerify: model.GPUExactDefault(), RunAhead: engine.RunAheadDefault()}
+		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucket(st.Kernels),
+			RowwiseVerify: st.Loop.GPUExact, RunAhead: engine.RunAheadFor(st.Loop.RunAhead), Settings: &st}
 		if dm != nil {
-			d, err := draft.Load(dm.Dir, m)
+			d, err := draft.Load(dm.Dir, m, draft.LoadOptions{Settings: &st})
 			if d != nil {
-				d.KeyBucket = model.KeyBucketDefault()
+				d.KeyBucket = model.KeyBucket(st.Kernels)
 			}
 			if err != nil {
 				m.Free()
@@ -181,18 +188,6 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	}
 	s.LoadTime = time.Since(start)
 	return s, nil
-}
-
-// checkRunAheadSetting fails on a DFLASH_RUN_AHEAD that is neither 0 nor 1, before
-// anything is downloaded or loaded, as the kernel settings do: a typo would otherwise run
-// the default loop while the user believes they chose one.
-func checkRunAheadSetting() error {
-	switch v := os.Getenv("DFLASH_RUN_AHEAD"); v {
-	case "", "0", "1":
-		return nil
-	default:
-		return fmt.Errorf("DFLASH_RUN_AHEAD=%q: want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)", v)
-	}
 }
 
 // BlockSizeNote says how a requested --block-size will be used when that differs from what

@@ -64,7 +64,7 @@ func TestDrafterValidatesAgainstTarget(t *testing.T) {
 					os.WriteFile(p, b, 0o644)
 				}
 				var d *draft.Drafter
-				d, err = draft.Load(dd, target)
+				d, err = draft.Load(dd, target, draft.LoadOptions{})
 				if err == nil {
 					d.Free()
 				}

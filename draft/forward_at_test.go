@@ -33,7 +33,7 @@ func drafterForwardAtMatchesForward(t *testing.T, headDim int) {
 			return err
 		}
 		defer target.Free()
-		d, err := draft.Load(filepath.Join(dir, "d"), target)
+		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
 		if err != nil {
 			return err
 		}

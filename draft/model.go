@@ -3,10 +3,10 @@ package draft
 import (
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 type layer struct {
@@ -14,7 +14,7 @@ type layer struct {
 	q, k, v, o          *model.Linear
 	qNorm, kNorm        *mlxc.Array
 	gate, up, down      *model.Linear
-	// Merged projections for the block rows (model.MergeProjectionsDefault); context rows
+	// Merged projections for the block rows (with the fused kernels); context rows
 	// use the k and v views, or kv, k and v as one view of qkv's stack, when the fused
 	// kernels prepare them (Fused.KVPrep).
 	qkv, gateUp *model.MergedLinear
@@ -49,11 +49,27 @@ type Drafter struct {
 	// through a view padded to a multiple of KeyBucket with a mask (see
 	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
 	KeyBucket int
+	// Settings are what Load was given (LoadOptions.Settings); its proposer reads the
+	// kernel choices there (verify.DFlash).
+	Settings settings.Settings
+}
+
+// LoadOptions tunes Load.
+type LoadOptions struct {
+	// Settings picks the fused kernels of the block and context rows (nil: settings.Default()).
+	Settings *settings.Settings
 }
 
 // Load reads a drafter folder and checks it against the target (hidden size, vocabulary,
 // layer ids in range). It must run on the MLX thread.
-func Load(dir string, target model.Model) (*Drafter, error) {
+func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
+	s := settings.Default()
+	if opt.Settings != nil {
+		s = *opt.Settings
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+	}
 	raw, err := model.ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -126,12 +142,13 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
 	}
 	d.swiglu = model.NewSwiGLU()
-	if os.Getenv("DFLASH_FUSED_DRAFT") != "0" {
-		d.fused = model.NewFused(rope, cfg.HeadDim, cfg.RMSNormEps)
+	d.Settings = s
+	if s.Kernels.FusedDraft {
+		d.fused = model.NewFused(rope, cfg.HeadDim, cfg.RMSNormEps, s.Kernels)
 	}
 	// The target's few-row product kernel (CUDA), shared, not owned: drafts are 16 rows.
 	var skinny *model.SkinnyGEMM
-	merge := model.MergeProjectionsDefault() || d.fused != nil // fused kernels read merged products
+	merge := d.fused != nil // fused kernels read merged products
 	if t, ok := target.(interface{ Skinny() *model.SkinnyGEMM }); ok {
 		skinny = t.Skinny()
 	}
@@ -154,7 +171,7 @@ func Load(dir string, target model.Model) (*Drafter, error) {
 				l.qkv = model.MergeLinears(l.q, l.k, l.v)
 				l.gateUp = model.MergeLinears(l.gate, l.up)
 			}
-			if d.fused != nil && os.Getenv("DFLASH_FUSED_CONTEXT") != "0" {
+			if d.fused != nil && s.Kernels.FusedContext {
 				l.kv = l.qkv.Span(1, 3)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // Padded keys (the block written after the context in the cache buffer, a padded view and
@@ -25,7 +26,7 @@ func TestDrafterPaddedKeysMatchConcatenated(t *testing.T) {
 			return err
 		}
 		defer target.Free()
-		d, err := draft.Load(filepath.Join(dir, "d"), target)
+		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
 		if err != nil {
 			return err
 		}
@@ -86,8 +87,11 @@ func TestDrafterFusedMatchesOps(t *testing.T) {
 	spec.HeadDim = 64 // the fused kernels need a multiple of 64
 	var plain, fused *draft.Drafter
 	var target model.Model
-	load := func() (*draft.Drafter, error) { return draft.Load(filepath.Join(dir, "d"), target) }
-	t.Setenv("DFLASH_FUSED_DRAFT", "0")
+	s := settings.Default()
+	load := func() (*draft.Drafter, error) {
+		return draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{Settings: &s})
+	}
+	s.Kernels.FusedDraft = false
 	err := mlxc.Do(func() error {
 		var err error
 		if target, _, err = writeTinyPair(dir, spec); err != nil {
@@ -99,7 +103,7 @@ func TestDrafterFusedMatchesOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("DFLASH_FUSED_DRAFT", "1")
+	s.Kernels.FusedDraft = true
 	err = mlxc.Do(func() error {
 		defer target.Free()
 		defer plain.Free()

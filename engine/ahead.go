@@ -10,6 +10,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -25,16 +26,16 @@ import (
 // temperature > 0 the random keys are drawn in the plain loop's order (each cycle's draft,
 // then its verification), so a seeded request samples the same tokens in both loops.
 
-// RunAheadDefault reports whether the run-ahead loop serves requests without a repetition
-// penalty: on a CUDA GPU unless DFLASH_RUN_AHEAD=0, elsewhere only with DFLASH_RUN_AHEAD=1.
+// RunAheadFor reports whether the run-ahead loop serves requests without a repetition
+// penalty under the setting sw (settings.Loop.RunAhead): Auto on a CUDA GPU only.
 // On a CUDA GPU it is faster than the serial loop with the same tokens (see
 // docs/perf/run-ahead.md). Not measured on Metal; on the CPU backend host and device share
 // the cores, so there is little to overlap.
-func RunAheadDefault() bool {
-	switch os.Getenv("DFLASH_RUN_AHEAD") {
-	case "1":
+func RunAheadFor(sw settings.Switch) bool {
+	switch sw {
+	case settings.On:
 		return true
-	case "0":
+	case settings.Off:
 		return false
 	}
 	return mlxc.CurrentDevice().GPU && mlxc.Backend() == "cuda"
@@ -113,7 +114,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	sp := req.Sampling
 	keys := newKeys(sp)
 	// verdict is the cycle's verification from the target's logits, as in the plain loop.
-	argmax := model.NewRowArgmax()
+	argmax := model.NewRowArgmax(e.settings().Kernels)
 	defer argmax.Free()
 	verdict := func(logits, drafts, probs *mlxc.Array) verify.Verdict {
 		if sp.Greedy() {
@@ -169,7 +170,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 			evalList = append(evalList, cy.drafts)
 		}
 		if req.Profile {
-			profileCycle(&st, evalList, cy.drafts, time.Since(t0))
+			profileCycle(&st, e.settings().Diagnostics.GraphDump, evalList, cy.drafts, time.Since(t0))
 			return cy
 		}
 		if e.aheadMode == "eval" {
@@ -296,7 +297,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 // CycleEncodeTime) and the wait for the device after it (VerifyTime: the part of the
 // device's work that encoding did not cover). built is the graph construction's time,
 // counted in BuildTime by the caller; the node walk is not timed.
-func profileCycle(st *Stats, evalList []*mlxc.Array, drafts *mlxc.Array, built time.Duration) {
+func profileCycle(st *Stats, graphDump string, evalList []*mlxc.Array, drafts *mlxc.Array, built time.Duration) {
 	draft := map[string]int{}
 	if drafts != nil {
 		draft = mlxc.GraphOps(drafts)
@@ -310,7 +311,7 @@ func profileCycle(st *Stats, evalList []*mlxc.Array, drafts *mlxc.Array, built t
 		st.VerifyOps[k] += v - draft[k]
 		st.VerifyNodes += v - draft[k]
 	}
-	if path := os.Getenv("DFLASH_GRAPH_DUMP"); path != "" && st.Cycles <= graphDumpCycle {
+	if path := graphDump; path != "" && st.Cycles <= graphDumpCycle {
 		dumpCycleGraph(path, evalList, drafts)
 	}
 	st.CycleConstructTime += built
@@ -322,7 +323,7 @@ func profileCycle(st *Stats, evalList []*mlxc.Array, drafts *mlxc.Array, built t
 	st.VerifyTime += time.Since(tw)
 }
 
-// graphDumpCycle is the last cycle whose graph DFLASH_GRAPH_DUMP writes (each overwrites
+// graphDumpCycle is the last cycle whose graph settings.Diagnostics.GraphDump writes (each overwrites
 // the one before): past the first ones, whose shapes (no drafts yet, a short context) are
 // not the steady state.
 const graphDumpCycle = 8

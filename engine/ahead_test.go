@@ -13,6 +13,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -84,9 +85,10 @@ func TestRunAheadProfileMode(t *testing.T) {
 	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
 	prompt := []int32{5, 3, 5, 8, 9}
 	want := plainGreedy(t, p, prompt, 30)
-	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true}
 	dump := filepath.Join(t.TempDir(), "cycle.txt")
-	t.Setenv("DFLASH_GRAPH_DUMP", dump)
+	s := settings.Default()
+	s.Diagnostics.GraphDump = dump
+	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: true, Settings: &s}
 	res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: 30, BlockSize: 8, IgnoreEOS: true, Profile: true})
 	// Equal to plain decoding where rounding does not depend on the shape; the profile is
 	// checked everywhere.
@@ -256,7 +258,7 @@ func TestRunAheadRequests(t *testing.T) {
 
 var dumpHeader = regexp.MustCompile(`^# [a-z ]+: (\d+) nodes$`)
 
-// checkGraphDump reads DFLASH_GRAPH_DUMP's file: two sections (the drafter's nodes, the
+// checkGraphDump reads the graph dump's file (settings.Diagnostics.GraphDump): two sections (the drafter's nodes, the
 // rest) whose headers count their lines, each line a node with its output shapes and inputs.
 func checkGraphDump(t *testing.T, path string) {
 	t.Helper()

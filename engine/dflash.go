@@ -50,7 +50,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	sp := req.Sampling
 	keys := newKeys(sp)
 	taps := p.TapLayers()
-	argmax := model.NewRowArgmax() // the greedy verdict's kernels on a CUDA GPU
+	argmax := model.NewRowArgmax(e.settings().Kernels) // the greedy verdict's kernels on a CUDA GPU
 	defer argmax.Free()
 	history := []int32{req.Prompt[len(req.Prompt)-1]}
 

@@ -231,7 +231,7 @@ func TestDFlashQuantizedDrafter(t *testing.T) {
 		if err := modelgen.WriteDrafter(dir, ds); err != nil {
 			return err
 		}
-		d, err := draft.Load(dir, p.target)
+		d, err := draft.Load(dir, p.target, draft.LoadOptions{Settings: testSettings()})
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,7 @@
 //
 // The DFlash loop comes in two forms with the same output. dflash.go reads each cycle's
 // acceptance before building the next (the draft of the next cycle is prefetched while
-// the host streams). ahead.go (Engine.RunAhead; RunAheadDefault: on with CUDA) builds and enqueues
+// the host streams). ahead.go (Engine.RunAhead; RunAheadFor: on with CUDA) builds and enqueues
 // cycle k+1 from cycle k's device-side results — accepted count, next token, positions —
 // and reads cycle k afterwards, so graph building overlaps the device. ProbePipeline
 // measures the cycle time that overlap can reach (bench's "pipelined" figures).

@@ -7,6 +7,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -20,11 +21,14 @@ type Engine struct {
 	// ContextLength bounds prompt + generation; 0 = the model's max_position_embeddings.
 	ContextLength int
 	// KeyBucket pads the verify block's attention keys (model.ForwardOptions.KeyBucket);
-	// model.KeyBucketDefault() picks it for the backend.
+	// model.KeyBucket(settings.Kernels) picks it for the backend.
 	KeyBucket int
 	// RowwiseVerify computes the verify block's attention row by row like decoding
-	// (model.ForwardOptions.RowwiseAttention; model.GPUExactDefault turns it on).
+	// (model.ForwardOptions.RowwiseAttention; GPU-exact mode turns it on).
 	RowwiseVerify bool
+	// Settings are the engine's kernel and diagnostic settings (the argmax kernels, the
+	// graph dump); nil: settings.Default().
+	Settings *settings.Settings
 
 	// ReplayAccept, when set, overrides how many drafts a cycle accepts (benchmarks only).
 	// Drafting, verification, rollback and commit all run for real, so the cycle cost is
@@ -48,6 +52,15 @@ type Engine struct {
 	// speculative replaces verify.Speculative (tests inject a wrong rule to show that the
 	// distribution test has power).
 	speculative func(lp, drafts, probs *mlxc.Array, sp sample.Params, keys *sample.Keys) verify.Verdict
+}
+
+// settings returns e.Settings or, when unset, the defaults.
+func (e *Engine) settings() *settings.Settings {
+	if e.Settings == nil {
+		d := settings.Default()
+		return &d
+	}
+	return e.Settings
 }
 
 // ContextLen is the usable context.

@@ -58,7 +58,7 @@ func TestSampledTokensStayInKeptSet(t *testing.T) {
 			return err
 		}
 		var err error
-		if target, err = model.Load(td, model.LoadOptions{}); err != nil {
+		if target, err = model.Load(td, model.LoadOptions{Settings: testSettings()}); err != nil {
 			return err
 		}
 		ds := modelgen.DrafterFor(spec, 1)
@@ -66,7 +66,7 @@ func TestSampledTokensStayInKeptSet(t *testing.T) {
 		if err := modelgen.WriteDrafter(dd, ds); err != nil {
 			return err
 		}
-		drft, err = draft.Load(dd, target)
+		drft, err = draft.Load(dd, target, draft.LoadOptions{Settings: testSettings()})
 		return err
 	})
 	if err != nil {

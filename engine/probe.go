@@ -62,7 +62,7 @@ func (e *Engine) ProbePipeline(ctx context.Context, prompt []int32, cycles int) 
 		sp := sample.Params{}
 		keys := newKeys(sp)
 		taps := p.TapLayers()
-		argmax := model.NewRowArgmax()
+		argmax := model.NewRowArgmax(e.settings().Kernels)
 		defer argmax.Free()
 		staged := prompt[len(prompt)-1]
 		// The last prompt token as the first step, its hidden rows as the drafter's context.

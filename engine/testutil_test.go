@@ -10,6 +10,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -35,7 +36,7 @@ func loadPair(t *testing.T, name string, spec modelgen.Qwen3Spec, drafterLayers 
 			return err
 		}
 		var err error
-		if p.target, err = model.Load(td, model.LoadOptions{}); err != nil {
+		if p.target, err = model.Load(td, model.LoadOptions{Settings: testSettings()}); err != nil {
 			return err
 		}
 		if drafterLayers > 0 {
@@ -43,7 +44,7 @@ func loadPair(t *testing.T, name string, spec modelgen.Qwen3Spec, drafterLayers 
 			if err := modelgen.WriteDrafter(dd, ds); err != nil {
 				return err
 			}
-			if p.drft, err = draft.Load(dd, p.target); err != nil {
+			if p.drft, err = draft.Load(dd, p.target, draft.LoadOptions{Settings: testSettings()}); err != nil {
 				return err
 			}
 		}
@@ -104,3 +105,10 @@ func prompts(vocab int) [][]int32 {
 }
 
 var _ = verify.Greedy
+
+// testSettings are the settings of the test run (settings.ForTests: GPU-exact when the GPU
+// test run asks for it).
+func testSettings() *settings.Settings {
+	s := settings.ForTests()
+	return &s
+}

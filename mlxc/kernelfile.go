@@ -20,13 +20,11 @@ import (
 // (NVRTC reads absolute includes from the file system): the name changes with the content,
 // so MLX's on-disk cache of compiled modules can never pair a source with stale code.
 
-// kernelDirEnv names the folder for the kernel files; "off" keeps sources inline.
-const kernelDirEnv = "DFLASH_KERNEL_DIR"
-
-// kernelFileDir is where the kernel files go: DFLASH_KERNEL_DIR, else the user's cache
-// folder (per user, so no other account can plant a file there). "" keeps sources inline.
+// kernelFileDir is where the kernel files go: the configured folder (Config.KernelDir),
+// else the user's cache folder (per user, so no other account can plant a file there). ""
+// keeps sources inline.
 func kernelFileDir() string {
-	if d := os.Getenv(kernelDirEnv); d != "" {
+	if d := config.KernelDir; d != "" {
 		if d == "off" {
 			return ""
 		}

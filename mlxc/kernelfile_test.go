@@ -95,11 +95,12 @@ func TestKernelSourcesKeepsTextInline(t *testing.T) {
 }
 
 func TestKernelFileDir(t *testing.T) {
-	t.Setenv(kernelDirEnv, "off")
+	defer func(c Config) { config = c }(config)
+	config.KernelDir = "off"
 	if d := kernelFileDir(); d != "" {
 		t.Fatalf("off: %q", d)
 	}
-	t.Setenv(kernelDirEnv, "/some/where")
+	config.KernelDir = "/some/where"
 	if d := kernelFileDir(); d != "/some/where" {
 		t.Fatalf("explicit dir: %q", d)
 	}

@@ -9,7 +9,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -113,8 +112,47 @@ func (t *mlxThread) loop(ready chan<- error) {
 	}
 }
 
+// Config is how the runtime starts (settings.Runtime, passed as plain values so that this
+// package does not depend on the settings').
+type Config struct {
+	// Device: "" a GPU when the loaded libmlx has a usable one, "cpu" or "gpu" forces one.
+	Device string
+	// KernelDir is the folder for the CUDA kernels' source files ("" the user's cache
+	// folder, "off" inline sources).
+	KernelDir string
+}
+
+// config is what Configure set; read when the runtime starts (device) and when kernels are
+// made (folder), both after Configure.
+var config Config
+
+// Configure sets the runtime's configuration. It must come before the runtime starts (the
+// first Init or Do): the device is chosen once, so a later call fails rather than leave
+// the caller believing it took effect.
+func Configure(c Config) error {
+	configMu.Lock()
+	defer configMu.Unlock()
+	if rtStarted {
+		if c != config {
+			return errors.New("mlxc: Configure after the runtime started")
+		}
+		return nil
+	}
+	config = c
+	return nil
+}
+
+// configMu guards config and rtStarted against a Configure racing the runtime's start.
+var (
+	configMu  sync.Mutex
+	rtStarted bool
+)
+
 func start() error {
 	rtOnce.Do(func() {
+		configMu.Lock()
+		rtStarted = true
+		configMu.Unlock()
 		rt = &mlxThread{jobs: make(chan func())}
 		ready := make(chan error, 1)
 		go rt.loop(ready)
@@ -124,24 +162,24 @@ func start() error {
 }
 
 // initRuntime checks the library version and picks the device: a GPU when the loaded
-// libmlx has a GPU backend with at least one device, else the CPU. DFLASH_DEVICE=cpu|gpu
-// overrides.
+// libmlx has a GPU backend with at least one device, else the CPU. Config.Device (cpu or
+// gpu) overrides.
 func initRuntime() error {
 	if C.mlxc_check_version() != 0 {
 		return fmt.Errorf("mlxc: %s (rebuild against the installed MLX with `make`)", C.GoString(C.mlxc_last_error()))
 	}
-	want := strings.ToLower(os.Getenv("DFLASH_DEVICE"))
+	want := strings.ToLower(config.Device)
 	gpu := C.mlxc_gpu_backend() != 0 && C.mlxc_device_count(1) > 0
 	switch want {
 	case "cpu":
 		gpu = false
 	case "gpu":
 		if !gpu {
-			return errors.New("mlxc: DFLASH_DEVICE=gpu but this libmlx has no usable GPU")
+			return errors.New("mlxc: device gpu (DFLASH_DEVICE) but this libmlx has no usable GPU")
 		}
 	case "":
 	default:
-		return fmt.Errorf("mlxc: DFLASH_DEVICE=%q: want cpu or gpu", want)
+		return fmt.Errorf("mlxc: device %q (DFLASH_DEVICE): want cpu or gpu", want)
 	}
 	dt := C.int(0)
 	if gpu {

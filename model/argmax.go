@@ -1,9 +1,8 @@
 package model
 
 import (
-	"os"
-
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // RowArgmax holds two small CUDA kernels for the end of a greedy DFlash cycle, which MLX's
@@ -124,9 +123,10 @@ const rowLeadSource = `
   tok[0] = next[a];
 `
 
-// NewRowArgmax makes the kernels on a CUDA GPU; nil elsewhere or with DFLASH_ARGMAX_KERNEL=0.
-func NewRowArgmax() *RowArgmax {
-	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU || os.Getenv("DFLASH_ARGMAX_KERNEL") == "0" {
+// NewRowArgmax makes the kernels on a CUDA GPU when k.ArgmaxKernel asks for them; nil
+// otherwise.
+func NewRowArgmax(k settings.Kernels) *RowArgmax {
+	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU || !k.ArgmaxKernel {
 		return nil
 	}
 	return &RowArgmax{

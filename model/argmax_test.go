@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // rowArgmaxLogits builds R rows of V logits with planted cases in the first rows: row 0 a
@@ -59,7 +60,7 @@ func rowArgmaxLogits(R, V int, rng *rand.Rand) []float32 {
 // drafts' matches (Equal), and Leading against the first false match.
 func TestRowArgmaxMatchesOps(t *testing.T) {
 	onCUDA(t, func() error {
-		k := NewRowArgmax()
+		k := NewRowArgmax(settings.Default().Kernels)
 		if k == nil {
 			return fmt.Errorf("NewRowArgmax: nil on a CUDA GPU")
 		}

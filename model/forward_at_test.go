@@ -8,6 +8,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // A block placed by a device position (ForwardOptions.Pos, the run-ahead loop's verify)
@@ -162,8 +163,8 @@ func forwardAtBlocksMatchDecode(t *testing.T, headDim int) {
 					}
 					// A GPU block and a decode step may round differently (near-ties flip)
 					// unless GPU-exact mode makes them equal bit for bit.
-					exact := !mlxc.CurrentDevice().GPU || model.GPUExactDefault()
-					if d > 0.25 || exact && argmaxF(row) != argmaxF(w) || model.GPUExactDefault() && d != 0 {
+					exact := !mlxc.CurrentDevice().GPU || settings.ForTests().Loop.GPUExact
+					if d > 0.25 || exact && argmaxF(row) != argmaxF(w) || settings.ForTests().Loop.GPUExact && d != 0 {
 						return fmt.Errorf("lazy %v, block at %d, row %d: argmax %d (decode %d), max |Δlogit| %g", lazy, p, i, argmaxF(row), argmaxF(w), d)
 					}
 				}

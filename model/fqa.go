@@ -1,11 +1,8 @@
 package model
 
 import (
-	"fmt"
-	"os"
-	"strconv"
-
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // FewQueryAttention is attention for a block of 2..64 queries (a verify block, a draft) as
@@ -23,7 +20,7 @@ import (
 type FewQueryAttention struct {
 	k          *mlxc.Kernel
 	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too
-	warps      int // per block (fqaWarpCount)
+	warps      int // per block (fqaWarps unless settings.Kernels.FQAWarps says otherwise)
 	templates  templateCache[fqaKey]
 }
 
@@ -34,33 +31,9 @@ type fqaKey struct {
 }
 
 // fqaWarps is the attention kernels' warps per block (FewQueryAttention, PrepAttention);
-// DFLASH_FQA_WARPS=2, 8 or 16 sets another count for both (fqaWarpCount), so that the two
+// settings.Kernels.FQAWarps (2, 4, 8 or 16) sets another count for both, so that the two
 // stay bit for bit alike.
 const fqaWarps = 4
-
-// fqaWarpCount is fqaWarps or DFLASH_FQA_WARPS when that is 2, 4, 8 or 16 (a model's load
-// refuses any other value first: fqaWarpSetting).
-func fqaWarpCount() int {
-	n, err := fqaWarpSetting()
-	if err != nil {
-		return fqaWarps
-	}
-	return n
-}
-
-// fqaWarpSetting reads DFLASH_FQA_WARPS: fqaWarps when unset, an error for a value other
-// than 2, 4, 8 or 16 (so that a comparison never runs another count than the one asked for).
-func fqaWarpSetting() (int, error) {
-	v := os.Getenv("DFLASH_FQA_WARPS")
-	if v == "" {
-		return fqaWarps, nil
-	}
-	switch n, _ := strconv.Atoi(v); n {
-	case 2, 4, 8, 16:
-		return n, nil
-	}
-	return 0, fmt.Errorf("DFLASH_FQA_WARPS=%q: want 2, 4, 8 or 16 warps per block (unset: %d)", v, fqaWarps)
-}
 
 // fqaHead: the block's (head, query), its query scaled into shared memory, its keys' and
 // values' rows (kb, vb with strides kst, vst).
@@ -189,22 +162,22 @@ const fqaLoop = `  float m = NEG_INF;
 var fqaSource = fqaHead + fqaLoop
 
 // NewFewQueryAttention returns the kernel when custom CUDA kernels can run here (unless
-// DFLASH_FQA=0 without GPU-exact mode), nil otherwise (the model then uses MLX's attention).
+// k.FQA is off without GPU-exact mode), nil otherwise (the model then uses MLX's attention).
 // In GPU-exact mode one-token steps use it too: a query's result depends only on its own
 // row and the number of keys it sees, so a verify row equals the decode step at its
 // position bit for bit. MLX thread only.
-func NewFewQueryAttention() *FewQueryAttention {
-	if GPUExactDefault() {
-		a := newFewQueryAttention()
-		if a != nil {
-			a.minQueries = 1
-		}
-		return a
-	}
-	if os.Getenv("DFLASH_FQA") == "0" {
+func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention {
+	if !gpuExact && !k.FQA {
 		return nil
 	}
-	return newFewQueryAttention()
+	a := newFewQueryAttention()
+	if a != nil {
+		a.warps = k.FQAWarps
+		if gpuExact {
+			a.minQueries = 1
+		}
+	}
+	return a
 }
 
 // RowConsistent reports whether the kernel also serves one-token steps (GPU-exact mode),
@@ -219,7 +192,7 @@ func newFewQueryAttention() *FewQueryAttention {
 		Backend: mlxc.KernelCUDA, Name: "dflash_few_query_attention",
 		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
 		Source: fqaSource, EnsureRowContiguous: false,
-	}), minQueries: 2, warps: fqaWarpCount()}
+	}), minQueries: 2, warps: fqaWarps}
 }
 
 // Fits reports whether q [1, H, L, D] over keys k [1, Hkv, n, D] can use the kernel:

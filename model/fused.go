@@ -3,10 +3,10 @@ package model
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // Fused holds two custom CUDA kernels that replace chains of small MLX ops in every layer
@@ -27,11 +27,8 @@ import (
 // (TestFusedMatchesOps on a GPU).
 type Fused struct {
 	prep, act *mlxc.Kernel
-	// addNorm (DFLASH_FUSED_ADDNORM=1, an experiment until measured on a GPU): the residual
-	// add and the next RMSNorm in one kernel (AddNorm); nil otherwise.
-	addNorm  *mlxc.Kernel
-	inv, eps *mlxc.Array // rotary inverse frequencies (× rope scale), RMSNorm epsilon (OnDevice)
-	half     int         // inv's meaningful length: head dimension / 2
+	inv, eps  *mlxc.Array // rotary inverse frequencies (× rope scale), RMSNorm epsilon (OnDevice)
+	half      int         // inv's meaningful length: head dimension / 2
 	// prepInto is HeadPrep that writes the block's keys and values into a KV cache's
 	// buffers at a device position instead of returning them (HeadPrepInto).
 	prepInto *mlxc.Kernel
@@ -40,10 +37,10 @@ type Fused struct {
 	kvPrepInto    *mlxc.Kernel
 	prepTemplates templateCache[prepKey]
 	// prepAttn is HeadPrepInto and the attention in one kernel (PrepAttention;
-	// on unless DFLASH_FUSE_PREP_ATTN=0), nil when off.
+	// settings.Kernels.FusePrepAttn), nil when off.
 	prepAttn      *mlxc.Kernel
 	attnTemplates templateCache[prepAttnKey]
-	attnWarps     int // prepAttn's warps per block: FewQueryAttention's (fqaWarpCount)
+	attnWarps     int // prepAttn's warps per block: FewQueryAttention's (settings.Kernels.FQAWarps)
 	// pad is OnDevice's copy of a position in one launch (Fused.OnDevice).
 	pad *mlxc.Kernel
 }
@@ -228,61 +225,24 @@ const gatedActSource = `
   }
 `
 
-// addNormSource: one block per row. s = h + r rounded to T (what MLX's Add returns; the
-// residual stream keeps it), y = T(s · rsqrt(mean(s²) + eps) · w) in float32, one rounding,
-// as HeadPrep's norms. The sum of squares is reduced in a fixed order (per thread, then
-// per warp, then across warps), so a row's result does not depend on the other rows.
-const addNormSource = `
-  constexpr int PER = (H + NT - 1) / NT;
-  __shared__ float red[NT / 32];
-  const size_t base = (size_t)blockIdx.x * H;
-  float v[PER];
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = threadIdx.x + j * NT;
-    v[j] = 0.0f;
-    if (i < H) {
-      const T t = static_cast<T>(static_cast<float>(h[base + i]) + static_cast<float>(r[base + i]));
-      s[base + i] = t;
-      v[j] = static_cast<float>(t);
-      ss += v[j] * v[j];
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  float tot = 0.0f;
-#pragma unroll
-  for (int k = 0; k < NT / 32; ++k) tot += red[k];
-  const float inv = rsqrtf(tot / H + eps[0]);
-#pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = threadIdx.x + j * NT;
-    if (i < H) y[base + i] = static_cast<T>(v[j] * inv * static_cast<float>(w[i]));
-  }
-`
-
-// addNormThreads is AddNorm's block size (one block per row).
-const addNormThreads = 256
-
-// FusedDefault reports whether the fused kernels are wanted: on unless DFLASH_FUSED=0
-// (NewFused still needs CUDA).
-func FusedDefault() bool { return os.Getenv("DFLASH_FUSED") != "0" }
-
 // NewFused returns the kernels for a model with the given rotary embedding and norm
-// epsilon when FusedDefault, custom CUDA kernels run here and the rotary embedding is
-// the plain kind (base and scale, no YaRN frequencies or attention scaling); nil
-// otherwise. MLX thread only.
-func NewFused(r *Rope, headDim int, eps float32) *Fused {
-	if !FusedDefault() {
+// epsilon when k.Fused asks for them, custom CUDA kernels run here and the rotary
+// embedding is the plain kind (base and scale, no YaRN frequencies or attention scaling);
+// nil otherwise. k.FusePrepAttn adds the prep+attention kernel, k.FQAWarps sets its warps.
+// MLX thread only.
+func NewFused(r *Rope, headDim int, eps float32, k settings.Kernels) *Fused {
+	if !k.Fused {
 		return nil
 	}
-	return newFused(r, headDim, eps)
+	return newFusedFor(r, headDim, eps, k)
 }
 
+// newFused makes the kernels with the default settings (tests).
 func newFused(r *Rope, headDim int, eps float32) *Fused {
+	return newFusedFor(r, headDim, eps, settings.Default().Kernels)
+}
+
+func newFusedFor(r *Rope, headDim int, eps float32, k settings.Kernels) *Fused {
 	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU || r == nil || r.freqs != nil ||
 		r.MScale != 1 || r.Dims != headDim || headDim%64 != 0 {
 		return nil
@@ -306,14 +266,10 @@ func newFused(r *Rope, headDim int, eps float32) *Fused {
 		inv:       OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
 		eps:       OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
 		half:      len(inv),
-		prepAttn:  newPrepAttention(),
-		attnWarps: fqaWarpCount(),
+		prepAttn:  newPrepAttention(k.FusePrepAttn),
+		attnWarps: k.FQAWarps,
 		pad: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_pad_position",
 			Inputs: []string{"a"}, Outputs: []string{"out"}, Source: padSource}),
-	}
-	if os.Getenv("DFLASH_FUSED_ADDNORM") == "1" {
-		f.addNorm = mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_add_norm",
-			Inputs: []string{"h", "r", "w", "eps"}, Outputs: []string{"s", "y"}, Source: addNormSource, EnsureRowContiguous: true})
 	}
 	return f
 }
@@ -440,41 +396,11 @@ func (f *Fused) GatedAct(gu *mlxc.Array) *mlxc.Array {
 	})[0]
 }
 
-// AddNormFits reports whether AddNorm takes rows h [R, H] with norm weight w [H] (the
-// kernel is enabled, and w has the rows' type: it is read as that type).
-func (f *Fused) AddNormFits(h, w *mlxc.Array) bool {
-	if f == nil || f.addNorm == nil || h.Ndim() != 2 || w.Ndim() != 1 || w.Dim(0) != h.Dim(1) {
-		return false
-	}
-	dt := h.Dtype()
-	return w.Dtype() == dt && (dt == mlxc.BFloat16 || dt == mlxc.Float16)
-}
-
-// AddNorm returns h + r and RMSNorm(h + r)·w for rows [R, H] (call AddNormFits first): a
-// layer's residual add and the next norm as one node instead of two.
-func (f *Fused) AddNorm(h, r, w *mlxc.Array) (sum, normed *mlxc.Array) {
-	R, H := h.Dim(0), h.Dim(1)
-	dt := h.Dtype()
-	out := f.addNorm.Call([]*mlxc.Array{h, r, w, f.eps}, mlxc.KernelCall{
-		OutputShapes: [][]int{{R, H}, {R, H}},
-		OutputDtypes: []mlxc.Dtype{dt, dt},
-		Grid:         [3]int{R * addNormThreads, 1, 1},
-		ThreadGroup:  [3]int{addNormThreads, 1, 1},
-		Template:     addNormTemplate(dt, H),
-	})
-	return out[0], out[1]
-}
-
-func addNormTemplate(dt mlxc.Dtype, H int) []mlxc.TemplateArg {
-	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "H", Value: H}, {Name: "NT", Value: addNormThreads}}
-}
-
 // Free releases the kernels and their constants.
 func (f *Fused) Free() {
 	if f != nil {
 		f.prep.Free()
 		f.act.Free()
-		f.addNorm.Free()
 		f.inv.Free()
 		f.eps.Free()
 		f.prepInto.Free()

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // Each custom CUDA kernel exists exactly where it can run: made on a CUDA GPU, absent
@@ -26,7 +27,7 @@ func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
 			func() bool { var s *SkinnyGEMM; return s.Fits(bf16(4, 64), bf16(8, 64)) }},
 		{"few-query attention", func() (bool, func()) { a := newFewQueryAttention(); return a != nil, a.Free },
 			func() bool { var a *FewQueryAttention; q := bf16(1, 4, 3, 32); return a.Fits(q, q) }},
-		{"row argmax", func() (bool, func()) { a := NewRowArgmax(); return a != nil, a.Free },
+		{"row argmax", func() (bool, func()) { a := NewRowArgmax(settings.Default().Kernels); return a != nil, a.Free },
 			func() bool { var a *RowArgmax; return a.Fits(bf16(2, 8)) }},
 		{"fused layer kernels", func() (bool, func()) { f := newFused(rope, 128, 1e-6); return f != nil, f.Free },
 			func() bool { var f *Fused; return f.PrepFits(bf16(2, 256), 128, bf16(128), bf16(128)) }},
@@ -230,11 +231,6 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 		}
 		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: gatedDevice, Inputs: [][2]string{{"gu", T}}, Outputs: y,
 			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: gatedActSource})
-		for _, H := range []int{2560, 4096, 1000} {
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("add_norm_%s_%d", T, H),
-				Inputs:  [][2]string{{"h", T}, {"r", T}, {"w", T}, {"eps", "float"}},
-				Outputs: [][2]string{{"s", T}, {"y", T}}, Consts: constsOf(addNormTemplate(dt, H)), Body: addNormSource})
-		}
 	}
 	ks = append(ks, kernelCheck{Name: "pad_position", Inputs: [][2]string{{"a", "int32_t"}}, Outputs: [][2]string{{"out", "int32_t"}}, Body: padSource})
 	// RowArgmax: every element type, with and without the logsumexp (the int32 stand-in when

@@ -80,13 +80,9 @@ func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Ar
 
 // OutAdd is a layer's attention output for the target and the drafter alike: h = r +
 // o(merged), the add in the o projection's kernel where it can be (ApplyAdd), and x, the
-// post-attention norm of h: written by the same kernel where the product can
-// (ApplyAddNorm), or made by the fused add-norm kernel when it takes norm.
+// post-attention norm of h, written by the same kernel where the product can (ApplyAddNorm).
+// A separate kernel for the add and the norm was no faster (docs/gpu.md) and is gone.
 func OutAdd(f *Fused, o *Linear, merged, r, norm *mlxc.Array, eps float32) (h *mlxc.Array, x *Normed) {
-	if f.AddNormFits(r, norm) {
-		h, xa := f.AddNorm(r, o.Apply(merged), norm)
-		return h, NormedAs(h, xa)
-	}
 	return o.ApplyAddNorm(merged, r, norm, eps)
 }
 
@@ -94,25 +90,13 @@ func OutAdd(f *Fused, o *Linear, merged, r, norm *mlxc.Array, eps float32) (h *m
 // down(silu(gate)·up), the target's and the drafter's alike, and next, h's norm with
 // weight nextNorm (the next layer's input norm or the final norm; nil: none). With the
 // fused kernels and merged gate/up weights the norm, the activation and the add go into
-// the products' kernels where they can (gatedDownAdd); when nextNorm suits the fused
-// add-norm kernel, the add and the norm go there.
+// the products' kernels where they can (gatedDownAdd).
 func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, x *Normed, r, nextNorm *mlxc.Array, eps float32) (h *mlxc.Array, next *Normed) {
-	addNorm := nextNorm != nil && f.AddNormFits(r, nextNorm)
-	if f != nil && gateUp != nil && !addNorm {
+	if f != nil && gateUp != nil {
 		return gatedDownAdd(gateUp, down, x, r, f.GatedAct, nextNorm, eps)
 	}
-	var act *mlxc.Array
-	if f != nil && gateUp != nil {
-		act = gateUp.Gated(x.X(), f.GatedAct)
-	} else {
-		gu := ApplyParts(gateUp, x.X(), gate, up)
-		act = sw.Apply(gu[0], gu[1])
-	}
-	dn := down.Apply(act)
-	if addNorm {
-		h, xa := f.AddNorm(r, dn, nextNorm)
-		return h, NormedAs(h, xa)
-	}
+	gu := ApplyParts(gateUp, x.X(), gate, up)
+	dn := down.Apply(sw.Apply(gu[0], gu[1]))
 	h = mlxc.Add(r, dn)
 	return h, normOrNil(h, nextNorm, eps)
 }

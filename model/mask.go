@@ -2,21 +2,18 @@ package model
 
 import (
 	"math"
-	"os"
-	"strconv"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
-// KeyBucketDefault is the key-length bucket for multi-token attention (verify blocks and
-// drafts) on the current backend: 256 on CUDA, where MLX builds a cuDNN attention plan per
-// distinct key length (a new length every cycle otherwise), and 0 (exact lengths, causal
-// mask mode) elsewhere. DFLASH_KV_BUCKET overrides it (0 turns bucketing off).
-func KeyBucketDefault() int {
-	if v, ok := os.LookupEnv("DFLASH_KV_BUCKET"); ok {
-		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			return n
-		}
+// KeyBucket is the key-length bucket for multi-token attention (verify blocks and drafts):
+// k.KVBucket when set (0 turns bucketing off), else the current backend's: 256 on CUDA,
+// where MLX builds a cuDNN attention plan per distinct key length (a new length every
+// cycle otherwise), and 0 (exact lengths, causal mask mode) elsewhere.
+func KeyBucket(k settings.Kernels) int {
+	if k.KVBucket != settings.KVBucketAuto {
+		return k.KVBucket
 	}
 	if mlxc.Backend() == "cuda" && mlxc.CurrentDevice().GPU {
 		return kvStep

@@ -1,21 +1,17 @@
 package model
 
 import (
-	"os"
-
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-// MergeProjectionsDefault reports whether projections that read the same input (q, k, v;
-// gate, up) are merged into one matrix (DFLASH_MERGE_PROJ=1; off by default). The idea:
-// on CUDA each multi-row matmul is a cuBLAS call that MLX captures into a child graph, so
-// 7 products per layer becoming 4 should cut host time. Measured on an H200 (random
-// Qwen3-4B shape, one process, alternating runs): DFlash 691 vs 669 tok/s at τ 7.1 (within
-// the noise), plain decoding 236 vs 269 tok/s (the column slices add 72 nodes per step).
-// Results equal the separate products bit for bit on the CPU backend.
-func MergeProjectionsDefault() bool {
-	return os.Getenv("DFLASH_MERGE_PROJ") == "1"
-}
+// Projections that read the same input (q, k, v; gate, up) are merged into one matrix
+// when the fused kernels run, which read the merged products. Merging without them was
+// measured on an H200 (random Qwen3-4B shape, one process, alternating runs): DFlash 691
+// vs 669 tok/s at τ 7.1 (within the noise), plain decoding 236 vs 269 tok/s (the column
+// slices add 72 nodes per step), so that variant is gone. mergeProjections merges without
+// the fused kernels too: tests set it to check merged products against separate ones on
+// the CPU backend, where they must match bit for bit.
+var mergeProjections bool
 
 // MergedLinear is several dense projections of one input stacked into one weight; the
 // parts keep working as views into it (no second copy of the weights).

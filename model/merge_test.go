@@ -9,6 +9,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // Merged q/k/v and gate/up projections (the CUDA default) compute the same products as
@@ -16,10 +17,10 @@ import (
 func TestMergedProjectionsMatchSeparate(t *testing.T) {
 	dir := t.TempDir()
 	writeModel(t, dir, modelgen.TinyQwen3())
-	t.Setenv("DFLASH_MERGE_PROJ", "0")
 	plain := loadModel(t, dir)
-	t.Setenv("DFLASH_MERGE_PROJ", "1")
+	*model.MergeProjections = true
 	merged := loadModel(t, dir)
+	*model.MergeProjections = false
 	err := mlxc.Do(func() error {
 		s := mlxc.NewScope()
 		defer s.Close()
@@ -56,9 +57,9 @@ func TestMergedProjectionsMatchSeparate(t *testing.T) {
 	}
 }
 
-// A launch rule, weight layout or attention warp count that cannot be read fails the load
-// with the variable's name, on any backend, rather than running other kernels than the
-// ones asked for; accepted values load.
+// A launch rule, weight layout or attention warp count that cannot be read fails (the
+// settings or the load) with the variable's name, on any backend, rather than running other
+// kernels than the ones asked for; accepted values load.
 func TestBadTCSettingsFailLoad(t *testing.T) {
 	dir := t.TempDir()
 	writeModel(t, dir, modelgen.TinyQwen3())
@@ -75,14 +76,16 @@ func TestBadTCSettingsFailLoad(t *testing.T) {
 		{"DFLASH_FQA_WARPS", "8", ""},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			t.Setenv(tc.name, tc.value)
-			err := mlxc.Do(func() error {
-				m, err := model.Load(dir, model.LoadOptions{})
-				if err == nil {
-					m.Free()
-				}
-				return err
-			})
+			s, _, err := settings.Parse(func(k string) (string, bool) { return tc.value, k == tc.name }, nil)
+			if err == nil {
+				err = mlxc.Do(func() error {
+					m, err := model.Load(dir, model.LoadOptions{Settings: &s})
+					if err == nil {
+						m.Free()
+					}
+					return err
+				})
+			}
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("load: %v", err)

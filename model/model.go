@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // Arch is what callers (the drafter, the engine, the server) need to know of a model.
@@ -85,7 +86,7 @@ type Model interface {
 }
 
 // Family builds a model of one model_type from its config and validated weights.
-type Family func(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error)
+type Family func(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) (Model, error)
 
 // The family registry is filled by init functions of this package only (read-only after).
 var families = map[string]Family{}
@@ -106,6 +107,8 @@ func Families() []string {
 // LoadOptions tunes Load.
 type LoadOptions struct {
 	Progress Progress
+	// Settings picks the custom kernels and GPU-exact mode (nil: settings.Default()).
+	Settings *settings.Settings
 }
 
 // Load reads a model folder: config, headers (validated), weights, family dispatch.
@@ -123,6 +126,13 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	if mt == "" {
 		return nil, cfg.missing("model_type")
 	}
+	s := settings.Default()
+	if opt.Settings != nil {
+		s = *opt.Settings
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
 	fam, ok := families[mt]
 	if !ok {
 		return nil, fmt.Errorf("%s: model_type %q is not supported (supported: %s)", cfg.Path, mt, strings.Join(Families(), ", "))
@@ -138,7 +148,7 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	if err := w.Load(opt.Progress); err != nil {
 		return nil, err
 	}
-	m, err := fam(cfg, w, q)
+	m, err := fam(cfg, w, q, s)
 	if err != nil {
 		w.Free()
 		return nil, fmt.Errorf("load %s: %w", dir, err)

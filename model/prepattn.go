@@ -1,8 +1,6 @@
 package model
 
 import (
-	"os"
-
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
@@ -72,9 +70,9 @@ const prepAttnRows = `
 // of 16 tokens; 16 KB of keys and values at D = 256).
 const prepAttnMaxRows = 16
 
-// newPrepAttention makes the kernel unless DFLASH_FUSE_PREP_ATTN=0 (nil then).
-func newPrepAttention() *mlxc.Kernel {
-	if os.Getenv("DFLASH_FUSE_PREP_ATTN") == "0" {
+// newPrepAttention makes the kernel when on (settings.Kernels.FusePrepAttn), nil otherwise.
+func newPrepAttention(on bool) *mlxc.Kernel {
+	if !on {
 		return nil
 	}
 	return mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_prep_attention",

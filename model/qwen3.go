@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 func init() { Register("qwen3", loadQwen3) }
@@ -40,7 +41,7 @@ type Qwen3 struct {
 	fused    *Fused // on CUDA: per-layer kernels for head prep and the MLP gate
 }
 
-func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
+func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) (Model, error) {
 	a := Arch{Family: "qwen3", TrimmableCache: true}
 	var inter int
 	err := cfg.PositiveInts(Field("hidden_size", &a.HiddenSize), Field("num_hidden_layers", &a.NumLayers),
@@ -116,15 +117,12 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig) (Model, error) {
 	}
 	a.WeightBytes = w.Bytes
 	m.arch = a
-	if _, err := fqaWarpSetting(); err != nil {
-		return nil, err
-	}
-	if m.skinny, err = NewSkinnyGEMM(); err != nil {
+	if m.skinny, err = NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
 		return nil, err
 	}
 	m.swiglu = NewSwiGLU()
-	m.fused = NewFused(m.rope, a.HeadDim, a.RMSNormEps)
-	if m.fqa = NewFewQueryAttention(); m.fqa != nil {
+	m.fused = NewFused(m.rope, a.HeadDim, a.RMSNormEps, s.Kernels)
+	if m.fqa = NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
 	return m, nil
@@ -137,7 +135,7 @@ func (m *Qwen3) prepare() {
 	m.lmHead.prepare()
 	m.lmHead.UseSkinny(m.skinny)
 	// The fused kernels read the merged products directly (no slices).
-	merge := MergeProjectionsDefault() || m.fused != nil
+	merge := m.fused != nil || mergeProjections
 	for i := range m.layers {
 		l := &m.layers[i]
 		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {

@@ -3,9 +3,9 @@ package model
 import (
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // SkinnyGEMM computes y = x·Wᵀ for blocks of 2..16 rows (a verify block, a draft) with one
@@ -146,57 +146,48 @@ const skinnySource = `
   }
 `
 
-// NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here,
-// nil otherwise (Linear then uses MLX's matmul). DFLASH_SKINNY_GEMM picks the variant:
-// unset or "tc" the tensor-core one (the default on CUDA), "1" the CUDA-core one, "0"
-// none (cuBLAS); DFLASH_TC_RULE the tensor-core launch shapes
-// (tcrule.go; an unreadable value is an error, so that a comparison never runs the wrong
-// shapes); DFLASH_TC_TILED the weights' layout (unset: tiled copies within the memory
-// budget, "0" none, "1" without the budget; any other value is an error too). GPU-exact
-// mode also sends one-row products through it. MLX thread only.
-func NewSkinnyGEMM() (*SkinnyGEMM, error) {
-	rule, err := parseTCRule(os.Getenv("DFLASH_TC_RULE"))
+// NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here
+// and k.SkinnyGEMM asks for it, nil otherwise (Linear then uses MLX's matmul); gpuExact
+// (settings.Loop.GPUExact: GPU-exact mode, below) also sends one-row products through it. k.TCRule
+// sets the tensor-core launch shapes (tcrule.go; an unreadable value is an error, so that
+// a comparison never runs the wrong shapes) and k.TCTiled the weights' layout (Auto: tiled
+// copies within the memory budget). MLX thread only.
+func NewSkinnyGEMM(k settings.Kernels, gpuExact bool) (*SkinnyGEMM, error) {
+	rule, err := parseTCRule(k.TCRule)
 	if err != nil {
 		return nil, fmt.Errorf("DFLASH_TC_RULE: %w", err)
 	}
-	tiling := os.Getenv("DFLASH_TC_TILED")
-	if tiling != "" && tiling != "0" && tiling != "1" {
-		return nil, fmt.Errorf("DFLASH_TC_TILED=%q: want 0 (row-major weights), 1 (tiled copies of every weight) or unset (tiled copies within %.0f%% of the device's memory)", tiling, 100*tcTileMemoryShare)
-	}
 	var s *SkinnyGEMM
 	switch {
-	case GPUExactDefault():
+	case gpuExact:
 		// One-token steps through the same kernel as verify blocks: every row of every
-		// product is then reduced the same way (see GPUExactDefault).
+		// product is then reduced the same way (GPU-exact mode, below).
 		if s = newSkinnyGEMM(true); s != nil {
 			s.minRows = 1
 		}
-	case os.Getenv("DFLASH_SKINNY_GEMM") == "0":
-	case os.Getenv("DFLASH_SKINNY_GEMM") == "1":
-		s = newSkinnyGEMM(false)
+	case !k.SkinnyGEMM:
 	default:
 		s = newSkinnyGEMM(true)
 	}
 	if s != nil {
 		s.configFor = rule
-		switch tiling {
-		case "0":
-		case "1":
+		switch k.TCTiled {
+		case settings.Off:
+		case settings.On:
 			s.tiled = s.tensorCores
 		default:
 			s.tileBudget = uint64(float64(deviceTotalMemory()) * tcTileMemoryShare)
 			s.tiled = s.tensorCores && s.tileBudget > 0
 		}
-		s.fuse = s.tensorCores && os.Getenv("DFLASH_FUSE_PRODUCTS") != "0"
-		s.fuseGated = s.fuse && os.Getenv("DFLASH_FUSE_GATED") == "1"
-		s.fuseAct = s.fuse && os.Getenv("DFLASH_FUSE_ACT") != "0"
-		s.fuseNorm = s.fuse && os.Getenv("DFLASH_FUSE_NORM") != "0"
+		s.fuse = s.tensorCores && k.FuseProducts
+		s.fuseAct = s.fuse && k.FuseAct
+		s.fuseNorm = s.fuse && k.FuseNorm
 	}
 	return s, nil
 }
 
-// GPUExactDefault reports DFLASH_GPU_EXACT=1: on a GPU, make a verify block compute every
-// row exactly as a one-token decode step does, so DFlash output equals plain decoding bit
+// GPU-exact mode (settings.Loop.GPUExact, the --gpu-exact option of run, bench and serve):
+// on a GPU, make a verify block compute every row exactly as a one-token decode step does, so DFlash output equals plain decoding bit
 // for bit there too (on the CPU backend it already does). Products of 1..16 rows go through
 // the tensor-core few-row kernel, whose per-row result does not depend on the row count,
 // and attention of every step through the few-query kernel, whose rows do not depend on
@@ -204,7 +195,6 @@ func NewSkinnyGEMM() (*SkinnyGEMM, error) {
 // not DFlash's (see docs/perf/gpu-exact.md). Quantized products of a block go one row at
 // a time (quantizedProduct): a node per row, so quantized verify blocks are slow in this
 // mode.
-func GPUExactDefault() bool { return os.Getenv("DFLASH_GPU_EXACT") == "1" }
 
 func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {

@@ -30,7 +30,7 @@ func (p *DFlash) BlockSize() int   { return p.D.BlockSize() }
 func (p *DFlash) Begin() {
 	p.End()
 	p.cache = p.D.NewCache()
-	p.argmax = model.NewRowArgmax()
+	p.argmax = model.NewRowArgmax(p.D.Settings.Kernels)
 }
 
 // Context writes committed prompt rows into the draft cache without drafting: the cheap
