@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
@@ -81,8 +82,38 @@ func maxAbsDiff(a, b []float32) (float64, int) {
 	return worst, at
 }
 
+// logprobGap is |log p(a) − log p(b)| of the token after seq (one forward from scratch).
+func logprobGap(m model.Model, seq []int32, a, b int32) float64 {
+	s := mlxc.NewScope()
+	defer s.Close()
+	c := m.NewCache()
+	defer c.Free()
+	o := m.Forward(mlxc.FromSlice(seq, 1, len(seq)), c, model.ForwardOptions{Logits: model.LogitsLast})
+	logits := mlxc.AsType(mlxc.Reshape(o.Logits, -1), mlxc.Float32)
+	lp := mlxc.Subtract(logits, mlxc.LogSumExp(logits, []int{-1}, true)).Float32s()
+	return math.Abs(float64(lp[a]) - float64(lp[b]))
+}
+
+// mlx-lm runs on the device ours does (the script reads DFLASH_DEVICE as mlxc does). On the
+// CPU the two agree bit for bit: the same ops on the same kernels. On a GPU the kernels are
+// chosen by shape and memory layout, which the two implementations need not share op for op,
+// so values there are held within 1/32 of the largest magnitude (four bf16 steps) and greedy
+// tokens up to the first near-tie (a log-probability gap of at most 0.25, the largest seen
+// to flip between GPU kernels).
 func TestQwen3MatchesMLXLM(t *testing.T) {
 	py := reftest.Python(t)
+	exact := !testenv.GPU()
+	agree := func(got, want []float32) (float64, int, bool) {
+		d, at := maxAbsDiff(got, want)
+		if exact || d == 0 {
+			return d, at, d == 0
+		}
+		scale := 0.0
+		for _, w := range want {
+			scale = math.Max(scale, math.Abs(float64(w)))
+		}
+		return d, at, d <= scale/32
+	}
 	script := filepath.Join(reftest.RepoRoot(), "model", "testdata", "mlxlm_ref.py")
 	base := modelgen.TinyQwen3()
 	cases := []struct {
@@ -139,10 +170,12 @@ func TestQwen3MatchesMLXLM(t *testing.T) {
 				out := m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
 				got := out.Logits.Float32s()
 				want := ref["logits"].Float32s()
-				if d, at := maxAbsDiff(got, want); d != 0 {
+				if d, at, ok := agree(got, want); !ok {
 					t.Errorf("logits differ from mlx-lm: max |Δ| = %g at %d (want bit-identical on CPU)", d, at)
+				} else if d != 0 {
+					t.Logf("logits differ from mlx-lm on the GPU by at most %g", d)
 				}
-				if d, _ := maxAbsDiff(ref["logits"].Float32s(), ref["logits_model"].Float32s()); d != 0 {
+				if d, _, ok := agree(ref["logits"].Float32s(), ref["logits_model"].Float32s()); !ok {
 					t.Errorf("reference layer loop disagrees with mlx-lm's own forward by %g", d)
 				}
 				hidden := out.Hidden.Float32s()
@@ -154,7 +187,7 @@ func TestQwen3MatchesMLXLM(t *testing.T) {
 						row := hidden[p*len(taps)*H+i*H : p*len(taps)*H+(i+1)*H]
 						g = append(g, row...)
 					}
-					if d, at := maxAbsDiff(g, w); d != 0 {
+					if d, at, ok := agree(g, w); !ok {
 						t.Errorf("hidden tap of layer %d differs: max |Δ| = %g at %d", i, d, at)
 					}
 				}
@@ -162,7 +195,13 @@ func TestQwen3MatchesMLXLM(t *testing.T) {
 				wantGen := ref["greedy"].Int32s()
 				for i := range wantGen {
 					if gen[i] != wantGen[i] {
-						t.Errorf("greedy token %d = %d, mlx-lm %d (ours %v, ref %v)", i, gen[i], wantGen[i], gen, wantGen)
+						if exact {
+							t.Errorf("greedy token %d = %d, mlx-lm %d (ours %v, ref %v)", i, gen[i], wantGen[i], gen, wantGen)
+						} else if gap := logprobGap(m, append(append([]int32(nil), prompt...), gen[:i]...), gen[i], wantGen[i]); gap > 0.25 {
+							t.Errorf("greedy token %d = %d, mlx-lm %d: a log-probability gap of %g is no near-tie (ours %v, ref %v)", i, gen[i], wantGen[i], gap, gen, wantGen)
+						} else {
+							t.Logf("greedy token %d = %d, mlx-lm %d: a near-tie (log-probability gap %g) flipped on the GPU; the rest is not compared", i, gen[i], wantGen[i], gap)
+						}
 						break
 					}
 				}
