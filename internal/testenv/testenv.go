@@ -26,10 +26,11 @@ func GPU() bool {
 // computation: a verify block's rows and one-token decode steps, a long prefill and steps, a
 // block placed by a device position and one at the cache's offset. Then DFlash output equals
 // plain greedy decoding token for token. It holds on the CPU backend, whose reductions do not
-// depend on the row count, and on CUDA in GPU-exact mode (DFLASH_GPU_EXACT=1 with our CUDA
-// kernels, see model.GPUExactDefault). On Metal, and on CUDA by default, a multi-row product
-// or attention reduces in another order than a one-row one: values differ by bf16 rounding
-// and greedy tokens can flip on near-ties (`dflash-mlx bench --flips` measures it).
+// depend on the row count, and on CUDA in GPU-exact mode with our CUDA kernels (which
+// DFLASH_GPU_EXACT=1 asks for in tests, see settings.ForTests). On Metal, and on CUDA by
+// default, a multi-row product or attention reduces in another order than a one-row one:
+// values differ by bf16 rounding and greedy tokens can flip on near-ties (`dflash-mlx bench
+// --flips` measures it).
 func ShapeExact() bool {
 	if !GPU() {
 		return true
