@@ -16,7 +16,14 @@ import sys
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm import sample_utils
+
+# The device the Go side computes on: DFLASH_DEVICE=cpu|gpu as mlxc reads it, else MLX's
+# default (the GPU where there is one), as mlxc picks.
+_device = os.environ.get("DFLASH_DEVICE", "").lower()
+if _device in ("cpu", "gpu"):
+    mx.set_default_device(mx.cpu if _device == "cpu" else mx.gpu)
+
+from mlx_lm import sample_utils  # noqa: E402
 
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
