@@ -183,7 +183,7 @@ func (b *backend) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opt
 		return server.Prompt{}, err
 	}
 	text += opts.ResponsePrefix
-	ids, err := b.s.Tok.Encode(text, false)
+	ids, err := b.encode(text, false)
 	if err != nil {
 		return server.Prompt{}, err
 	}
@@ -192,11 +192,24 @@ func (b *backend) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opt
 }
 
 func (b *backend) TextPrompt(text string) (server.Prompt, error) {
-	ids, err := b.s.Tok.Encode(text, true)
+	ids, err := b.encode(text, true)
 	if err != nil {
 		return server.Prompt{}, err
 	}
 	return server.Prompt{Tokens: ids}, nil
+}
+
+// encode tokenizes a prompt, counting in chunks and stopping once it is too long for the
+// context, so an oversized request costs neither seconds nor lasting memory.
+func (b *backend) encode(text string, addSpecialTokens bool) ([]int32, error) {
+	ids, atLeast, over, err := b.s.Tok.EncodeUpTo(text, addSpecialTokens, b.ContextLength()-1)
+	if err != nil {
+		return nil, err
+	}
+	if over {
+		return nil, &server.PromptTooLongError{AtLeast: atLeast}
+	}
+	return ids, nil
 }
 
 func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit func(server.Delta) error) (server.GenerateResult, error) {

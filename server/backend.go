@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -14,7 +15,10 @@ import (
 //   - ModelID and ContextLength are constant for the backend's lifetime.
 //   - ChatPrompt and TextPrompt may be called from many goroutines at once, also while
 //     Generate runs: they only render and tokenize. Their inputs come from the client, so the
-//     server reports any error they return as a 400 naming the field (messages or prompt).
+//     server reports any error they return as a 400 naming the field (messages or prompt);
+//     a *PromptTooLongError becomes context_length_exceeded. They need not tokenize all of a
+//     prompt that cannot fit: tokenizing megabytes only to refuse them costs the server
+//     seconds and lasting memory.
 //   - Generate is never called concurrently: the server runs one generation at a time.
 //   - Generate calls emit once per piece of new text, in order, from any single goroutine,
 //     and never after it returns. Each Delta.Text is whole UTF-8 (no split runes).
@@ -45,6 +49,15 @@ type Backend interface {
 	TextPrompt(text string) (Prompt, error)
 	// Generate runs one generation and reports text through emit.
 	Generate(ctx context.Context, req GenerateRequest, emit func(Delta) error) (GenerateResult, error)
+}
+
+// PromptTooLongError is what ChatPrompt and TextPrompt return for a prompt with more
+// tokens than the context leaves room for; AtLeast is a lower bound on its token count
+// (a backend may stop counting once it is over).
+type PromptTooLongError struct{ AtLeast int }
+
+func (e *PromptTooLongError) Error() string {
+	return fmt.Sprintf("the prompt has at least %d tokens", e.AtLeast)
 }
 
 // TokenBounder is an optional Backend method. MaxTokenBytes is the most bytes of prompt text,

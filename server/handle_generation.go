@@ -65,7 +65,7 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt, err := s.backend.ChatPrompt(req.Messages, tools, opts)
 	if err != nil {
-		writeError(w, invalidField("messages", "the chat template could not render the messages: %v", err))
+		writeAPIError(w, s.promptError(err, "messages", "the chat template could not render the messages"))
 		return
 	}
 	info := infoFrom(r.Context())
@@ -112,7 +112,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt, err := s.backend.TextPrompt(req.Prompt)
 	if err != nil {
-		writeError(w, invalidField("prompt", "the prompt could not be tokenized: %v", err))
+		writeAPIError(w, s.promptError(err, "prompt", "the prompt could not be tokenized"))
 		return
 	}
 	info := infoFrom(r.Context())

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -37,6 +38,19 @@ func (s *Server) checkPromptBytes(textBytes int, promptParam string) error {
 		Message: fmt.Sprintf("%s: %d bytes of text, so at least %d tokens (a token covers at most %d bytes), "+
 			"but the model's context is %d tokens and the answer needs at least one", promptParam, textBytes, atLeast,
 			perToken, contextLen)}
+}
+
+// promptError is the client error for a prompt the backend could not make: a prompt too
+// long for the context is context_length_exceeded, anything else a 400 naming the field.
+func (s *Server) promptError(err error, param, what string) error {
+	var long *PromptTooLongError
+	if errors.As(err, &long) {
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param,
+			Code: "context_length_exceeded",
+			Message: fmt.Sprintf("%s: at least %d tokens, but the model's context is %d tokens and the answer needs at least one",
+				param, long.AtLeast, s.backend.ContextLength())}
+	}
+	return invalidField(param, "%s: %v", what, err)
 }
 
 // chatTextBytes is the part of a conversation's text that any chat template renders: the
