@@ -158,6 +158,9 @@ func printRunStats(w io.Writer, o runOutput) {
 	if st.RunAhead {
 		fmt.Fprint(w, "run-ahead ")
 	}
+	if st.RunAheadFallback != "" {
+		fmt.Fprintf(w, "serial loop (no run-ahead: %s) ", st.RunAheadFallback)
+	}
 	if o.DraftModel != "" {
 		fmt.Fprintf(w, "(target %s, draft %s)", o.TargetModel, o.DraftModel)
 	} else {

@@ -49,23 +49,28 @@ type aheadProposer interface {
 	CacheOffset() int
 }
 
-// canRunAhead reports whether req can use the run-ahead loop.
+// canRunAhead reports whether req uses the run-ahead loop: asked for and possible.
 func (e *Engine) canRunAhead(req Request) bool {
-	if !e.RunAhead {
-		return false
-	}
+	return e.RunAhead && e.runAheadRefusal(req) == ""
+}
+
+// runAheadRefusal says why req cannot use the run-ahead loop, "" when it can: the serial
+// loop then runs and Stats.RunAheadFallback carries the reason.
+func (e *Engine) runAheadRefusal(req Request) string {
 	if _, ok := e.Proposer.(aheadProposer); !ok {
-		return false
+		return "the proposer cannot draft from a device-side count"
 	}
 	c := e.Target.NewCache()
 	defer c.Free()
-	if _, ok := c.(*model.KVCaches); !ok {
-		return false
+	if c.RunAhead() == nil {
+		return "the target's caches cannot be placed at a device-side position"
 	}
 	// A repetition penalty reads the tokens committed so far, which the host does not know
 	// yet when it builds the next cycle.
-	sp := req.Sampling
-	return !(sp.RepetitionPenalty > 0 && sp.RepetitionPenalty != 1)
+	if sp := req.Sampling; sp.RepetitionPenalty > 0 && sp.RepetitionPenalty != 1 {
+		return "repetition penalty"
+	}
+	return ""
 }
 
 // aheadCycle is one enqueued cycle; its arrays are detached (owned here).
@@ -101,8 +106,9 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		o.end(FinishLength)
 		return Result{FinishReason: o.finish, Stats: st}, nil
 	}
-	c := e.Target.NewCache().(*model.KVCaches)
+	c := e.Target.NewCache()
 	defer c.Free()
+	placed := c.RunAhead() // not nil: runAheadRefusal checked it
 	c.Reserve(len(req.Prompt) + req.MaxTokens + 2*B)
 	p.Begin()
 	defer p.End()
@@ -246,7 +252,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 		st.Drafted += pending.n
 		st.Accepted += a
 		st.AcceptHist[a]++
-		if err := c.SetOffset(pending.pos + a + 1); err != nil {
+		if err := placed.SetOffset(pending.pos + a + 1); err != nil {
 			return Result{}, err
 		}
 		for _, t := range append(dtoks[:a:a], tok) {

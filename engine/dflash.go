@@ -6,6 +6,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
@@ -23,9 +24,10 @@ func blockSize(p verify.Proposer, req Request) int {
 // dflash is the speculative loop. Per cycle: the drafter proposes n tokens after the staged
 // one, the target verifies [staged, drafts] in one forward, the acceptance (greedy or
 // speculative sampling) is built on the device, and one evaluation brings back the drafts,
-// the per-slot verdicts and the candidate next tokens. The host then commits staged plus
-// the accepted drafts, rewinds the target cache over the rejected rows, and hands the
-// accepted rows' hidden states to the drafter as the next context.
+// the per-slot verdicts and the candidate next tokens. The host then emits staged plus the
+// accepted drafts, keeps their rows of the target caches (the verify was tentative: the
+// rejected rows are dropped), and hands the accepted rows' hidden states to the drafter as
+// the next context.
 func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
 	mlxc.ResetPeakMemory()
 	start := time.Now()
@@ -145,6 +147,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 			drafts = cur.prop.Tokens
 			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(drafts, 1, n)}, 1)
 		}
+		c.Speculate() // the verify block is tentative: only staged and the accepted drafts stay
 		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
 		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), drafts)
 		var v verify.Verdict
@@ -192,7 +195,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 		}
 
 		tr := time.Now()
-		if err := c.Rewind(n - a); err != nil {
+		if err := c.Commit(cache.Prefix(a + 1)); err != nil {
 			s.Close()
 			free(cur)
 			return Result{}, err

@@ -88,6 +88,9 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 			res, genErr = e.dflashAhead(ctx, req, emit)
 		default:
 			res, genErr = e.dflash(ctx, req, emit)
+			if e.RunAhead {
+				res.Stats.RunAheadFallback = e.runAheadRefusal(req)
+			}
 		}
 	}); err != nil {
 		return Result{}, err
@@ -128,10 +131,7 @@ func (e *Engine) prefill(ctx context.Context, prompt []int32, c model.Cache, p v
 
 // evalCache evaluates the cache buffers (and extra arrays) so a chunk's graph is freed.
 func evalCache(c model.Cache, extra ...*mlxc.Array) {
-	var arrs []*mlxc.Array
-	if kv, ok := c.(interface{ Arrays() []*mlxc.Array }); ok {
-		arrs = kv.Arrays()
-	}
+	arrs := c.Arrays()
 	for _, a := range extra {
 		if a != nil {
 			arrs = append(arrs, a)

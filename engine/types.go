@@ -61,7 +61,11 @@ type Stats struct {
 	// RunAhead: the DFlash cycles ran with the run-ahead loop (Engine.RunAhead); its Build
 	// time overlaps the device, and Draft/Verify are not split.
 	RunAhead bool `json:"run_ahead,omitempty"`
-	Cycles   int  `json:"cycles"`
+	// RunAheadFallback is why the serial loop ran although Engine.RunAhead asked for the
+	// run-ahead loop (the target's caches or the proposer lack the capability, or the
+	// request has a repetition penalty); empty otherwise.
+	RunAheadFallback string `json:"run_ahead_fallback,omitempty"`
+	Cycles           int    `json:"cycles"`
 	// Tau is tokens per cycle including the bonus token (DFlash only).
 	Tau float64 `json:"tau"`
 	// AcceptHist[a] counts cycles that accepted a drafts.

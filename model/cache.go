@@ -1,27 +1,17 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 )
 
-// Cache is a model's per-sequence state (one entry per layer). The DFlash loop only needs
-// Offset, Rewind and Free, so families whose state cannot simply be trimmed (recurrent
-// layers restored by replaying a tape) implement Rewind their own way.
-type Cache interface {
-	// Offset is the number of positions the cache holds.
-	Offset() int
-	// Rewind drops the last n positions written (n ≤ positions written by the latest forward
-	// for recurrent families; any n ≤ Offset for pure KV caches).
-	Rewind(n int) error
-	// Reserve preallocates room for n positions in total, avoiding regrowth later.
-	Reserve(n int)
-	// Bytes is the memory the cache buffers hold.
-	Bytes() int64
-	// Free releases all buffers.
-	Free()
-}
+// Cache is a model's per-sequence state, one cache.Layer per layer: the decoding loops use
+// only this interface, so that a family whose layers are not all KV (recurrent layers
+// rolled back through Speculate and Commit) fits the same loops.
+type Cache = cache.Caches
 
 // kvStep is mlx-lm's allocation step; keeping it makes the cache layout (and so the CUDA
 // cuDNN SDPA eligibility for decode) identical.
@@ -33,7 +23,20 @@ type KVCache struct {
 	keys, values *mlxc.Array
 	offset       int
 	reserve      int
+	// base is the offset before a tentative forward, while tentative (Speculate) is set;
+	// the zero value is a layer outside speculation.
+	base      int
+	tentative bool
 }
+
+// The KV layer's contract, and run-ahead's capability (rows written at a device-computed
+// position, the offset set once the host reads the count).
+var (
+	_ cache.Layer    = (*KVCache)(nil)
+	_ cache.Reserver = (*KVCache)(nil)
+	_ cache.Trimmer  = (*KVCache)(nil)
+	_ cache.Placed   = (*KVCache)(nil)
+)
 
 // Offset is the number of valid positions.
 func (c *KVCache) Offset() int { return c.offset }
@@ -213,47 +216,96 @@ func (c *KVCache) Bytes() int64 {
 func (c *KVCache) Free() {
 	c.keys.Free()
 	c.values.Free()
-	c.keys, c.values, c.offset = nil, nil, 0
+	c.keys, c.values, c.offset, c.tentative = nil, nil, 0, false
 }
 
-// KVCaches is a stack of per-layer KV caches: the Cache of a pure-attention model.
+// Reserve makes the first allocation large enough for n positions.
+func (c *KVCache) Reserve(n int) { c.reserve = n }
+
+// Speculate remembers the offset: the rows the next forward appends are tentative.
+func (c *KVCache) Speculate() { c.base, c.tentative = c.offset, true }
+
+// Commit keeps the tentative rows keep (a prefix: rows stay where they were written, so a
+// tree's path, which would need moving rows, is refused) and drops the rest.
+func (c *KVCache) Commit(keep []int) error {
+	if !c.tentative {
+		return errors.New("kv cache: commit without speculate")
+	}
+	if !cache.IsPrefix(keep) {
+		return fmt.Errorf("kv cache: can keep only a prefix of the tentative rows, not %v", keep)
+	}
+	if written := c.offset - c.base; len(keep) > written {
+		return fmt.Errorf("kv cache: cannot keep %d of %d tentative rows", len(keep), written)
+	}
+	c.offset, c.tentative = c.base+len(keep), false
+	return nil
+}
+
+// SetOffset declares the first n rows valid (n within the buffers): after rows written
+// with WriteAt at positions the host learns later.
+func (c *KVCache) SetOffset(n int) error {
+	if err := c.checkOffset(n); err != nil {
+		return err
+	}
+	c.offset = n
+	return nil
+}
+
+func (c *KVCache) checkOffset(n int) error {
+	if n < 0 || (n > 0 && (c.keys == nil || n > c.keys.Dim(2))) {
+		return fmt.Errorf("kv cache: cannot set offset %d past the buffers", n)
+	}
+	return nil
+}
+
+// kvSnapshot is a KV layer's state: its offset, the rows being still in place.
+type kvSnapshot struct{ offset int }
+
+func (kvSnapshot) Free() {}
+
+// Snapshot is O(1): the offset. Restoring it is exact as long as no row below it has been
+// overwritten since (the layer not rewound below it and written again).
+func (c *KVCache) Snapshot() cache.Snapshot { return kvSnapshot{c.offset} }
+
+// Restore returns to a snapshot of this layer taken earlier.
+func (c *KVCache) Restore(s cache.Snapshot) error {
+	ks, ok := s.(kvSnapshot)
+	if !ok {
+		return errors.New("kv cache: snapshot of another kind of layer")
+	}
+	if ks.offset > c.offset {
+		return fmt.Errorf("kv cache: snapshot at %d is past the current offset %d", ks.offset, c.offset)
+	}
+	c.offset, c.tentative = ks.offset, false
+	return nil
+}
+
+// KVCaches is a stack of per-layer KV caches: the Cache of a pure-attention model. Layers
+// and the embedded list hold the same layers (Layers typed for the model's own use).
 type KVCaches struct {
 	Layers []*KVCache
+	*cache.List
 }
 
 // NewKVCaches makes n empty layer caches.
 func NewKVCaches(n int) *KVCaches {
 	c := &KVCaches{Layers: make([]*KVCache, n)}
+	ls := make([]cache.Layer, n)
 	for i := range c.Layers {
 		c.Layers[i] = &KVCache{}
+		ls[i] = c.Layers[i]
 	}
+	c.List = cache.NewList(ls...)
 	return c
 }
 
-func (c *KVCaches) Offset() int {
-	if len(c.Layers) == 0 {
-		return 0
-	}
-	return c.Layers[0].offset
-}
-
-// Rewind trims every layer by n positions.
-func (c *KVCaches) Rewind(n int) error {
-	if n < 0 || n > c.Offset() {
-		return fmt.Errorf("kv cache: cannot rewind %d of %d positions", n, c.Offset())
-	}
-	for _, l := range c.Layers {
-		l.Trim(n)
-	}
-	return nil
-}
-
 // SetOffset declares the first n rows of every layer valid (n within the buffers): after
-// blocks written with WriteAt at positions the host learns later.
+// blocks written with WriteAt at positions the host learns later. Nothing changes when
+// any layer refuses n.
 func (c *KVCaches) SetOffset(n int) error {
 	for _, l := range c.Layers {
-		if n < 0 || (n > 0 && (l.keys == nil || n > l.keys.Dim(2))) {
-			return fmt.Errorf("kv cache: cannot set offset %d past the buffers", n)
+		if err := l.checkOffset(n); err != nil {
+			return err
 		}
 	}
 	for _, l := range c.Layers {
@@ -273,34 +325,4 @@ func (c *KVCaches) Restore(cp int) error {
 		return fmt.Errorf("kv cache: checkpoint %d is past the current offset %d", cp, c.Offset())
 	}
 	return c.Rewind(c.Offset() - cp)
-}
-
-// Reserve makes the first allocation large enough for n positions.
-func (c *KVCaches) Reserve(n int) {
-	for _, l := range c.Layers {
-		l.reserve = n
-	}
-}
-
-func (c *KVCaches) Bytes() int64 {
-	var b int64
-	for _, l := range c.Layers {
-		b += l.Bytes()
-	}
-	return b
-}
-
-func (c *KVCaches) Free() {
-	for _, l := range c.Layers {
-		l.Free()
-	}
-}
-
-// Arrays lists all buffers (to evaluate them together with a step's outputs).
-func (c *KVCaches) Arrays() []*mlxc.Array {
-	var out []*mlxc.Array
-	for _, l := range c.Layers {
-		out = append(out, l.Arrays()...)
-	}
-	return out
 }

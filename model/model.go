@@ -58,7 +58,8 @@ type ForwardOptions struct {
 	// for a block built before the host knows how many rows of the previous one are kept
 	// (the engine's run-ahead loop): the rows are written to the cache there
 	// (KVCache.WriteAt), row i attends to keys ≤ Pos+i, and the cache's offset is left for
-	// the caller to set (KVCaches.SetOffset). Window bounds Pos+L; B must be 1.
+	// the caller to set (the caches' run-ahead capability, cache.Placed). Window bounds
+	// Pos+L; B must be 1.
 	Pos    *mlxc.Array
 	Window int
 }
