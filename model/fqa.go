@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
@@ -35,132 +36,6 @@ type fqaKey struct {
 // stay bit for bit alike.
 const fqaWarps = 4
 
-// fqaHead: the block's (head, query), its query scaled into shared memory, its keys' and
-// values' rows (kb, vb with strides kst, vst).
-var fqaHead = fqaLoopDecls + `  const int H = q_shape[1];
-  const int L = q_shape[2];
-  const int Hkv = k_shape[1];
-  const int h = blockIdx.x % H;
-  const int l = blockIdx.x / H;
-  if (l >= L) return; // block-uniform
-  const int hk = h / (H / Hkv);
-  const int lane = threadIdx.x & 31;
-  const int wid = threadIdx.x >> 5;
-  const int n = CAUSAL ? off[0] + l + 1 : off[0]; // keys this query sees
-  const float sc = scale[0];
-  const T* qp = q + h * q_strides[1] + l * q_strides[2];
-  for (int d = threadIdx.x; d < D; d += WARPS * 32) qs[d] = static_cast<float>(qp[d * q_strides[3]]) * sc;
-  __syncthreads();
-  const T* kb = k + hk * k_strides[1];
-  const T* vb = v + hk * v_strides[1];
-  const long long kst = k_strides[2];
-  const long long vst = v_strides[2];
-`
-
-// fqaLoopDecls declares what fqaLoop uses besides the block's rows and query (h, l, hk,
-// lane, wid, n, kb, vb): its vector type, and the scaled query and the warps' partial
-// results in shared memory. PrepAttention's kernel declares them with it too.
-const fqaLoopDecls = `
-  constexpr int DPL = D / 32; // output dimensions per lane
-  // One lane's DPL values of a key, read with one load.
-  struct alignas(DPL * sizeof(T)) VecT {
-    T e[DPL];
-  };
-  const float NEG_INF = __int_as_float((int)0xff800000u);
-  __shared__ float qs[D];
-  __shared__ float wm[WARPS];
-  __shared__ float wl[WARPS];
-  __shared__ float wo[WARPS][D];
-`
-
-// fqaLoop is the attention kernel from the online softmax on: each warp's keys in tiles of
-// 32, the warps merged in a fixed order, the row written. PrepAttention runs the same text
-// with its own key and value rows (their values, and so the results, are the same bit for bit).
-const fqaLoop = `  float m = NEG_INF;
-  float lsum = 0.0f;
-  float o[DPL];
-#pragma unroll
-  for (int i = 0; i < DPL; ++i) o[i] = 0.0f;
-  for (int t0 = wid * 32; t0 < n; t0 += WARPS * 32) { // warp-uniform
-    const int j = t0 + lane;
-    float s = NEG_INF;
-    if (j < n) {
-      const T* kr = kb + j * kst;
-      float acc = 0.0f;
-#pragma unroll
-      for (int d = 0; d < D; d += 8) {
-        uint4 raw = *reinterpret_cast<const uint4*>(kr + d);
-        const T* p = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc = fmaf(qs[d + e], static_cast<float>(p[e]), acc);
-      }
-      s = acc;
-    }
-    float tmax = s;
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, sh));
-    const float mnew = fmaxf(m, tmax); // finite: key t0 < n is in this tile
-    const float corr = expf(m - mnew);
-    const float p = (j < n) ? expf(s - mnew) : 0.0f;
-    float psum = p;
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, sh);
-    lsum = lsum * corr + psum;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) o[i] *= corr;
-    // Values of 8 keys at a time: their loads are issued before the first one is used
-    // (one at a time, each waited for, this loop was most of the kernel's time). Keys past
-    // n read row last−1 instead (in bounds) with weight 0; the sum's order is unchanged.
-    const int last = min(32, n - t0);
-    for (int j0 = 0; j0 < last; j0 += 8) {
-      VecT vv[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int r = t0 + min(j0 + u, last - 1);
-        vv[u] = *reinterpret_cast<const VecT*>(vb + r * vst + lane * DPL);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
-        if (j0 + u < last) {
-#pragma unroll
-          for (int i = 0; i < DPL; ++i) o[i] = fmaf(pj, static_cast<float>(vv[u].e[i]), o[i]);
-        }
-      }
-    }
-    m = mnew;
-  }
-  if (lane == 0) {
-    wm[wid] = m;
-    wl[wid] = lsum;
-  }
-#pragma unroll
-  for (int i = 0; i < DPL; ++i) wo[wid][lane * DPL + i] = o[i];
-  __syncthreads();
-  if (wid == 0) {
-    float M = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, wm[w]);
-    float total = 0.0f;
-    float acc[DPL];
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const float f = wm[w] == NEG_INF ? 0.0f : expf(wm[w] - M); // a warp with no keys adds nothing
-      total += wl[w] * f;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[i] += wo[w][lane * DPL + i] * f;
-    }
-    T* op = out + ((size_t)l * H + h) * D + lane * DPL;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) op[i] = static_cast<T>(acc[i] / total);
-  }
-`
-
-// fqaSource is the whole kernel body.
-var fqaSource = fqaHead + fqaLoop
-
 // NewFewQueryAttention returns the kernel when custom CUDA kernels can run here (unless
 // k.FQA is off without GPU-exact mode), nil otherwise (the model then uses MLX's attention).
 // In GPU-exact mode one-token steps use it too: a query's result depends only on its own
@@ -189,9 +64,9 @@ func newFewQueryAttention() *FewQueryAttention {
 		return nil
 	}
 	return &FewQueryAttention{k: mlxc.NewKernel(mlxc.KernelSpec{
-		Backend: mlxc.KernelCUDA, Name: "dflash_few_query_attention",
+		Backend: mlxc.KernelCUDA, Name: kernels.FewQueryAttention.Name,
 		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
-		Source: fqaSource, EnsureRowContiguous: false,
+		Source: kernels.FewQueryAttention.CUDA.Body, EnsureRowContiguous: false,
 	}), minQueries: 2, warps: fqaWarps}
 }
 

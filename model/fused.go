@@ -1,9 +1,8 @@
 package model
 
 import (
-	"fmt"
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"math"
-	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
@@ -45,12 +44,6 @@ type Fused struct {
 	pad *mlxc.Kernel
 }
 
-// padSource fills the four elements of a position array in device memory from element 0
-// of a (Fused.OnDevice).
-const padSource = `
-  out[threadIdx.x] = a[0];
-`
-
 // OnDevice is the package's OnDevice for an int32 position (one element): the same four
 // copies of it in device memory, made by one kernel launch where OnDevice's Concatenate
 // launches a copy kernel per element. A cycle makes three such positions (the target's, the
@@ -77,153 +70,6 @@ func (f *Fused) prepTemplate(dt mlxc.Dtype, D, hq, hk, qo, ko, vo int) []mlxc.Te
 }
 
 const fusedWarps = 4
-
-// headPrepHead picks one warp's (row, head) item: its source row, norm weight and output.
-const headPrepHead = `
-  constexpr int HT = HQ + 2 * HK;
-  constexpr int P = D / 64; // rotation pairs per lane
-  const int L = q_shape[0];
-  const int lane = threadIdx.x & 31;
-  const int item = blockIdx.x * WARPS + (threadIdx.x >> 5);
-  const int row = item / HT;
-  const int hh = item - row * HT;
-  if (row >= L) return; // warp-uniform
-  const T* src;
-  const T* nw = nullptr;
-  T* dst;
-  if (hh < HQ) {
-    src = q + (size_t)row * q_shape[1] + QO + hh * D;
-    dst = qo + ((size_t)hh * L + row) * D;
-    nw = qn;
-  } else if (hh < HQ + HK) {
-    const int h = hh - HQ;
-    src = k + (size_t)row * k_shape[1] + KO + h * D;
-    dst = ko + ((size_t)h * L + row) * D;
-    nw = kn;
-  } else {
-    const int h = hh - HQ - HK;
-    src = v + (size_t)row * v_shape[1] + VO + h * D;
-    dst = vo + ((size_t)h * L + row) * D;
-  }
-  T* dst2 = nullptr; // headPrepRow's second destination: none here
-`
-
-// headPrepRow normalizes and rotates one warp's row of one head from src (nw null: copies
-// it) into dst and, when set, dst2, at position off[0]+row. PrepAttention runs the same
-// text for its rows, so both round alike.
-const headPrepRow = `  float a[P], b[P];
-#pragma unroll
-  for (int p = 0; p < P; ++p) {
-    a[p] = static_cast<float>(src[lane + 32 * p]);
-    b[p] = static_cast<float>(src[lane + 32 * p + D / 2]);
-  }
-  if (nw == nullptr) {
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      dst[lane + 32 * p] = static_cast<T>(a[p]);
-      dst[lane + 32 * p + D / 2] = static_cast<T>(b[p]);
-      if (dst2 != nullptr) {
-        dst2[lane + 32 * p] = static_cast<T>(a[p]);
-        dst2[lane + 32 * p + D / 2] = static_cast<T>(b[p]);
-      }
-    }
-    return;
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int p = 0; p < P; ++p) ss += a[p] * a[p] + b[p] * b[p];
-#pragma unroll
-  for (int sh = 16; sh > 0; sh >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, sh);
-  const float r = rsqrtf(ss / D + eps[0]);
-  const float pos = static_cast<float>(off[0] + row);
-#pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int i = lane + 32 * p;
-    const float na = static_cast<float>(static_cast<T>(a[p] * r * static_cast<float>(nw[i])));
-    const float nb = static_cast<float>(static_cast<T>(b[p] * r * static_cast<float>(nw[i + D / 2])));
-    float sn, cs;
-    sincosf(pos * inv[i], &sn, &cs);
-    const T ra = static_cast<T>(na * cs - nb * sn);
-    const T rb = static_cast<T>(na * sn + nb * cs);
-    dst[i] = ra;
-    dst[i + D / 2] = rb;
-    if (dst2 != nullptr) {
-      dst2[i] = ra;
-      dst2[i + D / 2] = rb;
-    }
-  }
-`
-
-// headPrepSource is the whole head-prep kernel body.
-var headPrepSource = headPrepHead + headPrepRow
-
-// headPrepIntoSource is headPrepSource for one merged q/k/v product y whose keys and values
-// go straight into the KV cache's buffers ck / cv ([1, HK, R, D], row-contiguous) at cache
-// row off[0]+row (rows past R are not written), in place: only q is an output. MLX knows
-// nothing of that write, so a reader of the buffers must depend on this kernel through its
-// q (the attention kernel takes it); a block's keys and values then need no dynamic slice
-// update (two kernels per layer and a small offset array in unified memory), and no k and
-// v outputs (each output is host time per launch: BenchmarkKernelOverhead's small_4out).
-var headPrepIntoSource = replaceAll(headPrepSource,
-	"  const int L = q_shape[0];\n", "  const int L = y_shape[0];\n",
-	"    src = q + (size_t)row * q_shape[1] + QO + hh * D;\n", "    src = y + (size_t)row * y_shape[1] + QO + hh * D;\n",
-	`    src = k + (size_t)row * k_shape[1] + KO + h * D;
-    dst = ko + ((size_t)h * L + row) * D;
-`, `    src = y + (size_t)row * y_shape[1] + KO + h * D;
-    const int p = off[0] + row;
-    if (p < 0 || p >= ck_shape[2]) return; // warp-uniform
-    dst = const_cast<T*>(ck) + ((size_t)h * ck_shape[2] + p) * D;
-`,
-	`    src = v + (size_t)row * v_shape[1] + VO + h * D;
-    dst = vo + ((size_t)h * L + row) * D;
-`, `    src = y + (size_t)row * y_shape[1] + VO + h * D;
-    const int p = off[0] + row;
-    if (p < 0 || p >= cv_shape[2]) return; // warp-uniform
-    dst = const_cast<T*>(cv) + ((size_t)h * cv_shape[2] + p) * D;
-`)
-
-// kvPrepIntoSource is headPrepIntoSource for a k|v product (HQ = 0; KVPrepInto), whose one
-// output qo is a copy of qn [D]: MLX sees no data path in a kernel's writes into its
-// inputs, so the kernels that read the rows written here take qo as their q norm weight.
-var kvPrepIntoSource = `
-  if (blockIdx.x == 0) {
-    for (int i = threadIdx.x; i < D; i += blockDim.x) qo[i] = qn[i];
-  }
-` + headPrepIntoSource
-
-// replaceAll applies old/new pairs to s in order, each exactly once: a kernel variant made
-// from another's text fails at init if that text changed under it.
-func replaceAll(s string, pairs ...string) string {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if strings.Count(s, pairs[i]) != 1 {
-			panic(fmt.Sprintf("kernel variant: %q occurs %d times, want once", pairs[i], strings.Count(s, pairs[i])))
-		}
-		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
-	}
-	return s
-}
-
-// gatedDevice is silu(g)·u as GatedAct computes it, rounding to T after the sigmoid, after
-// g·sigmoid and after the product (the points where mlx-lm's ops round). Every kernel that
-// computes the activation (GatedAct, the tensor-core product's GATED and ACT fusions)
-// includes this one definition: their values must agree bit for bit.
-const gatedDevice = `
-template <typename T>
-__device__ __forceinline__ T dflash_gated(float g, float u) {
-  const float s = static_cast<float>(static_cast<T>(1.0f / (1.0f + expf(-g))));
-  const float a = static_cast<float>(static_cast<T>(g * s));
-  return static_cast<T>(a * u);
-}
-`
-
-const gatedActSource = `
-  const size_t n = (size_t)gu_shape[0] * I;
-  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-    const size_t row = e / I;
-    const size_t c = e - row * I;
-    y[e] = dflash_gated<T>(static_cast<float>(gu[row * 2 * I + c]), static_cast<float>(gu[row * 2 * I + I + c]));
-  }
-`
 
 // NewFused returns the kernels for a model with the given rotary embedding and norm
 // epsilon when k.Fused asks for them, custom CUDA kernels run here and the rotary
@@ -252,24 +98,24 @@ func newFusedFor(r *Rope, headDim int, eps float32, k settings.Kernels) *Fused {
 		inv[i] = float32(float64(r.Scale) * math.Pow(float64(r.Base), -2*float64(i)/float64(headDim)))
 	}
 	f := &Fused{
-		prep: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep",
+		prep: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.HeadPrep.Name,
 			Inputs: []string{"q", "k", "v", "qn", "kn", "inv", "eps", "off"}, Outputs: []string{"qo", "ko", "vo"},
-			Source: headPrepSource, EnsureRowContiguous: true}),
-		act: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_gated_act",
-			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: gatedActSource, Header: gatedDevice, EnsureRowContiguous: true}),
-		prepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_head_prep_into",
+			Source: kernels.HeadPrep.CUDA.Body, EnsureRowContiguous: true}),
+		act: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.GatedAct.Name,
+			Inputs: []string{"gu"}, Outputs: []string{"y"}, Source: kernels.GatedAct.CUDA.Body, Header: kernels.GatedAct.CUDA.Header, EnsureRowContiguous: true}),
+		prepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.HeadPrepInto.Name,
 			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
-			Source: headPrepIntoSource, EnsureRowContiguous: false}),
-		kvPrepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_kv_prep_into",
+			Source: kernels.HeadPrepInto.CUDA.Body, EnsureRowContiguous: false}),
+		kvPrepInto: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.KVPrepInto.Name,
 			Inputs: []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv"}, Outputs: []string{"qo"},
-			Source: kvPrepIntoSource, EnsureRowContiguous: false}),
+			Source: kernels.KVPrepInto.CUDA.Body, EnsureRowContiguous: false}),
 		inv:       OnDeviceConst(mlxc.FromSlice(inv, len(inv))),
 		eps:       OnDeviceConst(mlxc.Scalar(float64(eps), mlxc.Float32)),
 		half:      len(inv),
 		prepAttn:  newPrepAttention(k.FusePrepAttn),
 		attnWarps: k.FQAWarps,
-		pad: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_pad_position",
-			Inputs: []string{"a"}, Outputs: []string{"out"}, Source: padSource}),
+		pad: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.PadPosition.Name,
+			Inputs: []string{"a"}, Outputs: []string{"out"}, Source: kernels.PadPosition.CUDA.Body}),
 	}
 	return f
 }
@@ -320,7 +166,7 @@ func gatedActTemplate(dt mlxc.Dtype, I int) []mlxc.TemplateArg {
 }
 
 // HeadPrepInto is HeadPrepMerged that writes the block's keys and values into the KV cache
-// buffers ck, cv [1, hk, R, D] at rows pos..pos+L−1 (in place: see headPrepIntoSource; the
+// buffers ck, cv [1, hk, R, D] at rows pos..pos+L−1 (in place: see kernels.HeadPrepInto; the
 // buffers must be row-contiguous, as KVCache.Window's are) and returns only q. pos must be
 // OnDevice's. MLX orders readers of ck, cv after this write only through q: the attention
 // that reads the cache must take it.
@@ -355,7 +201,7 @@ func (f *Fused) KVPrep(kv *mlxc.Array, hk, D int, kn, pos *mlxc.Array) (*mlxc.Ar
 // row-contiguous array such as a product's output: the kernel takes no strides) into the
 // KV cache buffers ck, cv [1, hk, R, D] at rows pos..pos+T−1 in place (as
 // HeadPrepInto; pos must be OnDevice's) instead of returning them, and returns a copy of
-// qn [D] (kvPrepIntoSource): whatever reads those rows (the block's head prep and
+// qn [D] (kernels.KVPrepInto): whatever reads those rows (the block's head prep and
 // attention) must take that copy as its q norm weight, which orders it after this write.
 // The drafter's context rows: one node with one output per layer instead of a kernel with
 // three outputs and two SliceUpdates.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
@@ -152,39 +153,39 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 		y := [][2]string{{"y", T}}
 		for _, mmax := range []int{4, 8, 16} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_%s_%d", T, mmax), Inputs: xw, Outputs: y,
-				Consts: constsOf(skinnyTemplate(dt, mmax)), Body: skinnySource})
+				Consts: constsOf(skinnyTemplate(dt, mmax)), Body: kernels.SkinnyGEMM.CUDA.Body})
 		}
 		for _, c := range []tcConfig{tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigSweep(19456, 2560), tcConfigSweep(6144, 2560), tcConfigSweep(2560, 9728), {Tiles: 2, Warps: 16, Unroll: 4}, {Tiles: 1, Warps: 4, Unroll: 2},
 			{Tiles: 2, Warps: 8, Unroll: 2, Pipe: true}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true},
 			{Tiles: 2, Warps: 8, Stages: 3, KT: 256}, {Tiles: 4, Warps: 8, Stages: 3, KT: 128}, {Tiles: 1, Warps: 8, Stages: 4, KT: 512},
 			{Tiles: 4, Warps: 8, Unroll: 4, Tiled: true}, {Tiles: 2, Warps: 8, Unroll: 4, Tiled: true}, {Tiles: 2, Warps: 8, Unroll: 4, Pipe: true, Tiled: true}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_%s_%d_%d_%d_%v_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Stages, c.KT, c.Tiled),
-				Header: tcMMA, Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: tcSource})
+				Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(xw, c, T), Outputs: y, Consts: constsOf(c.template(dt)), Body: kernels.SkinnyGEMMTC.CUDA.Body})
 		}
 		for _, c := range []tcConfig{{Tiles: 2, Warps: 4, Unroll: 4, Split: 5}, {Tiles: 4, Warps: 4, Unroll: 4, Pipe: true, Split: 19}, tcConfigFor(2560, 9728),
 			{Tiles: 2, Warps: 8, Unroll: 2, Split: 8, Tiled: true}, {Tiles: 1, Warps: 4, Unroll: 4, Split: 3}} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_split_%s_%d_%d_%d_%v_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Tiled),
-				Header: tcMMA, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}, c, T), Outputs: y,
-				Consts: constsOf(c.template(dt)), Body: tcSplitSource})
+				Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs([][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}, c, T), Outputs: y,
+				Consts: constsOf(c.template(dt)), Body: kernels.SkinnyGEMMTCSplit.CUDA.Body})
 		}
 		act := tcConfigFor(19456, 2560) // ApplyAct on the merged gate/up product
 		act.Act = true
-		ks = append(ks, kernelCheck{Name: "skinny_tc_act_" + T, Header: tcMMA, Inputs: tcInputs(xw, act, T), Outputs: y,
-			Consts: constsOf(act.template(dt)), Body: tcSource})
+		ks = append(ks, kernelCheck{Name: "skinny_tc_act_" + T, Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(xw, act, T), Outputs: y,
+			Consts: constsOf(act.template(dt)), Body: kernels.SkinnyGEMMTC.CUDA.Body})
 		act.Tiled = true
-		ks = append(ks, kernelCheck{Name: "skinny_tc_act_tiled_" + T, Header: tcMMA, Inputs: tcInputs(xw, act, T), Outputs: y,
-			Consts: constsOf(act.template(dt)), Body: tcSource})
+		ks = append(ks, kernelCheck{Name: "skinny_tc_act_tiled_" + T, Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(xw, act, T), Outputs: y,
+			Consts: constsOf(act.template(dt)), Body: kernels.SkinnyGEMMTC.CUDA.Body})
 		// The fusions (ApplyFused) on the model's products: o with the residual add, down
 		// with the gated activation and the add, and each alone; the staged path too.
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigFor(1024, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {
 			for _, f := range [][2]bool{{false, true}, {true, true}, {true, false}} {
 				c.Gated, c.Resid = f[0], f[1]
-				body, in, out := tcSource, xw, y
+				body, in, out := kernels.SkinnyGEMMTC.CUDA.Body, xw, y
 				if c.Split > 1 {
-					body, in = tcSplitSource, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
+					body, in = kernels.SkinnyGEMMTCSplit.CUDA.Body, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 				}
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Gated, c.Resid),
-					Header: tcMMA, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
+					Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
 			}
 		}
 		// The norm fusion: o and down writing their output's RMSNorm (split, with the
@@ -192,27 +193,27 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 		split := [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), {Tiles: 1, Warps: 2, Unroll: 4, Split: 7}} {
 			c.Resid, c.NormOut, c.EpsBits = true, true, 0x358637bd
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Split), Header: tcMMA,
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_normout_%s_%d_%d_%d", T, c.Tiles, c.Warps, c.Split), Header: kernels.SkinnyGEMMTC.CUDA.Header,
 				Inputs: tcInputs(split, c, T), Outputs: [][2]string{{"y", T}, {"xn", T}},
-				Consts: constsOf(c.template(dt)), Body: tcSplitNormSource})
+				Consts: constsOf(c.template(dt)), Body: kernels.SkinnyGEMMTCSplitNorm.CUDA.Body})
 		}
 		for _, D := range []int{64, 128, 256} {
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_%s_%d", T, D),
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
-				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepSource})
+				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: kernels.HeadPrep.CUDA.Body})
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("kv_prep_%s_%d", T, D), // Fused.KVPrep: no q heads
 				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}},
 				Outputs: [][2]string{{"qo", T}, {"ko", T}, {"vo", T}},
-				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: headPrepSource})
+				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: kernels.HeadPrep.CUDA.Body})
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("kv_prep_into_%s_%d", T, D), // Fused.KVPrepInto
 				Inputs:  [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
 				Outputs: [][2]string{{"qo", T}},
-				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: kvPrepIntoSource})
+				Consts:  constsOf(headPrepTemplate(dt, D, 0, 8, 0, 0, 8*D)), Body: kernels.KVPrepInto.CUDA.Body})
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("head_prep_into_%s_%d", T, D),
 				Inputs:  [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"}, {"ck", T}, {"cv", T}},
 				Outputs: [][2]string{{"qo", T}},
-				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: headPrepIntoSource})
+				Consts:  constsOf(headPrepTemplate(dt, D, 32, 8, 0, 32*D, 40*D)), Body: kernels.HeadPrepInto.CUDA.Body})
 			warps := []int{fqaWarps}
 			if D == 128 {
 				warps = append(warps, 2, 8, 16) // DFLASH_FQA_WARPS
@@ -222,17 +223,17 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 					ks = append(ks, kernelCheck{Name: fmt.Sprintf("prep_attention_%s_%d_%d_%v", T, D, w, causal),
 						Inputs: [][2]string{{"y", T}, {"qn", T}, {"kn", T}, {"inv", "float"}, {"eps", "float"}, {"off", "int32_t"},
 							{"ck", T}, {"cv", T}, {"scale", "float"}},
-						Outputs: [][2]string{{"out", T}}, Consts: constsOf(prepAttnTemplate(dt, D, 32, 8, w, causal)), Body: prepAttnSource})
+						Outputs: [][2]string{{"out", T}}, Consts: constsOf(prepAttnTemplate(dt, D, 32, 8, w, causal)), Body: kernels.PrepAttention.CUDA.Body})
 					ks = append(ks, kernelCheck{Name: fmt.Sprintf("fqa_%s_%d_%d_%v", T, D, w, causal),
 						Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
-						Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, w, causal)), Body: fqaSource})
+						Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, w, causal)), Body: kernels.FewQueryAttention.CUDA.Body})
 				}
 			}
 		}
-		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: gatedDevice, Inputs: [][2]string{{"gu", T}}, Outputs: y,
-			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: gatedActSource})
+		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: kernels.GatedAct.CUDA.Header, Inputs: [][2]string{{"gu", T}}, Outputs: y,
+			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: kernels.GatedAct.CUDA.Body})
 	}
-	ks = append(ks, kernelCheck{Name: "pad_position", Inputs: [][2]string{{"a", "int32_t"}}, Outputs: [][2]string{{"out", "int32_t"}}, Body: padSource})
+	ks = append(ks, kernelCheck{Name: "pad_position", Inputs: [][2]string{{"a", "int32_t"}}, Outputs: [][2]string{{"out", "int32_t"}}, Body: kernels.PadPosition.CUDA.Body})
 	// RowArgmax: every element type, with and without the logsumexp (the int32 stand-in when
 	// without) and the drafts; and Leading.
 	for _, T := range []string{"__nv_bfloat16", "__half", "float"} {
@@ -245,17 +246,17 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 				Inputs:  [][2]string{{"logits", T}, {"lse", lse}, {"drafts", "int32_t"}},
 				Outputs: [][2]string{{"next", "int32_t"}, {"match", "bool"}},
 				Consts:  []string{"using T = " + T + ";", fmt.Sprintf("constexpr bool SUB = %v;", f[0]), fmt.Sprintf("constexpr bool DRAFTS = %v;", f[1])},
-				Body:    rowArgmaxSource})
+				Body:    kernels.RowArgmax.CUDA.Body})
 		}
 	}
 	ks = append(ks, kernelCheck{Name: "row_lead", Inputs: [][2]string{{"next", "int32_t"}, {"match", "bool"}},
-		Outputs: [][2]string{{"accepted", "int32_t"}, {"tok", "int32_t"}}, Body: rowLeadSource})
+		Outputs: [][2]string{{"accepted", "int32_t"}, {"tok", "int32_t"}}, Body: kernels.RowLead.CUDA.Body})
 	// The form NewKernel hands MLX on CUDA: body and header #included from files, the
 	// shape and stride names the body uses listed beside the include.
 	T := cudaType(mlxc.BFloat16)
 	fqaIn := [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}}
 	body, hdr := mlxc.KernelSources(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "fqa", Inputs: []string{"q", "k", "v", "off", "scale"},
-		Outputs: []string{"out"}, Source: fqaSource}, inc)
+		Outputs: []string{"out"}, Source: kernels.FewQueryAttention.CUDA.Body}, inc)
 	if !strings.HasPrefix(body, "#include") || !strings.Contains(body, "q_shape") || hdr != "" {
 		t.Fatalf("fqa's body was not moved into a file: %q / %q", body, hdr)
 	}
@@ -263,7 +264,7 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 		Consts: constsOf(fqaTemplate(mlxc.BFloat16, 128, fqaWarps, true)), Body: body})
 	gu := tcConfigFor(19456, 2560)
 	body, hdr = mlxc.KernelSources(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "tc", Inputs: []string{"x", "w", "r"},
-		Outputs: []string{"y"}, Source: tcSource, Header: tcMMA}, inc)
+		Outputs: []string{"y"}, Source: kernels.SkinnyGEMMTC.CUDA.Body, Header: kernels.SkinnyGEMMTC.CUDA.Header}, inc)
 	if !strings.HasPrefix(body, "#include") || !strings.HasPrefix(hdr, "#include") {
 		t.Fatalf("the tensor-core kernel was not moved into files: %q / %q", body, hdr)
 	}

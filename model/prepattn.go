@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
@@ -10,61 +11,13 @@ import (
 // layer instead of two (41 of a DFlash cycle's 331 on the 4B shape), each node being host
 // time on every cycle. Each block of the grid (one per q head and row, as the attention
 // kernel's) prepares its own q row and the new key and value rows it sees (q/k norm and
-// rotation as headPrepSource computes them, rounded to T where that kernel stores) into
+// rotation as HeadPrep computes them, rounded to T where that kernel stores) into
 // shared memory, reads the keys before the block from the cache and the block's own from
-// shared memory, and attends in the attention kernel's order. Its texts are the head-prep
-// kernel's row (headPrepRow) and the attention kernel's loop (fqaLoop), so the values are
-// meant to be the same bit for bit.
+// shared memory, and attends in the attention kernel's order. Its source (kernels.PrepAttention) shares the
+// head-prep kernel's row and the attention kernel's declarations, and its loop reads as the
+// attention kernel's does, so the values are meant to be the same bit for bit.
 // One block per kv head and row (the group's first q head) also stores that row's key and
 // value into the cache for later steps; no block reads a row another writes.
-var prepAttnSource = prepAttnHead + "  auto prep = [&](const T* src, const T* nw, int row, T* dst, T* dst2) {\n" + headPrepRow + "  };\n" +
-	prepAttnRows + replaceAll(fqaLoop,
-	"      const T* kr = kb + j * kst;\n",
-	"      const T* kr = j < pos ? kb + (size_t)j * D : &kr_s[j - pos][0];\n",
-	"        vv[u] = *reinterpret_cast<const VecT*>(vb + r * vst + lane * DPL);\n",
-	"        vv[u] = *reinterpret_cast<const VecT*>((r < pos ? vb + (size_t)r * D : &vr_s[r - pos][0]) + lane * DPL);\n")
-
-// prepAttnHead declares what the shared texts use: the attention loop's declarations
-// (fqaLoopDecls), its names (H, n, kb and vb the cache's rows of this kv head) and the
-// block's rows in shared memory.
-var prepAttnHead = fqaLoopDecls + `  constexpr int P = D / 64; // rotation pairs per lane
-  __shared__ __align__(16) T qt[D];
-  __shared__ __align__(16) T kr_s[LMAX][D];
-  __shared__ __align__(16) T vr_s[LMAX][D];
-  constexpr int H = HQ;
-  const int L = y_shape[0];
-  const size_t ystride = y_shape[1];
-  const int h = blockIdx.x % H;
-  const int l = blockIdx.x / H;
-  if (l >= L) return; // block-uniform
-  const int hk = h / (H / HK);
-  const int lane = threadIdx.x & 31;
-  const int wid = threadIdx.x >> 5;
-  const int pos = off[0];                // the block's first row
-  const int rows = CAUSAL ? l + 1 : L;   // the block's rows this query sees
-  const int n = pos + rows;              // keys it sees
-  const int R = ck_shape[2];
-  const bool writer = h % (H / HK) == 0; // stores its row's key and value
-  T* const kb = const_cast<T*>(ck) + (size_t)hk * R * D;
-  T* const vb = const_cast<T*>(cv) + (size_t)hk * R * D;
-`
-
-// prepAttnRows prepares the block's q row (warp 0) and the key and value rows this query
-// sees (warp w: rows w, w+WARPS, …) with prep (headPrepRow), the writer storing its own
-// row into the cache, then scales q as the attention kernel does.
-const prepAttnRows = `
-  if (wid == 0) prep(y + (size_t)l * ystride + QO + h * D, qn, l, qt, nullptr);
-  for (int r = wid; r < rows; r += WARPS) { // warp-uniform
-    const T* src = y + (size_t)r * ystride;
-    const bool store = writer && r == l && pos + r >= 0 && pos + r < R;
-    prep(src + KO + hk * D, kn, r, &kr_s[r][0], store ? kb + (size_t)(pos + r) * D : nullptr);
-    prep(src + VO + hk * D, nullptr, r, &vr_s[r][0], store ? vb + (size_t)(pos + r) * D : nullptr);
-  }
-  __syncthreads();
-  const float sc = scale[0];
-  for (int d = threadIdx.x; d < D; d += WARPS * 32) qs[d] = static_cast<float>(qt[d]) * sc;
-  __syncthreads();
-`
 
 // prepAttnMaxRows is the most block rows the kernel keeps in shared memory (a verify block
 // of 16 tokens; 16 KB of keys and values at D = 256).
@@ -75,9 +28,9 @@ func newPrepAttention(on bool) *mlxc.Kernel {
 	if !on {
 		return nil
 	}
-	return mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: "dflash_prep_attention",
+	return mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.PrepAttention.Name,
 		Inputs:  []string{"y", "qn", "kn", "inv", "eps", "off", "ck", "cv", "scale"},
-		Outputs: []string{"out"}, Source: prepAttnSource, EnsureRowContiguous: false})
+		Outputs: []string{"out"}, Source: kernels.PrepAttention.CUDA.Body, EnsureRowContiguous: false})
 }
 
 // prepAttentionFits reports whether PrepAttention serves a block's merged q/k/v product

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
@@ -45,8 +46,9 @@ type SkinnyGEMM struct {
 	// fuseNorm (on; DFLASH_FUSE_NORM=0 turns it off): the o and down projections (split
 	// launches) also write the RMSNorm of their output (ApplyAddNorm): no RMSNorm node, two
 	// per layer. The tiles' last blocks wait for each other to sum the rows' squares, then
-	// each normalizes its own columns (tcNormOut). The sum of squares runs in another order than
-	// MLX's RMSNorm, so a row may differ from MLX's norm by a rounding (TestNormFusion).
+	// each normalizes its own columns (kernels/cuda/tc_norm_out.cuh). The sum of squares
+	// runs in another order than MLX's RMSNorm, so a row may differ from MLX's norm by a
+	// rounding (TestNormFusion).
 	// The norm is made by the producer because every consumer block normalizing its whole
 	// K range of the rows (tried in two forms) made the consumers slower than the norm
 	// kernels they saved (see docs/perf/product-fusions.md).
@@ -76,75 +78,6 @@ const (
 	skinnyChunk   = 1024
 	skinnyWarps   = 8
 )
-
-const skinnySource = `
-  __shared__ __align__(16) T xs[MMAX][KC];
-  const int M = x_shape[0];
-  const int N = w_shape[0];
-  const int K = w_shape[1];
-  const int lane = threadIdx.x & 31;
-  const int wid = threadIdx.x >> 5;
-  const int n0 = (blockIdx.x * WARPS + wid) * CPW;
-  float acc[CPW][MMAX];
-#pragma unroll
-  for (int c = 0; c < CPW; ++c) {
-#pragma unroll
-    for (int m = 0; m < MMAX; ++m) acc[c][m] = 0.0f;
-  }
-  for (int kc = 0; kc < K; kc += KC) {
-    const int len = min(KC, K - kc);
-    const int vecs = len / 8;
-    __syncthreads(); // the previous chunk is consumed
-    for (int i = threadIdx.x; i < M * vecs; i += WARPS * 32) {
-      const int m = i / vecs;
-      const int q = i - m * vecs;
-      *reinterpret_cast<uint4*>(&xs[m][q * 8]) = *reinterpret_cast<const uint4*>(x + (size_t)m * K + kc + q * 8);
-    }
-    __syncthreads();
-    if (n0 < N) { // warp-uniform
-#pragma unroll
-      for (int i = 0; i < KC / 256; ++i) {
-        const int kk = i * 256 + lane * 8;
-        if (kk < len) {
-          float wv[CPW][8];
-#pragma unroll
-          for (int c = 0; c < CPW; ++c) {
-            const int n = min(n0 + c, N - 1); // past N: a duplicate column, never stored
-            uint4 raw = *reinterpret_cast<const uint4*>(w + (size_t)n * K + kc + kk);
-            const T* p = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) wv[c][j] = static_cast<float>(p[j]);
-          }
-#pragma unroll
-          for (int m = 0; m < MMAX; ++m) {
-            if (m < M) {
-              uint4 raw = *reinterpret_cast<const uint4*>(&xs[m][kk]);
-              const T* p = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-              for (int j = 0; j < 8; ++j) {
-                const float xv = static_cast<float>(p[j]);
-#pragma unroll
-                for (int c = 0; c < CPW; ++c) acc[c][m] = fmaf(xv, wv[c][j], acc[c][m]);
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-  if (n0 < N) {
-#pragma unroll
-    for (int c = 0; c < CPW; ++c) {
-#pragma unroll
-      for (int m = 0; m < MMAX; ++m) {
-        float v = acc[c][m];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0 && m < M && n0 + c < N) y[(size_t)m * N + n0 + c] = static_cast<T>(v);
-      }
-    }
-  }
-`
 
 // NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here
 // and k.SkinnyGEMM asks for it, nil otherwise (Linear then uses MLX's matmul); gpuExact
@@ -201,20 +134,20 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 		return nil
 	}
 	spec := mlxc.KernelSpec{
-		Backend: mlxc.KernelCUDA, Name: "dflash_skinny_gemm",
+		Backend: mlxc.KernelCUDA, Name: kernels.SkinnyGEMM.Name,
 		Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-		Source: skinnySource, EnsureRowContiguous: true,
+		Source: kernels.SkinnyGEMM.CUDA.Body, EnsureRowContiguous: true,
 	}
 	if !tensorCores {
 		return &SkinnyGEMM{k: mlxc.NewKernel(spec), minRows: 2, configFor: tcConfigFor}
 	}
-	spec.Name, spec.Source, spec.Header = "dflash_skinny_gemm_tc", tcSource, tcMMA
+	spec.Name, spec.Source, spec.Header = kernels.SkinnyGEMMTC.Name, kernels.SkinnyGEMMTC.CUDA.Body, kernels.SkinnyGEMMTC.CUDA.Header
 	spec.Inputs = []string{"x", "w", "r"}
 	split := spec
-	split.Name, split.Source = "dflash_skinny_gemm_tc_split", tcSplitSource
+	split.Name, split.Source, split.Header = kernels.SkinnyGEMMTCSplit.Name, kernels.SkinnyGEMMTCSplit.CUDA.Body, kernels.SkinnyGEMMTCSplit.CUDA.Header
 	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r", "ws"}, []string{"y"}
 	splitNorm := split
-	splitNorm.Name, splitNorm.Source = "dflash_skinny_gemm_tc_split_norm", tcSplitNormSource
+	splitNorm.Name, splitNorm.Source, splitNorm.Header = kernels.SkinnyGEMMTCSplitNorm.Name, kernels.SkinnyGEMMTCSplitNorm.CUDA.Body, kernels.SkinnyGEMMTCSplitNorm.CUDA.Header
 	splitNorm.Inputs = []string{"x", "w", "cnt", "dep", "r", "ws", "xw", "ndep"}
 	splitNorm.Outputs = []string{"y", "xn"}
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
@@ -230,7 +163,8 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 // (prev). Counts and scratch are inputs the kernel writes, not outputs: each output costs
 // host time on every launch (an allocation, a dependency, a handle), two per o and down
 // projection with the norm. Two split launches must not share them at the same time (see
-// tcSplitStore), and MLX's CUDA graphs run kernels that no data path links concurrently —
+// kernels/cuda/tc_split_store.cuh), and MLX's CUDA graphs run kernels that no data path
+// links concurrently —
 // the drafter applies one projection to its context rows and to its block in one graph —
 // so each split launch takes the previous launch's y of the same weight as an (unread)
 // input: an edge that orders them. Zero value: nothing made yet.
@@ -315,7 +249,7 @@ func (s *SkinnyGEMM) FitsNormOut(x, w, r, nw *mlxc.Array) bool {
 
 // normOutFits reports whether a NormOut launch of tiles column tiles and blocks of warps
 // warps is safe on a GPU of sms multiprocessors. Each tile's last block waits until every
-// tile has a last block (tcNormOut), so up to tiles−1 blocks sit on their SMs waiting,
+// tile has a last block (kernels/cuda/tc_norm_out.cuh), so up to tiles−1 blocks sit on their SMs waiting,
 // and the launch could never finish if they took every block slot while blocks remained
 // to run. At 255 registers a thread (the most a kernel may use) a warp takes 8 K of an
 // SM's 64 K registers, so an SM holds at least 8/warps blocks (1 at least, or the kernel

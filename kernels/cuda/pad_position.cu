@@ -1,0 +1,2 @@
+
+  out[threadIdx.x] = a[0];

@@ -1,0 +1,71 @@
+// Package kernels owns the engine's custom GPU kernels: their sources, kept in real files
+// under cuda/ and embedded at build time, and one registry (All) that the offline NVRTC
+// compile check and `dflash-mlx version --json` list. Each kernel is a Kernel value: the
+// name MLX builds it under and its source per backend. The model package launches them
+// through its layer operations (SkinnyGEMM, FewQueryAttention, Fused, RowArgmax), which
+// fall back to plain MLX ops where a kernel cannot run.
+//
+// The files are fragments of a kernel body as MLX's custom-kernel API takes it (the
+// generated function's signature comes from the inputs and outputs); a body made of
+// several files is their concatenation, byte for byte, so that what NVRTC compiles is
+// pinned by model's source hashes (model/testdata/cuda_kernel_sources.sha256).
+package kernels
+
+// Backend is a GPU backend a kernel has a source for.
+type Backend string
+
+// CUDA is MLX's CUDA backend (fast::cuda_kernel, compiled by NVRTC at first use).
+const CUDA Backend = "cuda"
+
+// FallbackBackend names what runs where no kernel does: the layer operation's plain MLX
+// ops, with the same contract.
+const FallbackBackend = "fallback (mlx ops)"
+
+// Source is a kernel's text for one backend: Header goes before the generated function
+// (device helpers, macros), Body is the function's body.
+type Source struct {
+	Header, Body string
+}
+
+// Kernel is one custom kernel.
+type Kernel struct {
+	// Name is the name MLX builds and caches the kernel under (unique).
+	Name string
+	// CUDA is the source for the CUDA backend.
+	CUDA Source
+}
+
+// Backends lists the backends k has a source for.
+func (k Kernel) Backends() []Backend {
+	if k.CUDA.Body == "" {
+		return nil
+	}
+	return []Backend{CUDA}
+}
+
+// All lists every custom kernel, in a fixed order.
+func All() []Kernel {
+	return []Kernel{SkinnyGEMM, SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
+		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead}
+}
+
+// Entry is one kernel as `dflash-mlx version --json` lists it.
+type Entry struct {
+	Name    string `json:"name"`
+	Backend string `json:"backend"`
+}
+
+// Listing is All with the backend each kernel runs on here: "cuda" where custom CUDA
+// kernels can run (cudaHere: MLX's CUDA backend on a GPU) and the kernel has a CUDA
+// source, FallbackBackend otherwise. Settings may still turn a kernel off (DFLASH_*).
+func Listing(cudaHere bool) []Entry {
+	var out []Entry
+	for _, k := range All() {
+		b := FallbackBackend
+		if cudaHere && k.CUDA.Body != "" {
+			b = string(CUDA)
+		}
+		out = append(out, Entry{Name: k.Name, Backend: b})
+	}
+	return out
+}
