@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
@@ -95,6 +96,9 @@ Examples:
 				DeviceName   string `json:"device_name,omitempty"`
 				CUDAKernels  bool   `json:"cuda_kernels"`
 				MetalKernels bool   `json:"metal_kernels"`
+				// Kernels lists the custom kernels and the backend each runs on here, so a
+				// report shows whether a run used them or MLX's ops.
+				Kernels []kernels.Entry `json:"kernels"`
 				// Settings are the DFLASH_* settings as resolved from the environment.
 				Settings settings.Settings `json:"settings"`
 				// MLXLibrary is the libmlx the loader picked (Linux only): installed
@@ -113,6 +117,7 @@ Examples:
 				}
 				info.CUDAKernels = mlxc.CUDAKernelsAvailable()
 				info.MetalKernels = mlxc.MetalKernelsAvailable()
+				info.Kernels = kernels.Listing(info.CUDAKernels && d.GPU)
 				info.Settings = resolved
 				info.MLXLibrary = loadedLibrary("libmlx.")
 				return nil
