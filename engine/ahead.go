@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
@@ -94,207 +95,256 @@ func (c *aheadCycle) free() {
 	}
 }
 
+// dflashAhead is the run-ahead loop: each cycle is built and enqueued from the previous
+// one's device-side results before the host reads them.
 func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
 	mlxc.ResetPeakMemory()
 	start := time.Now()
 	e.budget(&req)
-	p := e.Proposer.(aheadProposer)
-	B := blockSize(p, req)
-	o := newOutput(req, e.Target.Arch().EOSTokenIDs)
-	st := Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
+	r := &ahead{e: e, req: req, p: e.Proposer.(aheadProposer), sp: req.Sampling}
+	r.B = blockSize(r.p, req)
+	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
+	r.st = Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B)}
 	if req.MaxTokens == 0 {
-		o.end(FinishLength)
-		return Result{FinishReason: o.finish, Stats: st}, nil
+		r.o.end(FinishLength)
+		return Result{FinishReason: r.o.finish, Stats: r.st}, nil
 	}
-	c := e.Target.NewCache()
-	defer c.Free()
-	placed := c.RunAhead() // not nil: runAheadRefusal checked it
-	c.Reserve(len(req.Prompt) + req.MaxTokens + 2*B)
-	p.Begin()
-	defer p.End()
-	if err := e.prefill(ctx, req.Prompt, c, p); err != nil {
-		return Result{FinishReason: FinishCancelled, Stats: st}, nil
+	r.c = e.Target.NewCache()
+	defer r.c.Free()
+	r.placed = r.c.RunAhead() // not nil: runAheadRefusal checked it
+	r.c.Reserve(len(req.Prompt) + req.MaxTokens + 2*r.B)
+	r.p.Begin()
+	defer r.p.End()
+	if err := e.prefill(ctx, req.Prompt, r.c, r.p); err != nil {
+		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
-	taps := p.TapLayers()
-	dctx := p.CacheOffset() // where the next context rows go in the draft cache: all before are committed
-	sp := req.Sampling
-	keys := newKeys(sp)
-	// verdict is the cycle's verification from the target's logits, as in the plain loop.
-	argmax := model.NewRowArgmax(e.settings().Kernels)
-	defer argmax.Free()
-	verdict := func(logits, drafts, probs *mlxc.Array) verify.Verdict {
-		if sp.Greedy() {
-			return verify.GreedyLogits(argmax, logits, drafts)
-		}
-		lp := sample.LogProbs(logits)
-		if e.speculative != nil {
-			return e.speculative(lp, drafts, probs, sp, keys)
-		}
-		return verify.Speculative(lp, drafts, probs, sp, keys)
-	}
+	r.taps = r.p.TapLayers()
+	r.dctx = r.p.CacheOffset()
+	r.keys = newKeys(r.sp)
+	r.argmax = model.NewRowArgmax(e.settings().Kernels)
+	defer r.argmax.Free()
 
-	// build enqueues the cycle after prev: its drafter appends prev's hidden rows at dctx, of
-	// which acc+1 are committed, and drafts after them; its verify block starts at
-	// prev.pos+acc+1. acc is prev's device count, or known ≥ 0 when the host has read it.
-	build := func(prev *aheadCycle, known, n int) *aheadCycle {
-		t0 := time.Now()
-		s := mlxc.NewScope()
-		defer s.Close()
-		acc, tok := prev.acc, prev.tok
-		if known >= 0 {
-			acc = mlxc.FromSlice([]int32{int32(known)}, 1)
-			tok = mlxc.Take(prev.v.Next, acc, 0)
-		}
-		valid := mlxc.Add(acc, mlxc.FromSlice([]int32{1}, 1))
-		if err := p.SetContext(dctx); err != nil {
-			panic(&mlxc.Error{Op: "dflash run-ahead", Msg: err.Error()})
-		}
-		prop := p.ProposeAt(tok, prev.hidden, valid, n, sp, keys)
-		ids := mlxc.Reshape(tok, 1, 1)
-		if n > 0 {
-			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(prop.Tokens, 1, n)}, 1)
-		}
-		pos := mlxc.Add(mlxc.FromSlice([]int32{int32(prev.pos)}, 1), valid)
-		window := prev.pos + prev.n + 1 + n + 1 // pos ≤ prev.pos+prev.n+1
-		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, Pos: pos, Window: window})
-		v := verdict(mlxc.Reshape(out.Logits, n+1, -1), prop.Tokens, prop.Probs)
-		cy := &aheadCycle{n: n, pos: -1, replayA: -1}
-		cy.acc, cy.tok = v.Leading()
-		if e.ReplayAccept != nil && n > 0 {
-			cy.replayA = min(max(e.ReplayAccept(n), 0), n)
-			cy.acc = mlxc.FromSlice([]int32{int32(cy.replayA)}, 1)
-			cy.tok = mlxc.Take(v.Next, cy.acc, 0)
-		}
-		cy.v = verify.Verdict{Next: v.Next.Detach(), Accept: v.Accept}
-		cy.v.Accept.Detach()
-		cy.drafts = prop.Tokens.Detach()
-		cy.acc.Detach()
-		cy.tok.Detach()
-		cy.hidden = out.Hidden.Detach()
-		evalList := append(cy.v.Arrays(), cy.acc, cy.tok, cy.hidden)
-		if cy.drafts != nil {
-			evalList = append(evalList, cy.drafts)
-		}
-		if req.Profile {
-			profileCycle(&st, e.settings().Diagnostics.GraphDump, evalList, cy.drafts, time.Since(t0))
-			return cy
-		}
-		if e.aheadMode == "eval" {
-			mlxc.Eval(evalList...)
-		} else {
-			mlxc.AsyncEval(evalList...)
-		}
-		return cy
-	}
-	// draftsAfter is the draft count of a cycle that follows `emitted` emitted tokens.
-	draftsAfter := func(emitted int) int { return min(B-1, req.MaxTokens-emitted-1) }
-
-	// First token: the last prompt token alone, like plain decoding; a cycle of its own with
-	// no drafts, whose hidden row is the first cycle's new context.
-	first := &aheadCycle{replayA: -1}
-	{
-		s := mlxc.NewScope()
-		out := e.Target.Forward(mlxc.FromSlice([]int32{req.Prompt[len(req.Prompt)-1]}, 1, 1), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
-		v := verdict(mlxc.Reshape(out.Logits, 1, -1), nil, nil)
-		first.v.Next = v.Next.Detach()
-		first.acc, first.tok = mlxc.FromSlice([]int32{0}, 1).Detach(), mlxc.Reshape(v.Next, 1).Detach()
-		first.hidden = out.Hidden.Detach()
-		first.pos = c.Offset() - 1
-		mlxc.Eval(first.tok, first.hidden)
-		s.Close()
-	}
+	first := r.firstCycle()
 	firstTok := time.Now()
-	st.FirstTokenTime = firstTok.Sub(start)
-	st.PrefillTime = st.FirstTokenTime
-	cont := o.push(mlxc.ToSlice[int32](first.tok)[0]) && !checkCancel(ctx, o)
-	if err := emitPending(o, emit); err != nil {
+	r.st.FirstTokenTime = firstTok.Sub(start)
+	r.st.PrefillTime = r.st.FirstTokenTime
+	cont := r.o.push(mlxc.ToSlice[int32](first.tok)[0]) && !checkCancel(ctx, r.o)
+	if err := emitPending(r.o, emit); err != nil {
 		first.free()
 		return Result{}, err
 	}
-	var pending, next *aheadCycle
-	defer func() { pending.free(); next.free() }()
+	defer func() { r.pending.free(); r.next.free() }()
 	if cont {
 		tb := time.Now()
-		pending = build(first, 0, draftsAfter(len(o.tokens)))
-		pending.pos = first.pos + 1
-		dctx++
-		st.BuildTime += time.Since(tb)
+		r.pending = r.build(first, 0, r.draftsAfter(len(r.o.tokens)))
+		r.pending.pos = first.pos + 1
+		r.dctx++
+		r.st.BuildTime += time.Since(tb)
 	}
 	first.free()
 
-	for cont && pending != nil {
-		if checkCancel(ctx, o) {
+	for cont && r.pending != nil && !checkCancel(ctx, r.o) {
+		r.buildAhead()
+		a, tok, dtoks := r.read()
+		var err error
+		if cont, err = r.commit(a, tok, dtoks, emit); err != nil {
+			return Result{}, err
+		}
+	}
+	r.st.GeneratedTokens = len(r.o.tokens)
+	finishStats(&r.st, firstTok, time.Now())
+	return Result{Tokens: r.o.tokens, Text: r.o.text.String(), FinishReason: r.o.finish, Stats: r.st}, nil
+}
+
+// ahead is one request's state in the run-ahead loop.
+type ahead struct {
+	e      *Engine
+	req    Request
+	p      aheadProposer
+	B      int
+	o      *output
+	st     Stats
+	c      model.Cache
+	placed cache.Placed // the caches' run-ahead capability
+	taps   []int
+	// dctx is where the next context rows go in the draft cache: all before are committed.
+	dctx   int
+	sp     sample.Params
+	keys   *sample.Keys
+	argmax *model.RowArgmax
+	// pending is the cycle to read next; next the one built after it, if any.
+	pending, next *aheadCycle
+}
+
+// verdict is the cycle's verification from the target's logits, as in the serial loop.
+func (r *ahead) verdict(logits, drafts, probs *mlxc.Array) verify.Verdict {
+	if r.sp.Greedy() {
+		return verify.GreedyLogits(r.argmax, logits, drafts)
+	}
+	lp := sample.LogProbs(logits)
+	if r.e.speculative != nil {
+		return r.e.speculative(lp, drafts, probs, r.sp, r.keys)
+	}
+	return verify.Speculative(lp, drafts, probs, r.sp, r.keys)
+}
+
+// draftsAfter is the draft count of a cycle that follows `emitted` emitted tokens.
+func (r *ahead) draftsAfter(emitted int) int { return min(r.B-1, r.req.MaxTokens-emitted-1) }
+
+// firstCycle runs the last prompt token alone, like plain decoding: a cycle of its own
+// with no drafts, whose hidden row is the first cycle's new context.
+func (r *ahead) firstCycle() *aheadCycle {
+	first := &aheadCycle{replayA: -1}
+	s := mlxc.NewScope()
+	defer s.Close()
+	last := mlxc.FromSlice([]int32{r.req.Prompt[len(r.req.Prompt)-1]}, 1, 1)
+	out := r.e.Target.Forward(last, r.c, model.ForwardOptions{Taps: r.taps, Logits: model.LogitsLast})
+	v := r.verdict(mlxc.Reshape(out.Logits, 1, -1), nil, nil)
+	first.v.Next = v.Next.Detach()
+	first.acc, first.tok = mlxc.FromSlice([]int32{0}, 1).Detach(), mlxc.Reshape(v.Next, 1).Detach()
+	first.hidden = out.Hidden.Detach()
+	first.pos = r.c.Offset() - 1
+	mlxc.Eval(first.tok, first.hidden)
+	return first
+}
+
+// build enqueues the cycle after prev: its drafter appends prev's hidden rows at dctx, of
+// which acc+1 are committed, and drafts after them; its verify block starts at
+// prev.pos+acc+1. acc is prev's device count, or known ≥ 0 when the host has read it.
+func (r *ahead) build(prev *aheadCycle, known, n int) *aheadCycle {
+	t0 := time.Now()
+	s := mlxc.NewScope()
+	defer s.Close()
+	acc, tok := prev.acc, prev.tok
+	if known >= 0 {
+		acc = mlxc.FromSlice([]int32{int32(known)}, 1)
+		tok = mlxc.Take(prev.v.Next, acc, 0)
+	}
+	valid := mlxc.Add(acc, mlxc.FromSlice([]int32{1}, 1))
+	if err := r.p.SetContext(r.dctx); err != nil {
+		panic(&mlxc.Error{Op: "dflash run-ahead", Msg: err.Error()})
+	}
+	prop := r.p.ProposeAt(tok, prev.hidden, valid, n, r.sp, r.keys)
+	ids := mlxc.Reshape(tok, 1, 1)
+	if n > 0 {
+		ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(prop.Tokens, 1, n)}, 1)
+	}
+	pos := mlxc.Add(mlxc.FromSlice([]int32{int32(prev.pos)}, 1), valid)
+	window := prev.pos + prev.n + 1 + n + 1 // pos ≤ prev.pos+prev.n+1
+	out := r.e.Target.Forward(ids, r.c, model.ForwardOptions{Taps: r.taps, Logits: model.LogitsAll, Pos: pos, Window: window})
+	v := r.verdict(mlxc.Reshape(out.Logits, n+1, -1), prop.Tokens, prop.Probs)
+	cy := &aheadCycle{n: n, pos: -1, replayA: -1}
+	cy.acc, cy.tok = v.Leading()
+	if r.e.ReplayAccept != nil && n > 0 {
+		cy.replayA = min(max(r.e.ReplayAccept(n), 0), n)
+		cy.acc = mlxc.FromSlice([]int32{int32(cy.replayA)}, 1)
+		cy.tok = mlxc.Take(v.Next, cy.acc, 0)
+	}
+	cy.v = verify.Verdict{Next: v.Next.Detach(), Accept: v.Accept}
+	cy.v.Accept.Detach()
+	cy.drafts = prop.Tokens.Detach()
+	cy.acc.Detach()
+	cy.tok.Detach()
+	cy.hidden = out.Hidden.Detach()
+	r.enqueue(cy, time.Since(t0))
+	return cy
+}
+
+// enqueue starts a built cycle on the device (or, profiling, runs it alone); built is the
+// time its graph took.
+func (r *ahead) enqueue(cy *aheadCycle, built time.Duration) {
+	evalList := append(cy.v.Arrays(), cy.acc, cy.tok, cy.hidden)
+	if cy.drafts != nil {
+		evalList = append(evalList, cy.drafts)
+	}
+	switch {
+	case r.req.Profile:
+		profileCycle(&r.st, r.e.settings().Diagnostics.GraphDump, evalList, cy.drafts, built)
+	case r.e.aheadMode == "eval":
+		mlxc.Eval(evalList...)
+	default:
+		mlxc.AsyncEval(evalList...)
+	}
+}
+
+// buildAhead builds the next cycle before the pending one is read when a full block fits
+// the token budget even if the pending one accepts everything; near the end it is built
+// after reading, with the exact budget (the serial loop's blocks, so replayed runs match
+// it too).
+func (r *ahead) buildAhead() {
+	tb := time.Now()
+	if n := r.draftsAfter(len(r.o.tokens) + r.pending.n + 1); n >= r.B-1 && n >= 1 && r.e.aheadMode != "late" {
+		r.next = r.build(r.pending, -1, n)
+	}
+	r.st.BuildTime += time.Since(tb)
+}
+
+// read waits for the pending cycle: its accepted count, the token after them, its drafts.
+func (r *ahead) read() (a int, tok int32, dtoks []int32) {
+	tw := time.Now()
+	a = r.pending.replayA
+	if a < 0 {
+		a = int(mlxc.ToSlice[int32](r.pending.acc)[0])
+	}
+	tok = mlxc.ToSlice[int32](r.pending.tok)[0]
+	if r.pending.n > 0 {
+		dtoks = mlxc.ToSlice[int32](r.pending.drafts)
+	}
+	r.st.WaitTime += time.Since(tw)
+	return a, tok, dtoks
+}
+
+// commit keeps the pending cycle's a+1 rows in the target caches, emits its tokens, builds
+// the next cycle from the count just read when it was not built ahead, and moves on to
+// it; it reports whether to go on.
+func (r *ahead) commit(a int, tok int32, dtoks []int32, emit func(Event) error) (bool, error) {
+	th := time.Now()
+	st, o, pending := &r.st, r.o, r.pending
+	st.Cycles++
+	st.Drafted += pending.n
+	st.Accepted += a
+	st.AcceptHist[a]++
+	if err := r.placed.SetOffset(pending.pos + a + 1); err != nil {
+		return false, err
+	}
+	cont := true
+	for _, t := range append(dtoks[:a:a], tok) {
+		if !cont {
 			break
 		}
-		// Build the next cycle before reading this one when a full block fits the token
-		// budget even if this one accepts everything; near the end, after reading it, with
-		// the exact budget (the plain loop's blocks, so replayed runs match it too).
-		tb := time.Now()
-		if n := draftsAfter(len(o.tokens) + pending.n + 1); n >= B-1 && n >= 1 && e.aheadMode != "late" {
-			next = build(pending, -1, n)
-		}
-		st.BuildTime += time.Since(tb)
-
-		tw := time.Now()
-		a := pending.replayA
-		if a < 0 {
-			a = int(mlxc.ToSlice[int32](pending.acc)[0])
-		}
-		tok := mlxc.ToSlice[int32](pending.tok)[0]
-		var dtoks []int32
-		if pending.n > 0 {
-			dtoks = mlxc.ToSlice[int32](pending.drafts)
-		}
-		st.WaitTime += time.Since(tw)
-
-		th := time.Now()
-		st.Cycles++
-		st.Drafted += pending.n
-		st.Accepted += a
-		st.AcceptHist[a]++
-		if err := placed.SetOffset(pending.pos + a + 1); err != nil {
-			return Result{}, err
-		}
-		for _, t := range append(dtoks[:a:a], tok) {
-			if !cont {
-				break
-			}
-			cont = o.push(t)
-		}
-		var built time.Duration
-		if cont && next == nil {
-			// Too close to the token budget to run ahead: build from the count just read.
-			tb := time.Now()
-			if n := draftsAfter(len(o.tokens)); n >= 0 {
-				next = build(pending, a, n)
-			}
-			built = time.Since(tb)
-			st.BuildTime += built
-		}
-		if next != nil {
-			next.pos = pending.pos + a + 1
-			dctx += a + 1 // building next appended pending's rows; a+1 of them are committed
-		}
-		if e.afterCycle != nil && cont {
-			if err := p.SetContext(dctx); err != nil {
-				return Result{}, err
-			}
-			all := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
-			e.afterCycle(c, all)
-		}
-		if err := emitPending(o, emit); err != nil {
-			return Result{}, err
-		}
-		pending.free()
-		pending, next = next, nil
-		if st.Cycles%64 == 0 {
-			mlxc.ClearCache()
-		}
-		st.HostTime += time.Since(th) - built
+		cont = o.push(t)
 	}
-	st.GeneratedTokens = len(o.tokens)
-	finishStats(&st, firstTok, time.Now())
-	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil
+	var built time.Duration
+	if cont && r.next == nil {
+		// Too close to the token budget to run ahead: build from the count just read.
+		tb := time.Now()
+		if n := r.draftsAfter(len(o.tokens)); n >= 0 {
+			r.next = r.build(pending, a, n)
+		}
+		built = time.Since(tb)
+		st.BuildTime += built
+	}
+	if r.next != nil {
+		r.next.pos = pending.pos + a + 1
+		r.dctx += a + 1 // building next appended pending's rows; a+1 of them are committed
+	}
+	if r.e.afterCycle != nil && cont {
+		if err := r.p.SetContext(r.dctx); err != nil {
+			return false, err
+		}
+		all := append(append([]int32(nil), r.req.Prompt...), o.tokens[:len(o.tokens)-1]...)
+		r.e.afterCycle(r.c, all)
+	}
+	if err := emitPending(o, emit); err != nil {
+		return false, err
+	}
+	pending.free()
+	r.pending, r.next = r.next, nil
+	if st.Cycles%64 == 0 {
+		mlxc.ClearCache()
+	}
+	st.HostTime += time.Since(th) - built
+	return cont, nil
 }
 
 // profileCycle is the run-ahead loop's profile mode (Request.Profile), one cycle at a time

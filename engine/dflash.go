@@ -32,228 +32,283 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	mlxc.ResetPeakMemory()
 	start := time.Now()
 	e.budget(&req)
-	p := e.Proposer
-	B := blockSize(p, req)
-	arch := e.Target.Arch()
-	o := newOutput(req, arch.EOSTokenIDs)
-	st := Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, B)}
+	r := &serial{e: e, req: req, p: e.Proposer, sp: req.Sampling}
+	r.B = blockSize(r.p, req)
+	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
+	r.st = Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B)}
 	if req.MaxTokens == 0 {
-		o.end(FinishLength)
-		return Result{FinishReason: o.finish, Stats: st}, nil
+		r.o.end(FinishLength)
+		return Result{FinishReason: r.o.finish, Stats: r.st}, nil
 	}
-	c := e.Target.NewCache()
-	defer c.Free()
-	c.Reserve(len(req.Prompt) + req.MaxTokens + B)
-	p.Begin()
-	defer p.End()
-	if err := e.prefill(ctx, req.Prompt, c, p); err != nil {
-		return Result{FinishReason: FinishCancelled, Stats: st}, nil
+	r.c = e.Target.NewCache()
+	defer r.c.Free()
+	r.c.Reserve(len(req.Prompt) + req.MaxTokens + r.B)
+	r.p.Begin()
+	defer r.p.End()
+	if err := e.prefill(ctx, req.Prompt, r.c, r.p); err != nil {
+		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
-	sp := req.Sampling
-	keys := newKeys(sp)
-	taps := p.TapLayers()
-	argmax := model.NewRowArgmax(e.settings().Kernels) // the greedy verdict's kernels on a CUDA GPU
-	defer argmax.Free()
-	history := []int32{req.Prompt[len(req.Prompt)-1]}
+	r.keys = newKeys(r.sp)
+	r.taps = r.p.TapLayers()
+	r.argmax = model.NewRowArgmax(e.settings().Kernels) // the greedy verdict's kernels on a CUDA GPU
+	defer r.argmax.Free()
+	r.history = []int32{req.Prompt[len(req.Prompt)-1]}
 
-	// First token: the last prompt token alone, like plain decoding, so both paths agree.
-	var ctxRows *mlxc.Array
-	var staged int32
-	{
-		s := mlxc.NewScope()
-		last := mlxc.FromSlice([]int32{req.Prompt[len(req.Prompt)-1]}, 1, 1)
-		out := e.Target.Forward(last, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
-		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, 1, -1), history, nil)
-		lp := sample.LogProbs(logits)
-		var v verify.Verdict
-		if sp.Greedy() {
-			v = verify.Greedy(lp, nil)
-		} else {
-			v = verify.Speculative(lp, nil, nil, sp, keys)
-		}
-		mlxc.Eval(v.Next)
-		staged = mlxc.ToSlice[int32](v.Next)[0]
-		if out.Hidden != nil {
-			ctxRows = out.Hidden.Detach()
-		}
-		s.Close()
-	}
-	defer func() { ctxRows.Free() }()
+	r.firstToken()
+	defer func() { r.ctxRows.Free() }()
 	firstTok := time.Now()
-	st.FirstTokenTime = firstTok.Sub(start)
-	st.PrefillTime = st.FirstTokenTime
-	history = append(history, staged)
-	cont := o.push(staged) && !checkCancel(ctx, o)
-	if err := emitPending(o, emit); err != nil {
+	r.st.FirstTokenTime = firstTok.Sub(start)
+	r.st.PrefillTime = r.st.FirstTokenTime
+	r.history = append(r.history, r.staged)
+	cont := r.o.push(r.staged) && !checkCancel(ctx, r.o)
+	if err := emitPending(r.o, emit); err != nil {
 		return Result{}, err
 	}
-
-	// draft launches the drafter for the next cycle and starts it on the device at once
-	// (async), so that building the verify graph on the host overlaps with drafting, and a
-	// prefetched draft overlaps with the host's bookkeeping and streaming of the previous
-	// cycle. Its arrays are detached: they outlive the cycle's scope.
-	type pendingDraft struct {
-		prop verify.Proposal
-		n    int
-	}
-	var draftEval time.Duration // profile mode: time spent waiting for drafts inside draft()
-	draft := func(staged int32, n int) pendingDraft {
-		s := mlxc.NewScope()
-		defer s.Close()
-		prop := p.Propose(staged, c.Offset(), ctxRows, max(n, 0), sp, keys)
-		if prop.Tokens == nil {
-			return pendingDraft{}
-		}
-		prop.Tokens.Detach()
-		prop.Probs.Detach()
-		if req.Profile {
-			countGraph(&st.DraftNodes, &st.DraftOps, prop.Tokens)
-			td := time.Now()
-			mlxc.AsyncEval(prop.Tokens)
-			st.DraftEncodeTime += time.Since(td)
-			mlxc.Eval(prop.Tokens)
-			draftEval = time.Since(td)
-			st.DraftTime += draftEval
-		} else {
-			mlxc.AsyncEval(prop.Tokens)
-		}
-		return pendingDraft{prop: prop, n: prop.Tokens.Dim(0)}
-	}
-	free := func(d pendingDraft) { d.prop.Tokens.Free(); d.prop.Probs.Free() }
-	budget := func(committed int) int { return min(B-1, req.MaxTokens-committed-1) }
-
-	var next pendingDraft
 	if cont {
-		tb := time.Now()
-		draftEval = 0
-		next = draft(staged, budget(len(o.tokens)))
-		ctxRows.Free()
-		ctxRows = nil
-		st.BuildTime += time.Since(tb) - draftEval
+		r.prefetch(r.staged, len(r.o.tokens))
+		r.ctxRows.Free()
+		r.ctxRows = nil
 	}
-	defer func() { free(next) }()
-	for cont {
-		if checkCancel(ctx, o) {
+	defer func() { r.next.free() }()
+	for cont && !checkCancel(ctx, r.o) {
+		a, tok, dtoks, th, err := r.verifyCycle()
+		if err != nil {
+			return Result{}, err
+		}
+		if cont, err = r.commit(a, tok, dtoks, th, emit); err != nil {
+			return Result{}, err
+		}
+	}
+	r.st.GeneratedTokens = len(r.o.tokens)
+	finishStats(&r.st, firstTok, time.Now())
+	// HostTime above includes rollback; report them separately.
+	r.st.HostTime -= r.st.RollbackTime
+	return Result{Tokens: r.o.tokens, Text: r.o.text.String(), FinishReason: r.o.finish, Stats: r.st}, nil
+}
+
+// serial is one request's state in the serial DFlash loop.
+type serial struct {
+	e       *Engine
+	req     Request
+	p       verify.Proposer
+	B       int
+	o       *output
+	st      Stats
+	c       model.Cache
+	sp      sample.Params
+	keys    *sample.Keys
+	taps    []int
+	argmax  *model.RowArgmax
+	history []int32
+	// ctxRows are the hidden rows the next draft takes as new context (detached).
+	ctxRows *mlxc.Array
+	staged  int32
+	// next is the draft prefetched for the next cycle.
+	next pendingDraft
+	// draftEval is the time spent waiting for a draft inside draft (profile mode).
+	draftEval time.Duration
+}
+
+// pendingDraft is a draft started on the device; its arrays are detached (owned here).
+type pendingDraft struct {
+	prop verify.Proposal
+	n    int
+}
+
+func (d pendingDraft) free() { d.prop.Tokens.Free(); d.prop.Probs.Free() }
+
+// firstToken runs the last prompt token alone, like plain decoding, so both paths agree:
+// it stages the first token and keeps its hidden row as the first draft's context.
+func (r *serial) firstToken() {
+	s := mlxc.NewScope()
+	defer s.Close()
+	last := mlxc.FromSlice([]int32{r.req.Prompt[len(r.req.Prompt)-1]}, 1, 1)
+	out := r.e.Target.Forward(last, r.c, model.ForwardOptions{Taps: r.taps, Logits: model.LogitsLast})
+	logits := r.sp.PenaltyRows(mlxc.Reshape(out.Logits, 1, -1), r.history, nil)
+	lp := sample.LogProbs(logits)
+	var v verify.Verdict
+	if r.sp.Greedy() {
+		v = verify.Greedy(lp, nil)
+	} else {
+		v = verify.Speculative(lp, nil, nil, r.sp, r.keys)
+	}
+	mlxc.Eval(v.Next)
+	r.staged = mlxc.ToSlice[int32](v.Next)[0]
+	if out.Hidden != nil {
+		r.ctxRows = out.Hidden.Detach()
+	}
+}
+
+// draft launches the drafter for the next cycle and starts it on the device at once
+// (async), so that building the verify graph on the host overlaps with drafting, and a
+// prefetched draft overlaps with the host's bookkeeping and streaming of the previous
+// cycle. Its arrays are detached: they outlive the cycle's scope.
+func (r *serial) draft(staged int32, n int) pendingDraft {
+	s := mlxc.NewScope()
+	defer s.Close()
+	prop := r.p.Propose(staged, r.c.Offset(), r.ctxRows, max(n, 0), r.sp, r.keys)
+	if prop.Tokens == nil {
+		return pendingDraft{}
+	}
+	prop.Tokens.Detach()
+	prop.Probs.Detach()
+	st := &r.st
+	if r.req.Profile {
+		countGraph(&st.DraftNodes, &st.DraftOps, prop.Tokens)
+		td := time.Now()
+		mlxc.AsyncEval(prop.Tokens)
+		st.DraftEncodeTime += time.Since(td)
+		mlxc.Eval(prop.Tokens)
+		r.draftEval = time.Since(td)
+		st.DraftTime += r.draftEval
+	} else {
+		mlxc.AsyncEval(prop.Tokens)
+	}
+	return pendingDraft{prop: prop, n: prop.Tokens.Dim(0)}
+}
+
+// prefetch starts the draft after staged for a cycle that follows committed emitted tokens
+// and returns the time it took; the part spent building (not waiting) counts as BuildTime.
+func (r *serial) prefetch(staged int32, committed int) time.Duration {
+	tb := time.Now()
+	r.draftEval = 0
+	r.next = r.draft(staged, min(r.B-1, r.req.MaxTokens-committed-1))
+	took := time.Since(tb)
+	r.st.BuildTime += took - r.draftEval
+	return took
+}
+
+// verifyCycle verifies the prefetched draft: the target runs [staged, drafts] as a
+// tentative forward, one evaluation brings back the verdict, the caches keep the rows of
+// staged and the a accepted drafts, and their hidden rows become the next draft's context.
+// th is when the host's part of the cycle began.
+func (r *serial) verifyCycle() (a int, tok int32, dtoks []int32, th time.Time, err error) {
+	cur := r.next
+	r.next = pendingDraft{}
+	defer cur.free()
+	s := mlxc.NewScope()
+	defer s.Close()
+	tb := time.Now()
+	v, drafts, hidden := r.buildVerify(cur)
+	r.st.BuildTime += time.Since(tb)
+	r.waitVerify(v, drafts)
+
+	th = time.Now()
+	n := cur.n
+	nextToks := mlxc.ToSlice[int32](v.Next)
+	var accept []bool
+	if n > 0 {
+		accept = mlxc.ToSlice[bool](v.Accept)
+		dtoks = mlxc.ToSlice[int32](drafts)
+	}
+	a, tok = verify.Resolve(nextToks, accept)
+	if r.e.ReplayAccept != nil {
+		a = min(max(r.e.ReplayAccept(n), 0), n)
+		tok = nextToks[a]
+	}
+
+	tr := time.Now()
+	if err = r.c.Commit(cache.Prefix(a + 1)); err != nil {
+		return a, tok, dtoks, th, err
+	}
+	if hidden != nil {
+		r.ctxRows = mlxc.SliceAxis(hidden, 1, 0, a+1).Detach()
+	}
+	r.st.RollbackTime += time.Since(tr)
+	return a, tok, dtoks, th, nil
+}
+
+// buildVerify builds the verify block [staged, drafts] through the target (tentative: the
+// caches keep only what the cycle commits) and its verdict; lazy, in the caller's scope.
+func (r *serial) buildVerify(cur pendingDraft) (v verify.Verdict, drafts, hidden *mlxc.Array) {
+	n := cur.n
+	ids := mlxc.FromSlice([]int32{r.staged}, 1, 1)
+	if n > 0 {
+		drafts = cur.prop.Tokens
+		ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(drafts, 1, n)}, 1)
+	}
+	r.c.Speculate()
+	out := r.e.Target.Forward(ids, r.c, model.ForwardOptions{Taps: r.taps, Logits: model.LogitsAll, KeyBucket: r.e.KeyBucket, RowwiseAttention: r.e.RowwiseVerify})
+	logits := r.sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(r.history, 64), drafts)
+	switch {
+	case r.sp.Greedy():
+		v = verify.GreedyLogits(r.argmax, logits, drafts)
+	case r.e.speculative != nil:
+		v = r.e.speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, r.sp, r.keys)
+	default:
+		v = verify.Speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, r.sp, r.keys)
+	}
+	return v, drafts, out.Hidden
+}
+
+// waitVerify evaluates the verdict (and the drafts) and counts the wait.
+func (r *serial) waitVerify(v verify.Verdict, drafts *mlxc.Array) {
+	st := &r.st
+	evalList := v.Arrays()
+	if drafts != nil {
+		evalList = append(evalList, drafts)
+	}
+	if r.req.Profile {
+		// Counted before the clock starts: walking the graph is not the verify's cost.
+		countGraph(&st.VerifyNodes, &st.VerifyOps, evalList...)
+	}
+	tw := time.Now()
+	if r.req.Profile {
+		mlxc.AsyncEval(evalList...)
+		st.VerifyEncodeTime += time.Since(tw)
+	}
+	mlxc.Eval(evalList...)
+	waited := time.Since(tw)
+	st.WaitTime += waited
+	if r.req.Profile {
+		st.VerifyTime += waited
+	}
+}
+
+// commit emits the a accepted drafts dtoks and tok after them, prefetching the next draft
+// first unless this cycle certainly ends the generation; it reports whether to go on. th
+// is when the host's part of the cycle began.
+func (r *serial) commit(a int, tok int32, dtoks []int32, th time.Time, emit func(Event) error) (bool, error) {
+	st, o := &r.st, r.o
+	st.Cycles++
+	st.Drafted += len(dtoks)
+	st.Accepted += a
+	st.AcceptHist[a]++
+	committed := append(dtoks[:a:a], tok)
+
+	// Start the next draft before streaming, unless this cycle certainly ends the
+	// generation (a stop token or the token budget). A stop string found while
+	// streaming ends it too; the prefetched draft is then simply dropped.
+	ends := len(o.tokens)+len(committed) >= r.req.MaxTokens
+	for _, t := range committed {
+		ends = ends || o.stopTokens[t]
+	}
+	var prefetch time.Duration
+	if !ends {
+		prefetch = r.prefetch(tok, len(o.tokens)+len(committed))
+	}
+	r.ctxRows.Free()
+	r.ctxRows = nil
+
+	cont := true
+	for _, t := range committed {
+		if !cont {
 			break
 		}
-		cur := next
-		next = pendingDraft{}
-		n := cur.n
-		s := mlxc.NewScope()
-		tb := time.Now()
-		ids := mlxc.FromSlice([]int32{staged}, 1, 1)
-		var drafts *mlxc.Array
-		if n > 0 {
-			drafts = cur.prop.Tokens
-			ids = mlxc.Concatenate([]*mlxc.Array{ids, mlxc.Reshape(drafts, 1, n)}, 1)
-		}
-		c.Speculate() // the verify block is tentative: only staged and the accepted drafts stay
-		out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
-		logits := sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(history, 64), drafts)
-		var v verify.Verdict
-		if sp.Greedy() {
-			v = verify.GreedyLogits(argmax, logits, drafts)
-		} else if e.speculative != nil {
-			v = e.speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, sp, keys)
-		} else {
-			v = verify.Speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, sp, keys)
-		}
-		st.BuildTime += time.Since(tb)
-
-		evalList := v.Arrays()
-		if drafts != nil {
-			evalList = append(evalList, drafts)
-		}
-		if req.Profile {
-			// Counted before the clock starts: walking the graph is not the verify's cost.
-			countGraph(&st.VerifyNodes, &st.VerifyOps, evalList...)
-		}
-		tw := time.Now()
-		if req.Profile {
-			mlxc.AsyncEval(evalList...)
-			st.VerifyEncodeTime += time.Since(tw)
-		}
-		mlxc.Eval(evalList...)
-		waited := time.Since(tw)
-		st.WaitTime += waited
-		if req.Profile {
-			st.VerifyTime += waited
-		}
-
-		th := time.Now()
-		nextToks := mlxc.ToSlice[int32](v.Next)
-		var accept []bool
-		var dtoks []int32
-		if n > 0 {
-			accept = mlxc.ToSlice[bool](v.Accept)
-			dtoks = mlxc.ToSlice[int32](drafts)
-		}
-		a, tok := verify.Resolve(nextToks, accept)
-		if e.ReplayAccept != nil {
-			a = min(max(e.ReplayAccept(n), 0), n)
-			tok = nextToks[a]
-		}
-
-		tr := time.Now()
-		if err := c.Commit(cache.Prefix(a + 1)); err != nil {
-			s.Close()
-			free(cur)
-			return Result{}, err
-		}
-		if out.Hidden != nil {
-			ctxRows = mlxc.SliceAxis(out.Hidden, 1, 0, a+1).Detach()
-		}
-		st.RollbackTime += time.Since(tr)
-		s.Close()
-		free(cur)
-
-		st.Cycles++
-		st.Drafted += n
-		st.Accepted += a
-		st.AcceptHist[a]++
-		committed := append(dtoks[:a:a], tok)
-
-		// Start the next draft before streaming, unless this cycle certainly ends the
-		// generation (a stop token or the token budget). A stop string found while
-		// streaming ends it too; the prefetched draft is then simply dropped.
-		ends := len(o.tokens)+len(committed) >= req.MaxTokens
-		for _, t := range committed {
-			ends = ends || o.stopTokens[t]
-		}
-		var prefetch time.Duration
-		if !ends {
-			tb := time.Now()
-			draftEval = 0
-			next = draft(tok, budget(len(o.tokens)+len(committed)))
-			prefetch = time.Since(tb)
-			st.BuildTime += prefetch - draftEval
-		}
-		ctxRows.Free()
-		ctxRows = nil
-
-		for _, t := range committed {
-			if !cont {
-				break
-			}
-			history = append(history, t)
-			cont = o.push(t)
-		}
-		staged = tok
-		if e.afterCycle != nil && cont {
-			committedAll := append(append([]int32(nil), req.Prompt...), o.tokens[:len(o.tokens)-1]...)
-			e.afterCycle(c, committedAll)
-		}
-		if err := emitPending(o, emit); err != nil {
-			return Result{}, err
-		}
-		if st.Cycles%64 == 0 {
-			mlxc.ClearCache()
-		}
-		st.HostTime += time.Since(th) - prefetch
+		r.history = append(r.history, t)
+		cont = o.push(t)
 	}
-	st.GeneratedTokens = len(o.tokens)
-	finishStats(&st, firstTok, time.Now())
-	// HostTime above includes rollback; report them separately.
-	st.HostTime -= st.RollbackTime
-	return Result{Tokens: o.tokens, Text: o.text.String(), FinishReason: o.finish, Stats: st}, nil
+	r.staged = tok
+	if r.e.afterCycle != nil && cont {
+		committedAll := append(append([]int32(nil), r.req.Prompt...), o.tokens[:len(o.tokens)-1]...)
+		r.e.afterCycle(r.c, committedAll)
+	}
+	if err := emitPending(o, emit); err != nil {
+		return false, err
+	}
+	if st.Cycles%64 == 0 {
+		mlxc.ClearCache()
+	}
+	st.HostTime += time.Since(th) - prefetch
+	return cont, nil
 }
