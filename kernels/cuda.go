@@ -5,10 +5,6 @@ import _ "embed" // the CUDA sources below
 // The pieces of the CUDA kernels, as files: a .cu file is a whole kernel body, a .cuh
 // file a part that several bodies share or that one body is assembled from.
 var (
-	// skinny: the CUDA-core few-row product (SkinnyGEMM without tensor cores).
-	//go:embed cuda/skinny.cu
-	skinny string
-
 	// tcMMA defines MMA(d, a0, a1, a2, a3, b0, b1): d += A·B for one m16n8k16 tile, with
 	// the element type picked by the BF16 template argument; and LDW(p), a 16-byte weight
 	// load that bypasses L1 (weights are read once; L1 is left to x).
@@ -136,8 +132,6 @@ var tcHeader = gated + tcMMA
 
 // The kernels. Bodies made of several files are their concatenation in order.
 var (
-	// SkinnyGEMM is the CUDA-core few-row product y = x·Wᵀ (x, w → y).
-	SkinnyGEMM = Kernel{Name: "dflash_skinny_gemm", CUDA: Source{Body: skinny}}
 	// SkinnyGEMMTC is the tensor-core few-row product (x, w, r → y).
 	SkinnyGEMMTC = Kernel{Name: "dflash_skinny_gemm_tc", CUDA: Source{Header: tcHeader, Body: tcMain + tcStore}}
 	// SkinnyGEMMTCSplit is the tensor-core product with K split over blocks

@@ -45,7 +45,7 @@ func (k Kernel) Backends() []Backend {
 
 // All lists every custom kernel, in a fixed order.
 func All() []Kernel {
-	return []Kernel{SkinnyGEMM, SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
+	return []Kernel{SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
 		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead}
 }
 

@@ -12,18 +12,16 @@ import (
 // SkinnyGEMM computes y = x·Wᵀ for blocks of 2..16 rows (a verify block, a draft) with one
 // custom CUDA kernel instead of cuBLAS. MLX's CUDA backend captures every cuBLAS call into
 // a child CUDA graph, which costs host time on every product of every cycle. The
-// tensor-core variant (skinny_tc.go, the default on CUDA) is one plain kernel node per
-// product and reads the weights faster than cuBLAS does for 16 rows; the first, CUDA-core
-// variant (DFLASH_SKINNY_GEMM=1) cut the host time too but ran out of FMA throughput (see
-// docs/perf/tensor-core-products.md). Each output element is reduced in a fixed order that
-// does not depend on the number of rows.
+// tensor-core kernel (skinny_tc.go) is one plain kernel node per product and reads the
+// weights faster than cuBLAS does for 16 rows (an earlier CUDA-core kernel ran out of FMA
+// throughput and was removed; see docs/perf/tensor-core-products.md). Each output element
+// is reduced in a fixed order that does not depend on the number of rows.
 type SkinnyGEMM struct {
-	k           *mlxc.Kernel
-	split       *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
-	splitNorm   *mlxc.Kernel // split, also writing its output's RMSNorm (tcConfig.NormOut)
-	noDep       *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
-	tensorCores bool         // the tensor-core (mma.sync) variant (skinny_tc.go)
-	minRows     int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
+	k         *mlxc.Kernel
+	split     *mlxc.Kernel // the tensor-core kernel with K split over blocks (tcConfig.Split)
+	splitNorm *mlxc.Kernel // split, also writing its output's RMSNorm (tcConfig.NormOut)
+	noDep     *mlxc.Array  // a split launch's ordering input when its weight has none yet (TCState.prev)
+	minRows   int          // 2; 1 in GPU-exact mode, where decode steps use the same kernel
 	// tiled: weights go through a copy in the tensor-core layout (tcTile; on by default on
 	// CUDA, DFLASH_TC_TILED=0 turns it off), made per weight at its first launch while the
 	// copies fit in tileBudget bytes of device memory with what MLX holds (mayTile; 0: no
@@ -70,15 +68,6 @@ type tcTemplateKey struct {
 	dt mlxc.Dtype
 }
 
-// Each warp computes skinnyColumns output columns over all of K; the 8 warps of a block
-// share the rows of x, staged through shared memory in chunks of skinnyChunk elements, so
-// x is read from L2 once per 8·skinnyColumns columns instead of once per column.
-const (
-	skinnyColumns = 2
-	skinnyChunk   = 1024
-	skinnyWarps   = 8
-)
-
 // NewSkinnyGEMM returns the few-row product kernel when custom CUDA kernels can run here
 // and k.SkinnyGEMM asks for it, nil otherwise (Linear then uses MLX's matmul); gpuExact
 // (settings.Loop.GPUExact: GPU-exact mode, below) also sends one-row products through it. k.TCRule
@@ -95,24 +84,24 @@ func NewSkinnyGEMM(k settings.Kernels, gpuExact bool) (*SkinnyGEMM, error) {
 	case gpuExact:
 		// One-token steps through the same kernel as verify blocks: every row of every
 		// product is then reduced the same way (GPU-exact mode, below).
-		if s = newSkinnyGEMM(true); s != nil {
+		if s = newSkinnyGEMM(); s != nil {
 			s.minRows = 1
 		}
 	case !k.SkinnyGEMM:
 	default:
-		s = newSkinnyGEMM(true)
+		s = newSkinnyGEMM()
 	}
 	if s != nil {
 		s.configFor = rule
 		switch k.TCTiled {
 		case settings.Off:
 		case settings.On:
-			s.tiled = s.tensorCores
+			s.tiled = true
 		default:
 			s.tileBudget = uint64(float64(deviceTotalMemory()) * tcTileMemoryShare)
-			s.tiled = s.tensorCores && s.tileBudget > 0
+			s.tiled = s.tileBudget > 0
 		}
-		s.fuse = s.tensorCores && k.FuseProducts
+		s.fuse = k.FuseProducts
 		s.fuseAct = s.fuse && k.FuseAct
 		s.fuseNorm = s.fuse && k.FuseNorm
 	}
@@ -129,20 +118,16 @@ func NewSkinnyGEMM(k settings.Kernels, gpuExact bool) (*SkinnyGEMM, error) {
 // a time (quantizedProduct): a node per row, so quantized verify blocks are slow in this
 // mode.
 
-func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
+// newSkinnyGEMM makes the tensor-core kernels on a CUDA GPU (nil elsewhere).
+func newSkinnyGEMM() *SkinnyGEMM {
 	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
 		return nil
 	}
 	spec := mlxc.KernelSpec{
-		Backend: mlxc.KernelCUDA, Name: kernels.SkinnyGEMM.Name,
-		Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-		Source: kernels.SkinnyGEMM.CUDA.Body, EnsureRowContiguous: true,
+		Backend: mlxc.KernelCUDA, Name: kernels.SkinnyGEMMTC.Name,
+		Inputs: []string{"x", "w", "r"}, Outputs: []string{"y"},
+		Source: kernels.SkinnyGEMMTC.CUDA.Body, Header: kernels.SkinnyGEMMTC.CUDA.Header, EnsureRowContiguous: true,
 	}
-	if !tensorCores {
-		return &SkinnyGEMM{k: mlxc.NewKernel(spec), minRows: 2, configFor: tcConfigFor}
-	}
-	spec.Name, spec.Source, spec.Header = kernels.SkinnyGEMMTC.Name, kernels.SkinnyGEMMTC.CUDA.Body, kernels.SkinnyGEMMTC.CUDA.Header
-	spec.Inputs = []string{"x", "w", "r"}
 	split := spec
 	split.Name, split.Source, split.Header = kernels.SkinnyGEMMTCSplit.Name, kernels.SkinnyGEMMTCSplit.CUDA.Body, kernels.SkinnyGEMMTCSplit.CUDA.Header
 	split.Inputs, split.Outputs = []string{"x", "w", "cnt", "dep", "r", "ws"}, []string{"y"}
@@ -153,7 +138,7 @@ func newSkinnyGEMM(tensorCores bool) *SkinnyGEMM {
 	noDep := mlxc.Zeros([]int{4}, mlxc.Float32).Detach()
 	mlxc.Eval(noDep)
 	return &SkinnyGEMM{k: mlxc.NewKernel(spec), split: mlxc.NewKernel(split), splitNorm: mlxc.NewKernel(splitNorm),
-		noDep: noDep, tensorCores: true, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true,
+		noDep: noDep, minRows: 2, configFor: tcConfigFor, fuse: true, fuseAct: true, fuseNorm: true,
 		sms: mlxc.CUDAMultiprocessors()}
 }
 
@@ -191,9 +176,8 @@ func (st *TCState) scales(c tcConfig, N, M int) []float32 {
 }
 
 // Fits reports whether x [M, K] · w [N, K]ᵀ can use the kernel: 2 ≤ M ≤ 16 (1 ≤ M in
-// GPU-exact mode), both bf16 or
-// both f16, K a multiple of 8 (16-byte loads); the tensor-core variant also needs K and N
-// K a multiple of 32 and N of 16 (whole tiles; true of every Qwen3 projection and vocabulary).
+// GPU-exact mode), both bf16 or both f16, K a multiple of 32 and N of 16 (whole tiles;
+// true of every Qwen3 projection and vocabulary).
 func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
 	return s != nil && x.Ndim() == 2 && s.fitsRows(x, w, x.Dim(1))
 }
@@ -205,7 +189,7 @@ func (s *SkinnyGEMM) fitsRows(x, w *mlxc.Array, K int) bool {
 	}
 	M, N := x.Dim(0), w.Dim(0)
 	dt := x.Dtype()
-	if s.tensorCores && !s.configFor(N, K).fits(N, K) {
+	if !s.configFor(N, K).fits(N, K) {
 		return false
 	}
 	return M >= s.minRows && M <= 16 && K%8 == 0 && w.Dim(1) == K && w.Dtype() == dt &&
@@ -216,7 +200,7 @@ func (s *SkinnyGEMM) fitsRows(x, w *mlxc.Array, K int) bool {
 // on (and for gated, the gated fusion), x [M, K] or with gated a merged gate/up product
 // [M, 2K], and r (when not nil) [M, N] of x's type.
 func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
-	if s == nil || !s.fuse || !s.tensorCores || x.Ndim() != 2 || w.Ndim() != 2 || (gated && !s.fuseGated) {
+	if s == nil || !s.fuse || x.Ndim() != 2 || w.Ndim() != 2 || (gated && !s.fuseGated) {
 		return false
 	}
 	K := x.Dim(1)
@@ -271,7 +255,7 @@ func (s *SkinnyGEMM) ApplyAddNorm(x, w, r, nw *mlxc.Array, eps float32, st *TCSt
 // fused tensor-core kernel, whose launch for w has an even tile count, no split over K and
 // the register path, and I a whole number of its blocks' gate columns.
 func (s *SkinnyGEMM) FitsAct(x, w *mlxc.Array) bool {
-	if s == nil || !s.fuseAct || !s.tensorCores || w.Ndim() != 2 || !s.Fits(x, w) {
+	if s == nil || !s.fuseAct || w.Ndim() != 2 || !s.Fits(x, w) {
 		return false
 	}
 	N := w.Dim(0)
@@ -305,39 +289,13 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x
 // layout where SkinnyGEMM.tiled makes one (made in the first call's graph, detached: the owner frees
 // it), and the split launch's counts (zeros, made the same way).
 func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
-	if s.tensorCores {
-		return s.tcApply(x, w, nil, false, st)
-	}
-	M, N := x.Dim(0), w.Dim(0)
-	mmax := 16
-	switch {
-	case M <= 4:
-		mmax = 4
-	case M <= 8:
-		mmax = 8
-	}
-	perBlock := skinnyWarps * skinnyColumns
-	blocks := (N + perBlock - 1) / perBlock
-	return s.k.Call([]*mlxc.Array{x, w}, mlxc.KernelCall{
-		OutputShapes: [][]int{{M, N}},
-		OutputDtypes: []mlxc.Dtype{x.Dtype()},
-		Grid:         [3]int{blocks * skinnyWarps * 32, 1, 1},
-		ThreadGroup:  [3]int{skinnyWarps * 32, 1, 1},
-		Template:     skinnyTemplate(x.Dtype(), mmax),
-	})[0]
+	return s.tcApply(x, w, nil, false, st)
 }
 
 // tcApply is the tensor-core product with the weight's launch shape and the fusions asked
 // for (r nil: no residual), through st's tiled copy where there is one.
 func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
 	return s.launchTC(x, w, tcFusion{r: r, gated: gated}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)[0]
-}
-
-// skinnyTemplate is the CUDA-core kernel's compile-time arguments (the offline compile
-// check uses it too).
-func skinnyTemplate(dt mlxc.Dtype, mmax int) []mlxc.TemplateArg {
-	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "MMAX", Value: mmax},
-		{Name: "CPW", Value: skinnyColumns}, {Name: "KC", Value: skinnyChunk}, {Name: "WARPS", Value: skinnyWarps}}
 }
 
 // tcFusion is what a launch computes besides x·wᵀ: the residual r added (nil: none), x

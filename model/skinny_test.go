@@ -20,31 +20,27 @@ func TestSkinnyGEMMMatchesMatmul(t *testing.T) {
 	if !mlxc.CUDAKernelsAvailable() {
 		t.Skip("needs the CUDA backend and a GPU")
 	}
-	for _, tc := range []bool{false, true} {
-		err := mlxc.Do(func() error {
-			s := newSkinnyGEMM(tc)
-			if s == nil {
-				return fmt.Errorf("no kernel on a CUDA machine")
-			}
-			if tc {
-				s.minRows = 1 // as in GPU-exact mode: one-row calls must agree with the rest
-			}
-			defer s.Free()
-			for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
-				for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {32, 32}, {64, 96}, {96, 1056}, {1024, 2560}, {2560, 9728}, {9728, 2560}, {4096, 2560}, {8448, 4096}, {19456, 2560}} {
-					if tc && !s.configFor(nk[0], nk[1]).fits(nk[0], nk[1]) {
-						continue // whole tiles only: Linear keeps cuBLAS for these
-					}
-					if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
-						return fmt.Errorf("tensor cores %v: %w", tc, err)
-					}
+	err := mlxc.Do(func() error {
+		s := newSkinnyGEMM()
+		if s == nil {
+			return fmt.Errorf("no kernel on a CUDA machine")
+		}
+		s.minRows = 1 // as in GPU-exact mode: one-row calls must agree with the rest
+		defer s.Free()
+		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+			for _, nk := range [][2]int{{4, 8}, {5, 16}, {1003, 264}, {32, 16}, {96, 272}, {32, 32}, {64, 96}, {96, 1056}, {1024, 2560}, {2560, 9728}, {9728, 2560}, {4096, 2560}, {8448, 4096}, {19456, 2560}} {
+				if !s.configFor(nk[0], nk[1]).fits(nk[0], nk[1]) {
+					continue // whole tiles only: Linear keeps cuBLAS for these
+				}
+				if err := skinnyCase(s, dt, nk[0], nk[1]); err != nil {
+					return err
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -73,7 +69,7 @@ func skinnyCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int) error {
 				return fmt.Errorf("%v M=%d N=%d K=%d: y[%d] = %g, want %g", dt, M, N, K, i, got[i], want[i])
 			}
 		}
-		if s.tensorCores {
+		{
 			// The tensor-core layout (DFLASH_TC_TILED=1) reads the same terms in the same
 			// order: bit for bit the row-major result, for the pipelined loop too.
 			var st TCState
@@ -117,7 +113,7 @@ func TestSkinnySplitMatchesMatmul(t *testing.T) {
 		t.Skip("needs the CUDA backend and a GPU")
 	}
 	err := mlxc.Do(func() error {
-		s := newSkinnyGEMM(true)
+		s := newSkinnyGEMM()
 		if s == nil {
 			return fmt.Errorf("no kernel on a CUDA machine")
 		}
@@ -210,7 +206,7 @@ func TestSkinnyTCSweep(t *testing.T) {
 	}
 	const reps, copies, passes = 40, 4, 3
 	onCUDA(t, func() error {
-		s := newSkinnyGEMM(true)
+		s := newSkinnyGEMM()
 		defer s.Free()
 		s.minRows = 1
 		for _, nk := range [][2]int{{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}} {
@@ -336,7 +332,7 @@ func TestFusedProductsMatchSeparate(t *testing.T) {
 func onFusionKernels(t *testing.T, test func(s *SkinnyGEMM, f *Fused) error) {
 	t.Helper()
 	onCUDA(t, func() error {
-		s := newSkinnyGEMM(true)
+		s := newSkinnyGEMM()
 		f := newFused(&Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}, 128, 1e-6)
 		defer s.Free()
 		defer f.Free()
