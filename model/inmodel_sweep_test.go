@@ -46,7 +46,7 @@ func TestTCInModelSweep(t *testing.T) {
 		if tiled {
 			other = "default, row-major"
 		}
-		vs := []variant{{"default", tcConfigFor, tiled}, {other, tcConfigFor, !tiled}, {"sweep", tcConfigSweep, tiled}}
+		vs := []variant{{"default", tcConfigFor, tiled}, {other, tcConfigFor, !tiled}}
 		classes := os.Getenv("DFLASH_TC_INMODEL_RULES") // ';'-separated DFLASH_TC_RULE values
 		if classes == "" {
 			classes = "wide=4/8/4p;wide=4/4/4p;wide=2/8/2p;down=4/4/4;down=4/4/2p;down=1/8/2p;narrow=1/4/2p;narrow=2/8/2;narrow=2/4/4p;narrow=4/4/s3k128"

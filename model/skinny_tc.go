@@ -173,23 +173,6 @@ const tcOneWaveBlocks = 4 * 132
 // (about 2.4 blocks per SM of an H200).
 const tcSplitMinBlocks = 320
 
-// tcConfigSweep is the per-product best of TestSkinnyTCSweep's shapes, each product timed
-// alone (DFLASH_TC_RULE=sweep): wide products (gate/up, the vocabulary head) 4 tiles, 8
-// warps, 4 slices, pipelined; long K (down) 4 tiles, 4 warps; the rest one tile, 4 warps,
-// 2 slices, pipelined. Kept to compare against, since inside the model it lost to
-// tcConfigFor (see docs/perf/tensor-core-products.md).
-func tcConfigSweep(N, K int) tcConfig {
-	switch {
-	case N >= 16384 && N%32 == 0:
-		return tcConfig{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}
-	case K >= 8192 && N%32 == 0:
-		return tcConfig{Tiles: 4, Warps: 4, Unroll: 4}
-	case N%8 == 0:
-		return tcConfig{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}
-	}
-	return tcConfig{}
-}
-
 // tcTile lays a row-major weight [N, K] out as the tensor-core kernel's lanes read it:
 // [N/8, K/32, 32, 8], where lane 4g+t of slice s of n8 tile nt holds W[8nt+g][32s+8t ..
 // 32s+8t+7]. A warp's load of one slice is then 512 contiguous bytes (row-major: 64 bytes

@@ -13,7 +13,6 @@ import (
 // class of product side by side:
 //
 //	""       tcConfigFor
-//	"sweep"  tcConfigSweep (the per-product bests of TestSkinnyTCSweep)
 //	"wide=4/8/4p,down=4/4/4,narrow=1/4/2p"
 //	         tcConfigFor with the named classes replaced; a shape is TILES/WARPS/UNROLL,
 //	         "p" appended for the software-pipelined loop, then "xN" to split K over N
@@ -46,8 +45,6 @@ func parseTCRule(v string) (func(N, K int) tcConfig, error) {
 	switch v {
 	case "":
 		return tcConfigFor, nil
-	case "sweep":
-		return tcConfigSweep, nil
 	}
 	over := map[string]tcConfig{}
 	for _, part := range strings.Split(v, ",") {

@@ -17,8 +17,6 @@ func TestParseTCRule(t *testing.T) {
 		err  string
 	}{
 		{rule: "", want: []tcConfig{tcConfigFor(6144, 2560), tcConfigFor(2560, 4096), tcConfigFor(19456, 2560), tcConfigFor(2560, 9728), tcConfigFor(151936, 2560)}},
-		{rule: "sweep", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 1, Warps: 4, Unroll: 2, Pipe: true},
-			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
 		// The default for 2560 columns splits K: 4 chunks of 4096, 6 of 9728 (one wave).
 		{rule: "", want: []tcConfig{{Tiles: 1, Warps: 4, Unroll: 2, Pipe: true}, {Tiles: 2, Warps: 4, Unroll: 8, Split: 4},
 			{Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}, {Tiles: 4, Warps: 4, Unroll: 4, Split: 6}, {Tiles: 4, Warps: 8, Unroll: 4, Pipe: true}}},
@@ -76,7 +74,7 @@ func TestParseTCRule(t *testing.T) {
 func TestTCRulesFit(t *testing.T) {
 	// Every shape a rule picks for a real product must be launchable for it.
 	for _, nk := range [][2]int{{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {151936, 2560}, {6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}} {
-		for name, rule := range map[string]func(int, int) tcConfig{"default": tcConfigFor, "sweep": tcConfigSweep} {
+		for name, rule := range map[string]func(int, int) tcConfig{"default": tcConfigFor} {
 			if c := rule(nk[0], nk[1]); !c.fits(nk[0], nk[1]) {
 				t.Errorf("%s rule: %+v does not fit [%d, %d]", name, c, nk[0], nk[1])
 			}
