@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/daulet/tokenizers v1.24.0
+	github.com/google/go-cmp v0.7.0
 	github.com/nikolalohinski/gonja/v2 v2.9.1
 	github.com/urfave/cli/v2 v2.27.7
 )

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestParse(t *testing.T) {
@@ -81,8 +83,8 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
-				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("settings differ (-want +got):\n%s", diff)
 			}
 			joined := strings.Join(warnings, "\n")
 			if tc.warn == "" && joined != "" || !strings.Contains(joined, tc.warn) {
