@@ -75,7 +75,7 @@ func (e *Engine) ProbePipeline(ctx context.Context, prompt []int32, cycles int) 
 		s.Close()
 		defer fixed.Free()
 
-		// cycle builds one cycle's graph and enqueues it; the host offset goes back so the
+		// cycle builds one cycle's graph and enqueues it; none of its rows is kept, so the
 		// next cycle writes the same rows.
 		cycle := func(withDraft bool) *mlxc.Array {
 			drafts := fixed
@@ -83,11 +83,12 @@ func (e *Engine) ProbePipeline(ctx context.Context, prompt []int32, cycles int) 
 				drafts = p.Propose(staged, c.Offset(), nil, B-1, sp, keys).Tokens
 			}
 			ids := mlxc.Concatenate([]*mlxc.Array{mlxc.FromSlice([]int32{staged}, 1, 1), mlxc.Reshape(drafts, 1, B-1)}, 1)
+			c.Speculate()
 			o := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
 			v := verify.GreedyLogits(argmax, mlxc.Reshape(o.Logits, B, -1), drafts)
 			last := v.Next.Detach()
 			mlxc.AsyncEval(append(v.Arrays(), drafts)...)
-			if err := c.Rewind(B); err != nil {
+			if err := c.Commit(nil); err != nil {
 				panic(&mlxc.Error{Op: "pipeline probe", Msg: err.Error()})
 			}
 			return last

@@ -251,6 +251,7 @@ func (c *KVCache) SetOffset(n int) error {
 	return nil
 }
 
+// checkOffset refuses an offset outside the buffers, which would declare rows never written.
 func (c *KVCache) checkOffset(n int) error {
 	if n < 0 || (n > 0 && (c.keys == nil || n > c.keys.Dim(2))) {
 		return fmt.Errorf("kv cache: cannot set offset %d past the buffers", n)
@@ -319,7 +320,8 @@ func (c *KVCaches) SetOffset(n int) error {
 // an offset), so both are O(1).
 func (c *KVCaches) Checkpoint() int { return c.Offset() }
 
-// Restore rewinds to a checkpoint taken earlier.
+// Restore rewinds to a checkpoint taken earlier. It takes the place of the list's Restore
+// here; per-layer snapshots are c.List.Snapshot and c.List.Restore.
 func (c *KVCaches) Restore(cp int) error {
 	if cp > c.Offset() {
 		return fmt.Errorf("kv cache: checkpoint %d is past the current offset %d", cp, c.Offset())
