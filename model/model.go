@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
@@ -89,14 +90,40 @@ type Model interface {
 // Family builds a model of one model_type from its config and validated weights.
 type Family func(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) (Model, error)
 
-// The family registry is filled by init functions of this package only (read-only after).
-var families = map[string]Family{}
+// The family registry maps a config's model_type to its Family. Family code registers
+// itself from an init function, in this package or its own, so that adding a family
+// touches no other family and no dispatch code; tests may register test families.
+var (
+	familiesMu sync.RWMutex
+	families   = map[string]Family{}
+)
 
-// Register adds a family; called from init.
-func Register(modelType string, f Family) { families[modelType] = f }
+// Register adds a family for a model_type. Registering one model_type twice panics: two
+// families cannot answer to one name.
+func Register(modelType string, f Family) {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	if modelType == "" || f == nil {
+		panic("model.Register: empty model_type or nil family")
+	}
+	if _, dup := families[modelType]; dup {
+		panic(fmt.Sprintf("model.Register: model_type %q registered twice", modelType))
+	}
+	families[modelType] = f
+}
+
+// LookupFamily returns the family registered for a model_type.
+func LookupFamily(modelType string) (Family, bool) {
+	familiesMu.RLock()
+	defer familiesMu.RUnlock()
+	f, ok := families[modelType]
+	return f, ok
+}
 
 // Families lists the registered model types.
 func Families() []string {
+	familiesMu.RLock()
+	defer familiesMu.RUnlock()
 	out := make([]string, 0, len(families))
 	for k := range families {
 		out = append(out, k)
@@ -134,7 +161,7 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	fam, ok := families[mt]
+	fam, ok := LookupFamily(mt)
 	if !ok {
 		return nil, fmt.Errorf("%s: model_type %q is not supported (supported: %s)", cfg.Path, mt, strings.Join(Families(), ", "))
 	}
