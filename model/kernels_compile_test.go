@@ -171,18 +171,16 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 		act.Tiled = true
 		ks = append(ks, kernelCheck{Name: "skinny_tc_act_tiled_" + T, Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(xw, act, T), Outputs: y,
 			Consts: constsOf(act.template(dt)), Body: kernels.SkinnyGEMMTC.CUDA.Body})
-		// The fusions (ApplyFused) on the model's products: o with the residual add, down
-		// with the gated activation and the add, and each alone; the staged path too.
+		// The fusion (ApplyFused) on the model's products: the residual add; the staged path
+		// too.
 		for _, c := range []tcConfig{tcConfigFor(2560, 4096), tcConfigFor(2560, 9728), tcConfigFor(6144, 2560), tcConfigFor(1024, 2560), {Tiles: 4, Warps: 8, Stages: 3, KT: 128}} {
-			for _, f := range [][2]bool{{false, true}, {true, true}, {true, false}} {
-				c.Gated, c.Resid = f[0], f[1]
-				body, in, out := kernels.SkinnyGEMMTC.CUDA.Body, xw, y
-				if c.Split > 1 {
-					body, in = kernels.SkinnyGEMMTCSplit.CUDA.Body, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
-				}
-				ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Gated, c.Resid),
-					Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
+			c.Resid = true
+			body, in, out := kernels.SkinnyGEMMTC.CUDA.Body, xw, y
+			if c.Split > 1 {
+				body, in = kernels.SkinnyGEMMTCSplit.CUDA.Body, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 			}
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Gated, c.Resid),
+				Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
 		}
 		// The norm fusion: o and down writing their output's RMSNorm (split, with the
 		// residual add).

@@ -61,21 +61,10 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 // tensor-core product serves the layer, one kernel adds r as it writes; elsewhere the
 // product and MLX's Add. The same values either way (SkinnyGEMM.ApplyFused).
 func (l *Linear) ApplyAdd(x, r *mlxc.Array) *mlxc.Array {
-	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(x, l.W, r, false) {
-		return l.skinny.ApplyFused(x, l.W, r, false, &l.tc)
+	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(x, l.W, r) {
+		return l.skinny.ApplyFused(x, l.W, r, &l.tc)
 	}
 	return mlxc.Add(r, l.Apply(x))
-}
-
-// ApplyGatedAdd returns r + (silu(gate)·up)·Wᵀ for a merged gate/up product gu [R, 2I]
-// (gate first), act being the activation (GatedAct): the MLP's down projection and
-// residual add, with the add in the product's kernel where ApplyAdd does that, and the
-// activation too with DFLASH_FUSE_GATED=1 (one node instead of three).
-func (l *Linear) ApplyGatedAdd(gu, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array) *mlxc.Array {
-	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(gu, l.W, r, true) {
-		return l.skinny.ApplyFused(gu, l.W, r, true, &l.tc)
-	}
-	return l.ApplyAdd(act(gu), r)
 }
 
 // OutAdd is a layer's attention output for the target and the drafter alike: h = r +
@@ -103,20 +92,14 @@ func MLPAdd(f *Fused, sw *SwiGLU, gateUp *MergedLinear, gate, up, down *Linear, 
 
 // gatedDownAdd returns r + down(silu(gate)·up) for normed rows x of an MLP with a merged
 // gate/up projection, and its norm with weight nextNorm (nil: none): the activation in
-// the gate/up product's kernel where it can (MergedLinear.Gated), else act's (GatedAct),
-// or with DFLASH_FUSE_GATED=1 in the down projection's; the residual add and the next
-// norm in the down projection's kernel (ApplyAdd, ApplyAddNorm).
+// the gate/up product's kernel where it can (MergedLinear.Gated), else act's (GatedAct);
+// the residual add and the next norm in the down projection's kernel (ApplyAdd,
+// ApplyAddNorm).
 func gatedDownAdd(gateUp *MergedLinear, down *Linear, x *Normed, r *mlxc.Array, act func(*mlxc.Array) *mlxc.Array, nextNorm *mlxc.Array, eps float32) (*mlxc.Array, *Normed) {
-	var h *mlxc.Array
-	switch {
-	case down.skinny != nil && down.skinny.fuseGated:
-		h = down.ApplyGatedAdd(gateUp.Whole(x.X()), r, act)
-	case nextNorm != nil:
+	if nextNorm != nil {
 		return down.ApplyAddNorm(gateUp.Gated(x.X(), act), r, nextNorm, eps)
-	default:
-		h = down.ApplyAdd(gateUp.Gated(x.X(), act), r)
 	}
-	return h, normOrNil(h, nextNorm, eps)
+	return down.ApplyAdd(gateUp.Gated(x.X(), act), r), nil
 }
 
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a

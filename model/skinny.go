@@ -32,12 +32,8 @@ type SkinnyGEMM struct {
 	// otherwise, see tcrule.go), its split resolved.
 	configFor func(N, K int) tcConfig
 	// fuse: the tensor-core kernel also serves ApplyFused with the residual add on its
-	// output; DFLASH_FUSE_PRODUCTS=0 turns it off. fuseGated (DFLASH_FUSE_GATED=1, an
-	// experiment): the gated activation on its input too. Each block of the down projection
-	// then computes silu·up for all of its K range, so the whole activation is computed
-	// once per column tile (80 times for the 4B shape's down projection), which made DFlash
-	// cycles slower than GatedAct's kernel does (see docs/perf/product-fusions.md).
-	fuse, fuseGated bool
+	// output; DFLASH_FUSE_PRODUCTS=0 turns it off.
+	fuse bool
 	// fuseAct: the gate/up product applies the activation as it writes (ApplyAct;
 	// DFLASH_FUSE_ACT=0 or DFLASH_FUSE_PRODUCTS=0 turns it off).
 	fuseAct bool
@@ -179,15 +175,10 @@ func (st *TCState) scales(c tcConfig, N, M int) []float32 {
 // GPU-exact mode), both bf16 or both f16, K a multiple of 32 and N of 16 (whole tiles;
 // true of every Qwen3 projection and vocabulary).
 func (s *SkinnyGEMM) Fits(x, w *mlxc.Array) bool {
-	return s != nil && x.Ndim() == 2 && s.fitsRows(x, w, x.Dim(1))
-}
-
-// fitsRows is Fits for rows x whose product has K = k (x's rows may hold more: FitsFused).
-func (s *SkinnyGEMM) fitsRows(x, w *mlxc.Array, K int) bool {
 	if s == nil || s.k == nil || x.Ndim() != 2 || w.Ndim() != 2 {
 		return false
 	}
-	M, N := x.Dim(0), w.Dim(0)
+	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
 	dt := x.Dtype()
 	if !s.configFor(N, K).fits(N, K) {
 		return false
@@ -197,23 +188,15 @@ func (s *SkinnyGEMM) fitsRows(x, w *mlxc.Array, K int) bool {
 }
 
 // FitsFused reports whether ApplyFused serves x and w: the tensor-core kernel with fusion
-// on (and for gated, the gated fusion), x [M, K] or with gated a merged gate/up product
-// [M, 2K], and r (when not nil) [M, N] of x's type.
-func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
-	if s == nil || !s.fuse || x.Ndim() != 2 || w.Ndim() != 2 || (gated && !s.fuseGated) {
+// on, x [M, K], and r (when not nil) [M, N] of x's type.
+func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array) bool {
+	if s == nil || !s.fuse || x.Ndim() != 2 || w.Ndim() != 2 {
 		return false
-	}
-	K := x.Dim(1)
-	if gated {
-		if K%2 != 0 {
-			return false
-		}
-		K /= 2
 	}
 	if r != nil && (r.Ndim() != 2 || r.Dim(0) != x.Dim(0) || r.Dim(1) != w.Dim(0) || r.Dtype() != x.Dtype()) {
 		return false
 	}
-	return s.fitsRows(x, w, K)
+	return s.Fits(x, w)
 }
 
 // FitsNormOut reports whether ApplyAddNorm serves x·wᵀ with the residual r and the norm
@@ -221,7 +204,7 @@ func (s *SkinnyGEMM) FitsFused(x, w, r *mlxc.Array, gated bool) bool {
 // split launch has last blocks that see every column) into few enough column tiles for
 // this GPU (normOutFits), and nw [N] of x's type.
 func (s *SkinnyGEMM) FitsNormOut(x, w, r, nw *mlxc.Array) bool {
-	if !s.FitsFused(x, w, r, false) || !s.fuseNorm || r == nil || nw == nil {
+	if !s.FitsFused(x, w, r) || !s.fuseNorm || r == nil || nw == nil {
 		return false
 	}
 	if nw.Ndim() != 1 || nw.Dim(0) != w.Dim(0) || nw.Dtype() != x.Dtype() {
@@ -273,12 +256,11 @@ func (s *SkinnyGEMM) ApplyAct(x, w *mlxc.Array, st *TCState) *mlxc.Array {
 	return s.launchTC(x, w, tcFusion{}, c, N, st)[0]
 }
 
-// ApplyFused returns [r +] x'·wᵀ [M, N] in one kernel, where x' is x or, with gated,
-// silu(gate)·up of the merged gate/up rows x (call FitsFused first). Bit for bit what the
-// separate nodes give: the activation rounds where GatedAct rounds, and the product is
-// rounded to the element type before r is added, as MLX's Add of the product would.
-func (s *SkinnyGEMM) ApplyFused(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
-	return s.tcApply(x, w, r, gated, st)
+// ApplyFused returns [r +] x·wᵀ [M, N] in one kernel (call FitsFused first). Bit for bit
+// what the separate nodes give: the product is rounded to the element type before r is
+// added, as MLX's Add of the product would.
+func (s *SkinnyGEMM) ApplyFused(x, w, r *mlxc.Array, st *TCState) *mlxc.Array {
+	return s.tcApply(x, w, r, st)
 }
 
 // Apply returns x·wᵀ (call Fits first). A split launch then makes its counts in
@@ -289,21 +271,19 @@ func (s *SkinnyGEMM) Apply(x, w *mlxc.Array) *mlxc.Array { return s.ApplyOwned(x
 // layout where SkinnyGEMM.tiled makes one (made in the first call's graph, detached: the owner frees
 // it), and the split launch's counts (zeros, made the same way).
 func (s *SkinnyGEMM) ApplyOwned(x, w *mlxc.Array, st *TCState) *mlxc.Array {
-	return s.tcApply(x, w, nil, false, st)
+	return s.tcApply(x, w, nil, st)
 }
 
 // tcApply is the tensor-core product with the weight's launch shape and the fusions asked
 // for (r nil: no residual), through st's tiled copy where there is one.
-func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, gated bool, st *TCState) *mlxc.Array {
-	return s.launchTC(x, w, tcFusion{r: r, gated: gated}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)[0]
+func (s *SkinnyGEMM) tcApply(x, w, r *mlxc.Array, st *TCState) *mlxc.Array {
+	return s.launchTC(x, w, tcFusion{r: r}, s.configFor(w.Dim(0), w.Dim(1)), w.Dim(0), st)[0]
 }
 
-// tcFusion is what a launch computes besides x·wᵀ: the residual r added (nil: none), x
-// read as a merged gate/up product (gated), and y's RMSNorm with weight normW (nil: none)
-// and eps.
+// tcFusion is what a launch computes besides x·wᵀ: the residual r added (nil: none), and
+// y's RMSNorm with weight normW (nil: none) and eps.
 type tcFusion struct {
 	r     *mlxc.Array
-	gated bool
 	normW *mlxc.Array
 	eps   float32
 }
@@ -332,7 +312,7 @@ func (s *SkinnyGEMM) mayTile(w *mlxc.Array) bool {
 // and the fusions f, through st's tiled copy where there is one (register path). It
 // returns applyTC's outputs: y first.
 func (s *SkinnyGEMM) launchTC(x, w *mlxc.Array, f tcFusion, c tcConfig, N int, st *TCState) []*mlxc.Array {
-	c.Gated, c.Resid, c.NormOut = f.gated, f.r != nil, f.normW != nil
+	c.Resid, c.NormOut = f.r != nil, f.normW != nil
 	if c.NormOut {
 		c.EpsBits = int(math.Float32bits(f.eps))
 	}

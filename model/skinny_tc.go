@@ -53,7 +53,9 @@ type tcConfig struct {
 	// Act: w is a merged gate/up weight [2I, K] (gate rows first) and y is silu(gate)·up
 	// [M, I], each block computing 4·Tiles gate columns and the same up columns (the MLP's
 	// activation without a kernel of its own; even Tiles, no split, register path). None of
-	// the three changes the launch shape.
+	// the three changes the launch shape. The gated fusion is no longer launched (Gated is
+	// always false), and the kernel's GATED branch and template constant go together in a
+	// later change that updates the pinned kernel hashes with a GPU check.
 	Gated, Resid, Act bool
 	// NormOut (split launches only): the launch also writes its output's RMSNorm, xn =
 	// RMSNorm(y) with the norm weight xw and eps = EpsBits' float32, from the rows' scales
