@@ -173,6 +173,41 @@ func (m *Qwen3) FinalNorm(h *mlxc.Array) *Normed { return NormOf(h, m.norm, m.ar
 
 // Forward follows mlx-lm's qwen3.py op for op.
 func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
+	p := m.newPass(ids, c, opt)
+	// Activations stay 2-D, [B·L, H]: MLX wraps a matmul of a 3-D input in Flatten and
+	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
+	h := m.embed.Lookup(mlxc.Reshape(ids, p.rows))
+	var next *Normed // this layer's input norm, when the previous layer's MLP made it
+	for i := range m.layers {
+		h, next = p.layer(i, h, next)
+		if j, ok := p.tapAt[i]; ok {
+			p.taps[j] = h
+		}
+	}
+	return p.output(h, next)
+}
+
+// qwen3Pass is one Forward call: the attention path chosen once for the whole block, and
+// the arrays that all layers share because they hold the same positions.
+type qwen3Pass struct {
+	m          *Qwen3
+	kv         *KVCaches
+	opt        ForwardOptions
+	B, L, rows int
+	mask       string // the plain SDPA path's mask mode
+	taps       []*mlxc.Array
+	tapAt      map[int]int // tap layer → its index in taps
+	at         bool        // the block sits at a device position (opt.Pos)
+	rowwise    bool        // one-query attention per row (opt.RowwiseAttention)
+	fqa        bool        // the few-query kernel may run (exact key lengths: no plan to rebuild)
+	padKeys    bool        // keys padded to opt.KeyBucket under a mask
+	off0       int         // the cache offset of row 0
+	padMask    *mlxc.Array // made by the first layer that needs it
+	pos, kpos  *mlxc.Array // see position and kernelPos
+}
+
+// newPass checks Forward's arguments and picks the attention path of the block.
+func (m *Qwen3) newPass(ids *mlxc.Array, c Cache, opt ForwardOptions) *qwen3Pass {
 	kv, ok := c.(*KVCaches)
 	if !ok || len(kv.Layers) != len(m.layers) {
 		panic(&mlxc.Error{Op: "qwen3.forward", Msg: "cache does not belong to this model"})
@@ -182,144 +217,167 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("ids must be [B, L], got %v", sh)})
 	}
 	B, L := sh[0], sh[1]
-	mask := mlxc.MaskNone
+	p := &qwen3Pass{m: m, kv: kv, opt: opt, B: B, L: L, rows: B * L, mask: mlxc.MaskNone, tapAt: map[int]int{}}
 	if L > 1 {
-		mask = mlxc.MaskCausal // bottom-right aligned: right for prefill chunks and verify blocks
+		p.mask = mlxc.MaskCausal // bottom-right aligned: right for prefill chunks and verify blocks
 	}
-	var taps []*mlxc.Array
-	tapAt := map[int]int{}
 	for i, t := range opt.Taps {
 		if t < 0 || t >= len(m.layers) {
 			panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("tap layer %d out of range [0, %d)", t, len(m.layers))})
 		}
-		tapAt[t] = i
+		p.tapAt[t] = i
 	}
 	if len(opt.Taps) > 0 {
-		taps = make([]*mlxc.Array, len(opt.Taps))
+		p.taps = make([]*mlxc.Array, len(opt.Taps))
 	}
-	a := m.arch
-	// Activations stay 2-D, [B·L, H]: MLX wraps a matmul of a 3-D input in Flatten and
-	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
-	rows := B * L
-	h := m.embed.Lookup(mlxc.Reshape(ids, rows))
-	at := opt.Pos != nil
-	if at && (B != 1 || opt.Window < L) {
+	p.at = opt.Pos != nil
+	if p.at && (B != 1 || opt.Window < L) {
 		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("a block at a device position needs B = 1 and a window ≥ %d rows, got B = %d, window %d", L, B, opt.Window)})
 	}
-	rowwise := L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !at
-	fqa := B == 1 && m.fqa != nil && !rowwise // exact key lengths: no plan to rebuild
-	padKeys := L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !rowwise && !fqa && !at
-	var padMask *mlxc.Array // shared by all layers: they hold the same positions
-	off0 := kv.Offset()
-	// position is row 0's position as a device array (for the kernels and the dynamic-offset
-	// RoPE): the caller's, or one made when first needed and shared by all layers.
-	pos := opt.Pos
-	position := func() *mlxc.Array {
-		if pos == nil {
-			pos = Visible(off0)
-		}
-		return pos
+	p.rowwise = L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !p.at
+	p.fqa = B == 1 && m.fqa != nil && !p.rowwise
+	p.padKeys = L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !p.rowwise && !p.fqa && !p.at
+	p.off0 = kv.Offset()
+	p.pos = opt.Pos
+	return p
+}
+
+// position is row 0's position as a device array (for the kernels and the dynamic-offset
+// RoPE): the caller's, or one made when first needed and shared by all layers.
+func (p *qwen3Pass) position() *mlxc.Array {
+	if p.pos == nil {
+		p.pos = Visible(p.off0)
 	}
-	// kernelPos is position() for our CUDA kernels, in device memory (OnDevice).
-	var kpos *mlxc.Array
-	kernelPos := func() *mlxc.Array {
-		if kpos == nil {
-			kpos = m.fused.OnDevice(position())
-		}
-		return kpos
+	return p.pos
+}
+
+// kernelPos is position() for our CUDA kernels, in device memory (OnDevice).
+func (p *qwen3Pass) kernelPos() *mlxc.Array {
+	if p.kpos == nil {
+		p.kpos = p.m.fused.OnDevice(p.position())
 	}
-	var next *Normed // this layer's input norm, when the previous layer's MLP made it
-	for i := range m.layers {
-		l := &m.layers[i]
-		lc := kv.Layers[i]
-		x := next
-		if x == nil {
-			x = NormOf(h, l.inputNorm, a.RMSNormEps)
+	return p.kpos
+}
+
+// layer runs layer i on the residual stream h (next: its input norm, when the previous
+// layer's MLP made it) and returns the stream and the norm of what follows.
+func (p *qwen3Pass) layer(i int, h *mlxc.Array, next *Normed) (*mlxc.Array, *Normed) {
+	m, a := p.m, &p.m.arch
+	l := &m.layers[i]
+	x := next
+	if x == nil {
+		x = NormOf(h, l.inputNorm, a.RMSNormEps)
+	}
+	merged := p.attention(l, p.kv.Layers[i], x)
+	h, x = OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
+	var nextNorm *mlxc.Array
+	switch {
+	case i+1 < len(m.layers):
+		nextNorm = m.layers[i+1].inputNorm
+	case p.opt.Logits != LogitsNone:
+		nextNorm = m.norm // the last layer's rows go through the final norm
+	}
+	return MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm, a.RMSNormEps)
+}
+
+// attention is one layer's attention of the normed rows x, as rows [B·L, H·D].
+func (p *qwen3Pass) attention(l *qwen3Layer, lc *KVCache, x *Normed) *mlxc.Array {
+	h := p.heads(l, lc, x)
+	if h.merged != nil {
+		return h.merged // PrepAttention wrote the keys and values and attended.
+	}
+	return p.attend(lc, h)
+}
+
+// qwen3Heads is what head prep made of one layer's rows: the heads q, k, v; or the cache's
+// buffers keys and values, when it wrote the block into them; or merged, the attention
+// rows [L, H·D], when it attended too.
+type qwen3Heads struct {
+	q, k, v, keys, values, merged *mlxc.Array
+}
+
+// heads projects one layer's normed rows x into rotated, normed heads: through the fused
+// kernels (B = 1, into the cache when the block sits at a device position) or MLX ops.
+func (p *qwen3Pass) heads(l *qwen3Layer, lc *KVCache, x *Normed) (h qwen3Heads) {
+	m, a := p.m, &p.m.arch
+	if p.B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
+		if p.at && l.qkv != nil {
+			h.keys, h.values = lc.InPlace(p.opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 		}
-		offset := lc.Offset()
-		var q, k, v *mlxc.Array
-		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote this block into them
-		var merged *mlxc.Array       // attention rows [L, H·D]
-		if B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
-			if at && l.qkv != nil {
-				keys, values = lc.InPlace(opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
-			}
-			if keys != nil {
-				merged, q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, kernelPos(), keys, values,
-					m.scaleArr, true, fqa && m.fqa.ServesRows(L))
-			} else {
-				q, k, v = m.headPrep(l, x, kernelPos())
-			}
+		if h.keys != nil {
+			h.merged, h.q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, p.kernelPos(), h.keys, h.values,
+				m.scaleArr, true, p.fqa && m.fqa.ServesRows(p.L))
 		} else {
-			qkv := ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
-			q = splitHeads(qkv[0], B, L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-			k = splitHeads(qkv[1], B, L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-			v = splitHeads(qkv[2], B, L, a.NumKVHeads, nil, 0)
-			if at || m.fqa.RowConsistent() {
-				// GPU-exact mode rotates decode steps and verify blocks with the same kernel
-				// (MLX's static- and dynamic-offset RoPE may round differently).
-				q, k = m.rope.ApplyAt(q, position()), m.rope.ApplyAt(k, position())
-			} else {
-				q, k = m.rope.Apply(q, offset), m.rope.Apply(k, offset)
-			}
+			h.q, h.k, h.v = m.headPrep(l, x, p.kernelPos())
 		}
-		var o *mlxc.Array
-		if merged != nil {
-			// PrepAttention wrote the keys and values and attended.
-		} else if at {
-			if keys == nil {
-				keys, values = lc.WriteAt(k, v, pos, opt.Window)
-			}
-			if fqa && m.fqa.Fits(q, keys) { // keys: k is nil when head prep wrote the cache
-				merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
-			} else {
-				if padMask == nil {
-					padMask = WindowMask(pos, L, opt.Window, true)
-				}
-				keys, values = mlxc.SliceAxis(keys, 2, 0, opt.Window), mlxc.SliceAxis(values, 2, 0, opt.Window)
-				o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, padMask, nil)
-			}
-		} else if fqa && m.fqa.Fits(q, k) {
-			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
-			merged = m.fqa.Apply(q, keys, values, m.scaleArr, kernelPos(), true)
-		} else if rowwise {
-			keys, values := lc.UpdateAndFetch(k, v)
-			o = rowwiseAttention(q, keys, values, m.scale, off0)
-		} else if padKeys {
-			keys, values, K := lc.UpdateAndFetchPadded(k, v, opt.KeyBucket)
-			if padMask == nil {
-				padMask = PrefixMask(L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
-			}
-			o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, padMask, nil)
-		} else {
-			keys, values := lc.UpdateAndFetch(k, v)
-			o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mask, nil, nil)
-		}
-		if merged == nil {
-			merged = mergeHeads(o, rows)
-		}
-		h, x = OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
-		var nextNorm *mlxc.Array
-		switch {
-		case i+1 < len(m.layers):
-			nextNorm = m.layers[i+1].inputNorm
-		case opt.Logits != LogitsNone:
-			nextNorm = m.norm // the last layer's rows go through the final norm
-		}
-		h, next = MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm, a.RMSNormEps)
-		if j, ok := tapAt[i]; ok {
-			taps[j] = h
-		}
+		return h
 	}
+	offset := lc.Offset()
+	qkv := ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
+	h.q = splitHeads(qkv[0], p.B, p.L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
+	h.k = splitHeads(qkv[1], p.B, p.L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
+	h.v = splitHeads(qkv[2], p.B, p.L, a.NumKVHeads, nil, 0)
+	if p.at || m.fqa.RowConsistent() {
+		// GPU-exact mode rotates decode steps and verify blocks with the same kernel
+		// (MLX's static- and dynamic-offset RoPE may round differently).
+		h.q, h.k = m.rope.ApplyAt(h.q, p.position()), m.rope.ApplyAt(h.k, p.position())
+	} else {
+		h.q, h.k = m.rope.Apply(h.q, offset), m.rope.Apply(h.k, offset)
+	}
+	return h
+}
+
+// attend writes the heads h into the layer's cache and attends over it on the block's
+// path, returning the attention rows [B·L, H·D].
+func (p *qwen3Pass) attend(lc *KVCache, h qwen3Heads) *mlxc.Array {
+	m, q, k, v := p.m, h.q, h.k, h.v
+	var o *mlxc.Array
+	if p.at {
+		keys, values := h.keys, h.values
+		if keys == nil {
+			keys, values = lc.WriteAt(k, v, p.pos, p.opt.Window)
+		}
+		if p.fqa && m.fqa.Fits(q, keys) { // keys: k is nil when head prep wrote the cache
+			return m.fqa.Apply(q, keys, values, m.scaleArr, p.kernelPos(), true)
+		}
+		if p.padMask == nil {
+			p.padMask = WindowMask(p.pos, p.L, p.opt.Window, true)
+		}
+		keys, values = mlxc.SliceAxis(keys, 2, 0, p.opt.Window), mlxc.SliceAxis(values, 2, 0, p.opt.Window)
+		o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, p.padMask, nil)
+	} else if p.fqa && m.fqa.Fits(q, k) {
+		keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
+		return m.fqa.Apply(q, keys, values, m.scaleArr, p.kernelPos(), true)
+	} else if p.rowwise {
+		keys, values := lc.UpdateAndFetch(k, v)
+		o = rowwiseAttention(q, keys, values, m.scale, p.off0)
+	} else if p.padKeys {
+		keys, values, K := lc.UpdateAndFetchPadded(k, v, p.opt.KeyBucket)
+		if p.padMask == nil {
+			off0 := p.off0
+			p.padMask = PrefixMask(p.L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
+		}
+		o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, p.padMask, nil)
+	} else {
+		keys, values := lc.UpdateAndFetch(k, v)
+		o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, p.mask, nil, nil)
+	}
+	return mergeHeads(o, p.rows)
+}
+
+// output gathers the taps and the logits that opt asks for from the last layer's stream h
+// and its final norm next.
+func (p *qwen3Pass) output(h *mlxc.Array, next *Normed) Output {
+	m, B, L := p.m, p.B, p.L
 	var out Output
-	if taps != nil {
-		hid := taps[0]
-		if len(taps) > 1 {
-			hid = mlxc.Concatenate(taps, -1)
+	if p.taps != nil {
+		hid := p.taps[0]
+		if len(p.taps) > 1 {
+			hid = mlxc.Concatenate(p.taps, -1)
 		}
 		out.Hidden = mlxc.Reshape(hid, B, L, -1)
 	}
-	switch opt.Logits {
+	switch p.opt.Logits {
 	case LogitsAll:
 		out.Logits = mlxc.Reshape(m.Head(next), B, L, -1)
 	case LogitsLast:
