@@ -36,6 +36,7 @@ type Drafter struct {
 	// drafter's scale as a 0-d array for it.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
+	attn     model.Attention // routes each layer's attention (fqa or SDPA)
 	// fused (CUDA; DFLASH_FUSED_DRAFT=0 or DFLASH_FUSED=0 turns it off): the target's fused
 	// head-prep and gated activation kernels, built for the drafter's own rotary embedding
 	// and epsilon, on the block rows: fewer draft nodes and less host time per cycle (see
@@ -158,6 +159,7 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 		d.fqa = t.FQA()
 		d.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(d.scale), mlxc.Float32))
 	}
+	d.attn = model.Attention{FQA: d.fqa, Scale: d.scale, ScaleArr: d.scaleArr}
 	if err := mlxc.Catch(func() {
 		d.fc.Prepare()
 		d.fc.UseSkinny(skinny)
@@ -238,31 +240,31 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			kc, vc = lc.State()
 		}
 		// No causal mask: the block attends bidirectionally to itself and to all context.
-		var o, merged *mlxc.Array
-		if d.fqa.Fits(q, kn) {
+		ak := model.AttendKeys{Fits: kn, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 			keys, values, n := lc.Scratch(kn, vn, 0)
 			if visible == nil {
 				visible = d.fused.OnDevice(model.Visible(n))
 			}
-			merged = d.fqa.Apply(q, keys, values, d.scaleArr, visible, false)
-		} else if padded {
-			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
-			if mask == nil {
-				visible := lc.Offset() + L
-				mask = model.PrefixMask(L, K, func(int) int { return visible }, q.Dtype())
+			return keys, values, visible
+		}}
+		if padded {
+			ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+				keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
+				if mask == nil {
+					visible := lc.Offset() + L
+					mask = model.PrefixMask(L, K, func(int) int { return visible }, q.Dtype())
+				}
+				return keys, values, mlxc.MaskArray, mask
 			}
-			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
 		} else {
-			keys, values := kn, vn
-			if kc != nil {
-				keys = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2)
-				values = mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
+			ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+				if kc == nil {
+					return kn, vn, mlxc.MaskNone, nil
+				}
+				return mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2), mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2), mlxc.MaskNone, nil
 			}
-			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskNone, nil, nil)
 		}
-		if merged == nil {
-			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
-		}
+		merged := d.attn.Attend(q, ak, L)
 		x, next = d.layerTail(i, x, merged)
 	}
 	return d.logits(next)
@@ -343,18 +345,17 @@ func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *m
 		if keys == nil {
 			keys, values = lc.WriteAt(kn, vn, pos, window)
 		}
-		var o *mlxc.Array
-		if merged != nil {
-			// PrepAttention wrote the block's keys and values and attended.
-		} else if d.fqa.Fits(q, keys) { // keys: kn is nil when head prep wrote the cache
-			merged = d.fqa.Apply(q, keys, values, d.scaleArr, kseen(), false)
-		} else {
-			if mask == nil {
-				mask = model.WindowMask(seen, L, window, false)
-			}
-			keys, values = mlxc.SliceAxis(keys, 2, 0, window), mlxc.SliceAxis(values, 2, 0, window)
-			o = mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
-			merged = mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
+		if merged == nil { // else PrepAttention wrote the block's keys and values and attended
+			merged = d.attn.Attend(q, model.AttendKeys{
+				Fits:   keys, // kn is nil when head prep wrote the cache
+				Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, kseen() },
+				Dense: func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+					if mask == nil {
+						mask = model.WindowMask(seen, L, window, false)
+					}
+					return mlxc.SliceAxis(keys, 2, 0, window), mlxc.SliceAxis(values, 2, 0, window), mlxc.MaskArray, mask
+				},
+			}, L)
 		}
 		x, next = d.layerTail(i, x, merged)
 	}

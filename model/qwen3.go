@@ -327,42 +327,57 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *KVCache, x *Normed) (h qwen3Heads) 
 	return h
 }
 
-// attend writes the heads h into the layer's cache and attends over it on the block's
-// path, returning the attention rows [B·L, H·D].
+// attend writes the heads h into the layer's cache the way the block's path reads them and
+// attends (Attention.Attend), returning the attention rows [B·L, H·D].
 func (p *qwen3Pass) attend(lc *KVCache, h qwen3Heads) *mlxc.Array {
 	m, q, k, v := p.m, h.q, h.k, h.v
-	var o *mlxc.Array
-	if p.at {
+	attn := Attention{FQA: m.fqa, Scale: m.scale, ScaleArr: m.scaleArr, Causal: true}
+	var ak AttendKeys
+	switch {
+	case p.at:
 		keys, values := h.keys, h.values
 		if keys == nil {
 			keys, values = lc.WriteAt(k, v, p.pos, p.opt.Window)
 		}
-		if p.fqa && m.fqa.Fits(q, keys) { // keys: k is nil when head prep wrote the cache
-			return m.fqa.Apply(q, keys, values, m.scaleArr, p.kernelPos(), true)
+		ak.Fits = keys // k is nil when head prep wrote the cache
+		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kernelPos() }
+		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			if p.padMask == nil {
+				p.padMask = WindowMask(p.pos, p.L, p.opt.Window, true)
+			}
+			w := p.opt.Window
+			return mlxc.SliceAxis(keys, 2, 0, w), mlxc.SliceAxis(values, 2, 0, w), mlxc.MaskArray, p.padMask
 		}
-		if p.padMask == nil {
-			p.padMask = WindowMask(p.pos, p.L, p.opt.Window, true)
+	case p.rowwise:
+		ak.Rowwise, ak.Off0 = true, p.off0
+		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			keys, values := lc.UpdateAndFetch(k, v)
+			return keys, values, p.mask, nil
 		}
-		keys, values = mlxc.SliceAxis(keys, 2, 0, p.opt.Window), mlxc.SliceAxis(values, 2, 0, p.opt.Window)
-		o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, p.padMask, nil)
-	} else if p.fqa && m.fqa.Fits(q, k) {
-		keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
-		return m.fqa.Apply(q, keys, values, m.scaleArr, p.kernelPos(), true)
-	} else if p.rowwise {
-		keys, values := lc.UpdateAndFetch(k, v)
-		o = rowwiseAttention(q, keys, values, m.scale, p.off0)
-	} else if p.padKeys {
-		keys, values, K := lc.UpdateAndFetchPadded(k, v, p.opt.KeyBucket)
-		if p.padMask == nil {
-			off0 := p.off0
-			p.padMask = PrefixMask(p.L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
+	case p.padKeys:
+		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			keys, values, K := lc.UpdateAndFetchPadded(k, v, p.opt.KeyBucket)
+			if p.padMask == nil {
+				off0 := p.off0
+				p.padMask = PrefixMask(p.L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
+			}
+			return keys, values, mlxc.MaskArray, p.padMask
 		}
-		o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, mlxc.MaskArray, p.padMask, nil)
-	} else {
-		keys, values := lc.UpdateAndFetch(k, v)
-		o = mlxc.ScaledDotProductAttention(q, keys, values, m.scale, p.mask, nil, nil)
+	default: // the kernel's blocks come here: p.fqa rules out rowwise and padded keys
+		ak.Fits = k
+		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
+			return keys, values, p.kernelPos()
+		}
+		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			keys, values := lc.UpdateAndFetch(k, v)
+			return keys, values, p.mask, nil
+		}
 	}
-	return mergeHeads(o, p.rows)
+	if !p.fqa {
+		ak.Kernel = nil
+	}
+	return attn.Attend(q, ak, p.rows)
 }
 
 // output gathers the taps and the logits that opt asks for from the last layer's stream h
