@@ -147,16 +147,16 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 	if s.Kernels.FusedDraft {
 		d.fused = model.NewFused(rope, cfg.HeadDim, cfg.RMSNormEps, s.Kernels)
 	}
-	// The target's few-row product kernel (CUDA), shared, not owned: drafts are 16 rows.
-	var skinny *model.SkinnyGEMM
-	merge := d.fused != nil // fused kernels read merged products
-	if t, ok := target.(interface{ Skinny() *model.SkinnyGEMM }); ok {
-		skinny = t.Skinny()
+	// The target's kernels (CUDA), shared, not owned: its few-row product suits drafts of
+	// 16 rows, and its few-query attention the draft block.
+	var k model.Kernels
+	if t, ok := target.(model.KernelProvider); ok {
+		k = t.Kernels()
 	}
-	if t, ok := target.(interface {
-		FQA() *model.FewQueryAttention
-	}); ok && t.FQA() != nil {
-		d.fqa = t.FQA()
+	skinny := k.Skinny
+	merge := d.fused != nil // fused kernels read merged products
+	if k.FQA != nil {
+		d.fqa = k.FQA
 		d.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(d.scale), mlxc.Float32))
 	}
 	d.attn = model.Attention{FQA: d.fqa, Scale: d.scale, ScaleArr: d.scaleArr}

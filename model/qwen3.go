@@ -149,11 +149,9 @@ func (m *Qwen3) prepare() {
 	}
 }
 
-// FQA is the few-query attention kernel (nil unless enabled on CUDA); drafters reuse it.
-func (m *Qwen3) FQA() *FewQueryAttention { return m.fqa }
-
-// Skinny is the few-row product kernel (nil off CUDA); drafters bound to this model reuse it.
-func (m *Qwen3) Skinny() *SkinnyGEMM { return m.skinny }
+// Kernels are the few-row product kernel (nil off CUDA) and the few-query attention kernel
+// (nil unless enabled on CUDA), which drafters bound to this model reuse.
+func (m *Qwen3) Kernels() Kernels { return Kernels{Skinny: m.skinny, FQA: m.fqa} }
 
 func (m *Qwen3) Arch() Arch { return m.arch }
 
