@@ -64,12 +64,9 @@ type LoadOptions struct {
 // Load reads a drafter folder and checks it against the target (hidden size, vocabulary,
 // layer ids in range). It must run on the MLX thread.
 func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
-	s := settings.Default()
-	if opt.Settings != nil {
-		s = *opt.Settings
-	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+	s, err := loadSettings(dir, opt)
+	if err != nil {
+		return nil, err
 	}
 	raw, err := model.ReadConfig(dir)
 	if err != nil {
@@ -79,28 +76,68 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 	if err != nil {
 		return nil, err
 	}
-	ta := target.Arch()
-	if cfg.HiddenSize != ta.HiddenSize {
-		return nil, fmt.Errorf("%s: drafter hidden_size %d does not match the target's %d (wrong draft for this model?)", raw.Path, cfg.HiddenSize, ta.HiddenSize)
-	}
-	if cfg.VocabSize != ta.VocabSize {
-		return nil, fmt.Errorf("%s: drafter vocab_size %d does not match the target's %d", raw.Path, cfg.VocabSize, ta.VocabSize)
-	}
-	for _, id := range cfg.TargetLayerIDs {
-		if id < 0 || id >= ta.NumLayers {
-			return nil, fmt.Errorf("%s: dflash_config.target_layer_ids has %d, outside the target's %d layers", raw.Path, id, ta.NumLayers)
-		}
-	}
-	if cfg.NumTargetLayers > 0 && cfg.NumTargetLayers != ta.NumLayers {
-		return nil, fmt.Errorf("%s: num_target_layers %d does not match the target's %d layers", raw.Path, cfg.NumTargetLayers, ta.NumLayers)
-	}
-	if cfg.MaskTokenID >= ta.VocabSize {
-		return nil, fmt.Errorf("%s: mask_token_id %d is outside the vocabulary (%d)", raw.Path, cfg.MaskTokenID, ta.VocabSize)
+	if err := checkTarget(raw.Path, cfg, target.Arch()); err != nil {
+		return nil, err
 	}
 	q, err := raw.ParseQuantization()
 	if err != nil {
 		return nil, err
 	}
+	w, err := readWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Drafter{Cfg: cfg, target: target, rope: rope, scale: float32(math.Pow(float64(cfg.HeadDim), -0.5))}
+	if err := d.build(dir, model.NewBuilder(w, q)); err != nil {
+		return nil, err
+	}
+	skinny := d.bindKernels(s)
+	if err := d.prepare(skinny); err != nil {
+		d.Free()
+		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+	}
+	return d, nil
+}
+
+// loadSettings are opt's settings, or the defaults, once they validate: a bad choice
+// fails before any file is read.
+func loadSettings(dir string, opt LoadOptions) (settings.Settings, error) {
+	s := settings.Default()
+	if opt.Settings != nil {
+		s = *opt.Settings
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("load drafter %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// checkTarget rejects a drafter trained for another target (path names its config in
+// the errors), before any weight is read.
+func checkTarget(path string, cfg Config, ta model.Arch) error {
+	if cfg.HiddenSize != ta.HiddenSize {
+		return fmt.Errorf("%s: drafter hidden_size %d does not match the target's %d (wrong draft for this model?)", path, cfg.HiddenSize, ta.HiddenSize)
+	}
+	if cfg.VocabSize != ta.VocabSize {
+		return fmt.Errorf("%s: drafter vocab_size %d does not match the target's %d", path, cfg.VocabSize, ta.VocabSize)
+	}
+	for _, id := range cfg.TargetLayerIDs {
+		if id < 0 || id >= ta.NumLayers {
+			return fmt.Errorf("%s: dflash_config.target_layer_ids has %d, outside the target's %d layers", path, id, ta.NumLayers)
+		}
+	}
+	if cfg.NumTargetLayers > 0 && cfg.NumTargetLayers != ta.NumLayers {
+		return fmt.Errorf("%s: num_target_layers %d does not match the target's %d layers", path, cfg.NumTargetLayers, ta.NumLayers)
+	}
+	if cfg.MaskTokenID >= ta.VocabSize {
+		return fmt.Errorf("%s: mask_token_id %d is outside the vocabulary (%d)", path, cfg.MaskTokenID, ta.VocabSize)
+	}
+	return nil
+}
+
+// readWeights reads the drafter's weight files, refusing an embedding or head of its
+// own because the drafter uses the target's.
+func readWeights(dir string) (*model.Weights, error) {
 	w, err := model.ReadWeightHeaders(dir)
 	if err != nil {
 		return nil, err
@@ -113,9 +150,14 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 	if err := w.Load(nil); err != nil {
 		return nil, err
 	}
-	d := &Drafter{Cfg: cfg, target: target, rope: rope, scale: float32(math.Pow(float64(cfg.HeadDim), -0.5))}
+	return w, nil
+}
+
+// build takes the drafter's weights from b and evaluates them, so that a missing or
+// unreadable tensor fails the load rather than the first draft.
+func (d *Drafter) build(dir string, b *model.Builder) error {
+	cfg := d.Cfg
 	H, hd := cfg.HiddenSize, cfg.HeadDim
-	b := model.NewBuilder(w, q)
 	d.fc = b.Linear("fc", H, len(cfg.TargetLayerIDs)*H, false)
 	d.hiddenNorm = b.Float("hidden_norm.weight", H)
 	d.norm = b.Float("norm.weight", H)
@@ -136,31 +178,42 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 		l.down = b.Linear(p+"mlp.down_proj", H, cfg.Intermediate, false)
 	}
 	if err := b.Finish(func(name string) bool { return false }); err != nil {
-		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+		return fmt.Errorf("load drafter %s: %w", dir, err)
 	}
 	if err := mlxc.Catch(func() { mlxc.Eval(d.weights()...) }); err != nil {
 		d.Free()
-		return nil, fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
+		return fmt.Errorf("load drafter %s: reading weights: %w", dir, err)
 	}
+	return nil
+}
+
+// bindKernels sets the drafter's activation, settings, fused kernels and attention
+// routing, and returns the target's few-row product kernel for prepare (nil: none).
+func (d *Drafter) bindKernels(s settings.Settings) *model.SkinnyGEMM {
 	d.swiglu = model.NewSwiGLU()
 	d.Settings = s
 	if s.Kernels.FusedDraft {
-		d.fused = model.NewFused(rope, cfg.HeadDim, cfg.RMSNormEps, s.Kernels)
+		d.fused = model.NewFused(d.rope, d.Cfg.HeadDim, d.Cfg.RMSNormEps, s.Kernels)
 	}
 	// The target's kernels (CUDA), shared, not owned: its few-row product suits drafts of
 	// 16 rows, and its few-query attention the draft block.
 	var k model.Kernels
-	if t, ok := target.(model.KernelProvider); ok {
+	if t, ok := d.target.(model.KernelProvider); ok {
 		k = t.Kernels()
 	}
-	skinny := k.Skinny
-	merge := d.fused != nil // fused kernels read merged products
 	if k.FQA != nil {
 		d.fqa = k.FQA
 		d.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(d.scale), mlxc.Float32))
 	}
 	d.attn = model.Attention{FQA: d.fqa, Scale: d.scale, ScaleArr: d.scaleArr}
-	if err := mlxc.Catch(func() {
+	return k.Skinny
+}
+
+// prepare readies each projection for skinny (and merges them where the fused kernels
+// read merged products); an MLX failure comes back as the error.
+func (d *Drafter) prepare(skinny *model.SkinnyGEMM) error {
+	merge := d.fused != nil // fused kernels read merged products
+	return mlxc.Catch(func() {
 		d.fc.Prepare()
 		d.fc.UseSkinny(skinny)
 		for i := range d.layers {
@@ -173,15 +226,11 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 				l.qkv = model.MergeLinears(l.q, l.k, l.v)
 				l.gateUp = model.MergeLinears(l.gate, l.up)
 			}
-			if d.fused != nil && s.Kernels.FusedContext {
+			if d.fused != nil && d.Settings.Kernels.FusedContext {
 				l.kv = l.qkv.Span(1, 3)
 			}
 		}
-	}); err != nil {
-		d.Free()
-		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
-	}
-	return d, nil
+	})
 }
 
 // NewCache makes the draft KV cache (committed context only).
