@@ -193,54 +193,77 @@ func (c *RawConfig) ParseQuantization() (*QuantConfig, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: \"quantization\" must be an object", c.Path)
 	}
-	parse := func(where string, d map[string]any, def *Quant) (*Quant, error) {
-		q := &Quant{GroupSize: 64, Bits: 4, Mode: "affine"}
-		if def != nil {
-			*q = *def
-		}
-		if v, ok := d["group_size"]; ok {
-			f, ok := v.(float64)
-			if !ok {
-				return nil, fmt.Errorf("%s: %s.group_size must be an integer", c.Path, where)
-			}
-			q.GroupSize = int(f)
-		}
-		if v, ok := d["bits"]; ok {
-			f, ok := v.(float64)
-			if !ok {
-				return nil, fmt.Errorf("%s: %s.bits must be an integer", c.Path, where)
-			}
-			q.Bits = int(f)
-		}
-		if v, ok := d["mode"]; ok {
-			s, ok := v.(string)
-			if !ok {
-				return nil, fmt.Errorf("%s: %s.mode must be a string", c.Path, where)
-			}
-			q.Mode = s
-		}
-		switch q.Mode {
-		case "affine":
-			if q.GroupSize != 32 && q.GroupSize != 64 && q.GroupSize != 128 {
-				return nil, fmt.Errorf("%s: %s.group_size %d not supported (32, 64 or 128)", c.Path, where, q.GroupSize)
-			}
-			switch q.Bits {
-			case 2, 3, 4, 5, 6, 8:
-			default:
-				return nil, fmt.Errorf("%s: %s.bits %d not supported (2, 3, 4, 5, 6 or 8)", c.Path, where, q.Bits)
-			}
-		case "mxfp4", "mxfp8", "nvfp4":
-		default:
-			return nil, fmt.Errorf("%s: %s.mode %q is unknown", c.Path, where, q.Mode)
-		}
-		return q, nil
-	}
 	qc := &QuantConfig{Overrides: map[string]*Quant{}}
-	g, err := parse("quantization", m, nil)
+	g, err := parseQuant(c.Path, "quantization", m, nil)
 	if err != nil {
 		return nil, err
 	}
 	qc.Global = g
+	if err := parseOverrides(c.Path, m, qc); err != nil {
+		return nil, err
+	}
+	return qc, nil
+}
+
+// parseQuant reads one block d (where names it in the errors of config path) over def
+// (nil: mlx-lm's defaults, 64-wide groups of 4-bit affine), then checks the result.
+func parseQuant(path, where string, d map[string]any, def *Quant) (*Quant, error) {
+	q := &Quant{GroupSize: 64, Bits: 4, Mode: "affine"}
+	if def != nil {
+		*q = *def
+	}
+	if v, ok := d["group_size"]; ok {
+		f, ok := v.(float64)
+		if !ok {
+			return nil, fmt.Errorf("%s: %s.group_size must be an integer", path, where)
+		}
+		q.GroupSize = int(f)
+	}
+	if v, ok := d["bits"]; ok {
+		f, ok := v.(float64)
+		if !ok {
+			return nil, fmt.Errorf("%s: %s.bits must be an integer", path, where)
+		}
+		q.Bits = int(f)
+	}
+	if v, ok := d["mode"]; ok {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s: %s.mode must be a string", path, where)
+		}
+		q.Mode = s
+	}
+	if err := checkQuant(path, where, q); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// checkQuant rejects a mode, group size or width that MLX's quantized kernels do not
+// have, so a bad checkpoint fails at load rather than in the first product.
+func checkQuant(path, where string, q *Quant) error {
+	switch q.Mode {
+	case "affine":
+		if q.GroupSize != 32 && q.GroupSize != 64 && q.GroupSize != 128 {
+			return fmt.Errorf("%s: %s.group_size %d not supported (32, 64 or 128)", path, where, q.GroupSize)
+		}
+		switch q.Bits {
+		case 2, 3, 4, 5, 6, 8:
+		default:
+			return fmt.Errorf("%s: %s.bits %d not supported (2, 3, 4, 5, 6 or 8)", path, where, q.Bits)
+		}
+	case "mxfp4", "mxfp8", "nvfp4":
+	default:
+		return fmt.Errorf("%s: %s.mode %q is unknown", path, where, q.Mode)
+	}
+	return nil
+}
+
+// parseOverrides fills qc.Overrides from the per-module entries of block m (true: the
+// global quantization, false: dense, an object: over the global), in sorted key order so
+// that the first error is the same on every run.
+func parseOverrides(path string, m map[string]any, qc *QuantConfig) error {
+	g := qc.Global
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -259,18 +282,18 @@ func (c *RawConfig) ParseQuantization() (*QuantConfig, error) {
 				qc.Overrides[k] = nil
 			}
 		case map[string]any:
-			q, err := parse("quantization."+k, v, g)
+			q, err := parseQuant(path, "quantization."+k, v, g)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			qc.Overrides[k] = q
 		default:
 			if strings.Contains(k, ".") {
-				return nil, fmt.Errorf("%s: quantization override %q must be an object or a boolean", c.Path, k)
+				return fmt.Errorf("%s: quantization override %q must be an object or a boolean", path, k)
 			}
 		}
 	}
-	return qc, nil
+	return nil
 }
 
 // For returns the quantization of the module at path (nil: dense), following mlx-lm's rule:
