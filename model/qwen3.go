@@ -42,41 +42,63 @@ type Qwen3 struct {
 }
 
 func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) (Model, error) {
-	a := Arch{Family: "qwen3", TrimmableCache: true}
-	var inter int
-	err := cfg.PositiveInts(Field("hidden_size", &a.HiddenSize), Field("num_hidden_layers", &a.NumLayers),
-		Field("num_attention_heads", &a.NumHeads), Field("num_key_value_heads", &a.NumKVHeads),
-		Field("head_dim", &a.HeadDim), Field("vocab_size", &a.VocabSize), Field("intermediate_size", &inter))
+	a, inter, err := parseQwen3Arch(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if a.MaxPositions, err = cfg.IntOr("max_position_embeddings", 40960); err != nil {
-		return nil, err
-	}
-	eps, err := cfg.Float("rms_norm_eps")
-	if err != nil {
-		return nil, err
-	}
-	a.RMSNormEps = float32(eps)
-	if a.RopeTheta, err = cfg.Float("rope_theta"); err != nil {
-		return nil, err
-	}
-	if a.TiedEmbeddings, err = cfg.BoolOr("tie_word_embeddings", false); err != nil {
-		return nil, err
-	}
-	if a.EOSTokenIDs, err = cfg.IntList("eos_token_id"); err != nil {
-		return nil, err
-	}
-	if a.NumHeads%a.NumKVHeads != 0 {
-		return nil, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", cfg.Path, a.NumHeads, a.NumKVHeads)
 	}
 	rope, err := ParseRope(cfg, a.HeadDim, a.RopeTheta, a.MaxPositions)
 	if err != nil {
 		return nil, err
 	}
 	m := &Qwen3{rope: rope, scale: float32(math.Pow(float64(a.HeadDim), -0.5))}
+	if err := m.build(NewBuilder(w, q), a, inter); err != nil {
+		return nil, err
+	}
+	m.setArch(a, w)
+	if err := m.bindKernels(s); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// parseQwen3Arch reads the architecture fields of config.json and the MLP width, which
+// Arch does not carry; every field is checked before any weight is taken.
+func parseQwen3Arch(cfg *RawConfig) (Arch, int, error) {
+	a := Arch{Family: "qwen3", TrimmableCache: true}
+	var inter int
+	err := cfg.PositiveInts(Field("hidden_size", &a.HiddenSize), Field("num_hidden_layers", &a.NumLayers),
+		Field("num_attention_heads", &a.NumHeads), Field("num_key_value_heads", &a.NumKVHeads),
+		Field("head_dim", &a.HeadDim), Field("vocab_size", &a.VocabSize), Field("intermediate_size", &inter))
+	if err != nil {
+		return a, 0, err
+	}
+	if a.MaxPositions, err = cfg.IntOr("max_position_embeddings", 40960); err != nil {
+		return a, 0, err
+	}
+	eps, err := cfg.Float("rms_norm_eps")
+	if err != nil {
+		return a, 0, err
+	}
+	a.RMSNormEps = float32(eps)
+	if a.RopeTheta, err = cfg.Float("rope_theta"); err != nil {
+		return a, 0, err
+	}
+	if a.TiedEmbeddings, err = cfg.BoolOr("tie_word_embeddings", false); err != nil {
+		return a, 0, err
+	}
+	if a.EOSTokenIDs, err = cfg.IntList("eos_token_id"); err != nil {
+		return a, 0, err
+	}
+	if a.NumHeads%a.NumKVHeads != 0 {
+		return a, 0, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", cfg.Path, a.NumHeads, a.NumKVHeads)
+	}
+	return a, inter, nil
+}
+
+// build takes the model's weights from b for architecture a (inter: the MLP width) and
+// fails on any tensor left over or missing, so a mismatched checkpoint is caught at load.
+func (m *Qwen3) build(b *Builder, a Arch, inter int) error {
 	H, hd := a.HiddenSize, a.HeadDim
-	b := NewBuilder(w, q)
 	m.embed = b.Embedding("model.embed_tokens", a.VocabSize, H)
 	m.layers = make([]qwen3Layer, a.NumLayers)
 	for i := range m.layers {
@@ -98,17 +120,24 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) 
 	if !a.TiedEmbeddings {
 		m.lmHead = b.Linear("lm_head", a.VocabSize, H, false)
 	}
-	// mlx-lm's sanitize drops lm_head.* when the embeddings are tied; rotary caches that
-	// some HF exports carry are not parameters.
-	ignore := func(name string) bool {
-		if a.TiedEmbeddings && (name == "lm_head.weight" || name == "lm_head.scales" || name == "lm_head.biases") {
+	return b.Finish(qwen3Ignored(a.TiedEmbeddings))
+}
+
+// qwen3Ignored names the checkpoint tensors Finish may leave unused: mlx-lm's sanitize
+// drops lm_head.* when the embeddings are tied; rotary caches that some HF exports carry
+// are not parameters.
+func qwen3Ignored(tied bool) func(name string) bool {
+	return func(name string) bool {
+		if tied && (name == "lm_head.weight" || name == "lm_head.scales" || name == "lm_head.biases") {
 			return true
 		}
 		return len(name) > 20 && name[len(name)-20:] == "rotary_emb.inv_freq"
 	}
-	if err := b.Finish(ignore); err != nil {
-		return nil, err
-	}
+}
+
+// setArch completes a with what only the loaded weights tell (quantized or not, their
+// dtype and size) and stores it as the model's architecture.
+func (m *Qwen3) setArch(a Arch, w *Weights) {
 	a.Quantized = m.embed.Q != nil || (len(m.layers) > 0 && m.layers[0].attn.q.Q != nil)
 	if m.embed.Q != nil {
 		a.Dtype = m.embed.Q.Scales.Dtype()
@@ -117,15 +146,21 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) 
 	}
 	a.WeightBytes = w.Bytes
 	m.arch = a
+}
+
+// bindKernels makes the model's kernels that s enables (the few-row product, the fused
+// head prep and gate, few-query attention); the activation is always made.
+func (m *Qwen3) bindKernels(s settings.Settings) error {
+	var err error
 	if m.skinny, err = NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
-		return nil, err
+		return err
 	}
 	m.swiglu = NewSwiGLU()
-	m.fused = NewFused(m.rope, a.HeadDim, a.RMSNormEps, s.Kernels)
+	m.fused = NewFused(m.rope, m.arch.HeadDim, m.arch.RMSNormEps, s.Kernels)
 	if m.fqa = NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
-	return m, nil
+	return nil
 }
 
 // prepare makes per-weight views once the weights are evaluated (see Linear.prepare).
