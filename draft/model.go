@@ -328,87 +328,125 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 // at offset+T; the caller sets it (KVCaches.SetOffset) to offset+valid once read. Returns
 // logits [1, L−1, V] for slots 1..L−1.
 func (d *Drafter) ForwardAt(block, ctx, valid *mlxc.Array, c *model.KVCaches) *mlxc.Array {
-	c0 := d.Cfg
 	L, T := block.Dim(1), ctx.Dim(1)
 	x := d.target.Embed(mlxc.Reshape(block, L))
-	proj := d.project(mlxc.Reshape(ctx, T, -1))
-	off := c.Offset()
-	window := off + T + L
-	pos := mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid) // the block's first position
-	seen := mlxc.Add(pos, mlxc.FromSlice([]int32{int32(L)}, 1))    // keys the block sees
-	var kp, ks *mlxc.Array                                         // pos and seen for our kernels
-	kpos := func() *mlxc.Array {
-		if kp == nil {
-			kp = d.fused.OnDevice(pos)
-		}
-		return kp
-	}
-	kseen := func() *mlxc.Array {
-		if ks == nil {
-			ks = d.fused.OnDevice(seen)
-		}
-		return ks
-	}
-	var mask *mlxc.Array
+	p := d.newAtPass(L, T, ctx, c.Offset(), valid)
 	var next *model.Normed
 	for i := range d.layers {
 		l := &d.layers[i]
-		lc := c.Layers[i]
 		h := next
 		if h == nil {
-			h = model.NormOf(x, l.inputNorm, c0.RMSNormEps)
+			h = model.NormOf(x, l.inputNorm, d.Cfg.RMSNormEps)
 		}
-		var q, kn, vn *mlxc.Array
-		var keys, values *mlxc.Array // the cache's buffers, when head prep wrote the block into them
-		var merged *mlxc.Array       // attention rows [L, H·D], when one kernel did head prep and attention
-		fusedPrep := l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm)
-		// The context rows go into the cache in place when the block's head prep writes
-		// there too; qn is then KVPrepInto's copy of the q norm weight, which orders the
-		// block's kernels after that write.
-		qn := l.qNorm
-		if fusedPrep && l.kv != nil && d.fused.PrepFits(proj, c0.HeadDim, l.qNorm, l.kNorm) {
-			if keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
-				qn = d.fused.KVPrepInto(l.kv.Apply(proj), c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, d.contextPos(lc.Offset()), keys, values)
-				lc.Wrote(T)
-			}
-		}
-		if qn == l.qNorm {
-			lc.Append(d.keysValues(l, proj, lc.Offset()))
-			if fusedPrep {
-				keys, values = lc.InPlace(window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype())
-			}
-		}
-		if fusedPrep {
-			if keys != nil {
-				merged, q = d.fused.PrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, kpos(), keys, values,
-					d.scaleArr, false, d.fqa.ServesRows(L))
-			} else {
-				q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, kpos())
-			}
-		} else {
-			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
-			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
-			q = d.rope.ApplyAt(q, pos)
-			kn, vn = d.heads(l, qkv[1], qkv[2], func(k *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(k, pos) })
-		}
-		if keys == nil {
-			keys, values = lc.WriteAt(kn, vn, pos, window)
-		}
-		if merged == nil { // else PrepAttention wrote the block's keys and values and attended
-			merged = d.attn.Attend(q, model.AttendKeys{
-				Fits:   keys, // kn is nil when head prep wrote the cache
-				Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, kseen() },
-				Dense: func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-					if mask == nil {
-						mask = model.WindowMask(seen, L, window, false)
-					}
-					return mlxc.SliceAxis(keys, 2, 0, window), mlxc.SliceAxis(values, 2, 0, window), mlxc.MaskArray, mask
-				},
-			}, L)
-		}
+		merged := p.attend(l, c.Layers[i], h)
 		x, next = d.layerTail(i, x, merged)
 	}
 	return d.logits(next)
+}
+
+// atPass is what one ForwardAt call's layers share: the same positions and window in
+// every layer, so their device values are made once per call.
+type atPass struct {
+	d            *Drafter
+	L, T, window int
+	proj         *mlxc.Array // the context rows projected [T, H]
+	pos, seen    *mlxc.Array // the block's first position and the keys it sees
+	kp, ks, mask *mlxc.Array // pos and seen for our kernels, and the dense mask, made on first use
+}
+
+// newAtPass projects ctx (rows [1, T, n·H]) and places the block of L rows after the
+// valid committed ones from cache offset off.
+func (d *Drafter) newAtPass(L, T int, ctx *mlxc.Array, off int, valid *mlxc.Array) *atPass {
+	p := &atPass{d: d, L: L, T: T, window: off + T + L}
+	p.proj = d.project(mlxc.Reshape(ctx, T, -1))
+	p.pos = mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid)
+	p.seen = mlxc.Add(p.pos, mlxc.FromSlice([]int32{int32(L)}, 1))
+	return p
+}
+
+// kpos is pos as our kernels read it, made once for all layers.
+func (p *atPass) kpos() *mlxc.Array {
+	if p.kp == nil {
+		p.kp = p.d.fused.OnDevice(p.pos)
+	}
+	return p.kp
+}
+
+// kseen is seen as our kernels read it, made once for all layers.
+func (p *atPass) kseen() *mlxc.Array {
+	if p.ks == nil {
+		p.ks = p.d.fused.OnDevice(p.seen)
+	}
+	return p.ks
+}
+
+// attend writes layer l's context rows and block keys and values into its cache lc and
+// returns the block's attention rows [L, H·D] from its input norm h.
+func (p *atPass) attend(l *layer, lc *model.KVCache, h *model.Normed) *mlxc.Array {
+	d, L := p.d, p.L
+	fusedPrep := l.qkv != nil && d.fused.PrepFits(h.H, d.Cfg.HeadDim, l.qNorm, l.kNorm)
+	keys, values, qn := p.writeContext(l, lc, h, fusedPrep)
+	q, kn, vn, merged := p.headPrep(l, h, fusedPrep, qn, keys, values)
+	if keys == nil {
+		keys, values = lc.WriteAt(kn, vn, p.pos, p.window)
+	}
+	if merged != nil { // PrepAttention wrote the block's keys and values and attended
+		return merged
+	}
+	return d.attn.Attend(q, model.AttendKeys{
+		Fits:   keys, // kn is nil when head prep wrote the cache
+		Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kseen() },
+		Dense: func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			if p.mask == nil {
+				p.mask = model.WindowMask(p.seen, L, p.window, false)
+			}
+			return mlxc.SliceAxis(keys, 2, 0, p.window), mlxc.SliceAxis(values, 2, 0, p.window), mlxc.MaskArray, p.mask
+		},
+	}, L)
+}
+
+// writeContext appends the context rows to lc. It returns the cache's buffers when the
+// block's head prep is to write into them too (keys nil: it is not), and the q norm
+// weight that head prep reads.
+func (p *atPass) writeContext(l *layer, lc *model.KVCache, h *model.Normed, fusedPrep bool) (keys, values, qn *mlxc.Array) {
+	d, c0 := p.d, p.d.Cfg
+	// The context rows go into the cache in place when the block's head prep writes
+	// there too; qn is then KVPrepInto's copy of the q norm weight, which orders the
+	// block's kernels after that write.
+	qn = l.qNorm
+	if fusedPrep && l.kv != nil && d.fused.PrepFits(p.proj, c0.HeadDim, l.qNorm, l.kNorm) {
+		if keys, values = lc.InPlace(p.window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype()); keys != nil {
+			qn = d.fused.KVPrepInto(l.kv.Apply(p.proj), c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, d.contextPos(lc.Offset()), keys, values)
+			lc.Wrote(p.T)
+		}
+	}
+	if qn == l.qNorm {
+		lc.Append(d.keysValues(l, p.proj, lc.Offset()))
+		if fusedPrep {
+			keys, values = lc.InPlace(p.window, c0.NumKVHeads, c0.HeadDim, h.H.Dtype())
+		}
+	}
+	return keys, values, qn
+}
+
+// headPrep makes the block's queries, and its keys and values unless it writes them into
+// the cache's keys and values; merged is set when one kernel also attended.
+func (p *atPass) headPrep(l *layer, h *model.Normed, fusedPrep bool, qn, keys, values *mlxc.Array) (q, kn, vn, merged *mlxc.Array) {
+	d, c0 := p.d, p.d.Cfg
+	if fusedPrep {
+		if keys != nil {
+			merged, q = d.fused.PrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, p.kpos(), keys, values,
+				d.scaleArr, false, d.fqa.ServesRows(p.L))
+		} else {
+			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, p.kpos())
+		}
+		return q, kn, vn, merged
+	}
+	qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
+	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, p.L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	q = d.rope.ApplyAt(q, p.pos)
+	kn, vn = d.heads(l, qkv[1], qkv[2], func(k *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(k, p.pos) })
+	return q, kn, vn, merged
 }
 
 // layerTail finishes layer i after attention (merged: its heads as rows [L, ·]): the o
