@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
@@ -131,7 +132,7 @@ func qwen3Ignored(tied bool) func(name string) bool {
 		if tied && (name == "lm_head.weight" || name == "lm_head.scales" || name == "lm_head.biases") {
 			return true
 		}
-		return len(name) > 20 && name[len(name)-20:] == "rotary_emb.inv_freq"
+		return strings.HasSuffix(name, ".rotary_emb.inv_freq") // a cache some exporters save
 	}
 }
 
