@@ -36,17 +36,21 @@ func init() {
 func TestFamilyRegisteredOutsideModel(t *testing.T) {
 	dir := t.TempDir()
 	plain, renamed := filepath.Join(dir, "qwen3"), filepath.Join(dir, "renamed")
-	spec := modelgen.TinyQwen3()
-	for _, d := range []string{plain, renamed} {
-		if err := modelgen.WriteQwen3(d, spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setModelType(t, renamed, renamedType)
 	unknown := filepath.Join(dir, "unknown")
-	if err := modelgen.WriteQwen3(unknown, spec); err != nil {
+	spec := modelgen.TinyQwen3()
+	// modelgen evaluates the random weights with MLX: on the MLX thread.
+	err := mlxc.Do(func() error {
+		for _, d := range []string{plain, renamed, unknown} {
+			if err := modelgen.WriteQwen3(d, spec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
+	setModelType(t, renamed, renamedType)
 	setModelType(t, unknown, "qwen3_not_registered")
 
 	logits := func(d string) []float32 {
@@ -85,7 +89,7 @@ func TestFamilyRegisteredOutsideModel(t *testing.T) {
 		}
 	}
 
-	err := mlxc.Do(func() error { _, err := model.Load(unknown, model.LoadOptions{}); return err })
+	err = mlxc.Do(func() error { _, err := model.Load(unknown, model.LoadOptions{}); return err })
 	if err == nil || !strings.Contains(err.Error(), "qwen3_not_registered") || !strings.Contains(err.Error(), renamedType) {
 		t.Errorf("unregistered model_type: %v, want an error naming it and the registered families", err)
 	}
