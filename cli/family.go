@@ -2,12 +2,10 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/hub"
@@ -24,28 +22,27 @@ func checkLoadable(ctx context.Context, client *hub.Client, ref, revision string
 	if err != nil || path == "" {
 		return err
 	}
-	b, err := os.ReadFile(path)
+	// The loader's own config reader, so that this check and the load judge one file alike.
+	cfg, err := model.ReadConfig(filepath.Dir(path))
 	if err != nil {
-		return fmt.Errorf("%s: reading config.json: %w", ref, err)
+		return fmt.Errorf("%s: %w", ref, err)
 	}
-	var cfg struct {
-		ModelType string `json:"model_type"`
+	modelType, err := cfg.StringOr("model_type", "")
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
 	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return fmt.Errorf("%s: config.json is not valid JSON: %w", ref, err)
-	}
-	families := model.Families()
-	if slices.Contains(families, cfg.ModelType) {
+	if _, ok := model.LookupFamily(modelType); ok {
 		return nil
 	}
+	families := model.Families()
 	nothingMoved := ""
 	if fromHub {
 		nothingMoved = "; no weights were downloaded"
 	}
-	if cfg.ModelType == "" {
+	if modelType == "" {
 		return fmt.Errorf("%s: config.json has no model_type, so dflash-mlx cannot load it (it loads %s)%s", ref, strings.Join(families, ", "), nothingMoved)
 	}
-	return fmt.Errorf("%s is a model_type %q model, which dflash-mlx cannot load yet (it loads %s)%s", ref, cfg.ModelType, strings.Join(families, ", "), nothingMoved)
+	return fmt.Errorf("%s is a model_type %q model, which dflash-mlx cannot load yet (it loads %s)%s", ref, modelType, strings.Join(families, ", "), nothingMoved)
 }
 
 // configFile finds ref's config.json as the download would find the model: an existing
