@@ -136,9 +136,9 @@ func TestSettingsJSON(t *testing.T) {
 
 // readsAllowed are the packages besides this one that may read DFLASH_* variables: the
 // CLI, which resolves Settings once (FromEnv) and reads the tests' own variables, and the
-// test infrastructure, whose variables (the Python reference, GPU-exact test runs) belong
+// Python reference of the tests (internal/reftest), whose variables belong
 // to `go test` runs, not to the engine.
-var readsAllowed = []string{"settings", "cli", "internal/reftest", "internal/testenv", "third_party", "node_modules"}
+var readsAllowed = []string{"settings", "cli", "internal/reftest", "third_party", "node_modules"}
 
 // No package outside readsAllowed reads a DFLASH_* variable: the settings reach the code as
 // values, so every one is validated in one place and shows in the resolved settings.

@@ -5,10 +5,10 @@
 package testenv
 
 import (
-	"os"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // GPU reports whether MLX ops run on a GPU (Metal or CUDA) in this process. It starts the
@@ -35,7 +35,7 @@ func ShapeExact() bool {
 	if !GPU() {
 		return true
 	}
-	return mlxc.Backend() == "cuda" && mlxc.CUDAKernelsAvailable() && os.Getenv("DFLASH_GPU_EXACT") == "1"
+	return mlxc.Backend() == "cuda" && mlxc.CUDAKernelsAvailable() && settings.ForTests().Loop.GPUExact
 }
 
 // RequireShapeExact skips t where ShapeExact does not hold, naming what the test needs.
