@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -11,16 +10,10 @@ import (
 // version --json names the libmlx the loader picked: for binaries built in the checkout,
 // the checkout's (scripts/test_install.sh checks installed and moved binaries the same way).
 func TestVersionReportsLoadedLibrary(t *testing.T) {
-	out, errOut, code := runCLI(t, "version", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	var v struct {
 		MLXLibrary string `json:"mlx_library"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, out)
-	}
+	versionJSON(t, &v)
 	want, err := filepath.EvalSymlinks(filepath.Join(reftest.RepoRoot(), "third_party", "mlx", "lib"))
 	if err != nil {
 		t.Fatal(err)

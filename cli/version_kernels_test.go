@@ -11,18 +11,12 @@ import (
 // version --json lists every registered kernel with the backend it runs on: cuda exactly
 // where the custom CUDA kernels can run (cuda_kernels on a GPU device), the ops otherwise.
 func TestVersionListsKernels(t *testing.T) {
-	out, errOut, code := runCLI(t, "version", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	var v struct {
 		Device      string          `json:"device"`
 		CUDAKernels bool            `json:"cuda_kernels"`
 		Kernels     []kernels.Entry `json:"kernels"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, out)
-	}
+	versionJSON(t, &v)
 	want := kernels.FallbackBackend
 	if v.CUDAKernels && strings.HasPrefix(v.Device, "gpu") {
 		want = string(kernels.CUDA)
@@ -35,5 +29,17 @@ func TestVersionListsKernels(t *testing.T) {
 		if e.Name != all[i].Name || e.Backend != want {
 			t.Errorf("kernel %d: %+v, want %s on %s (device %s)", i, e, all[i].Name, want, v.Device)
 		}
+	}
+}
+
+// versionJSON runs `version --json` and decodes its output into v.
+func versionJSON(t *testing.T, v any) {
+	t.Helper()
+	out, errOut, code := runCLI(t, "version", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
 }
