@@ -1,0 +1,289 @@
+package modelgen
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Qwen35Layout is the on-disk form of a Qwen3.5 checkpoint.
+type Qwen35Layout int
+
+const (
+	// Qwen35HF is the raw Hugging Face export: model.language_model.* and lm_head.* names,
+	// vision and MTP tensors alongside, conv1d weights [C, 1, K], zero-centred norm weights.
+	Qwen35HF Qwen35Layout = iota
+	// Qwen35MLX is the mlx-community layout: language_model.* names (mlx-lm's sanitize
+	// already applied), conv1d weights [C, K, 1], norm weights shifted by one.
+	Qwen35MLX
+)
+
+// Qwen35Spec sizes a random Qwen3.5 (dense, hybrid GatedDeltaNet/attention) checkpoint.
+type Qwen35Spec struct {
+	Hidden, Layers, Interval       int // Interval: every Interval-th layer is full attention
+	Heads, KVHeads, HeadDim        int
+	LinKeyHeads, LinValueHeads     int
+	LinKeyDim, LinValueDim, Kernel int // Kernel: linear_conv_kernel_dim
+	Partial                        float64
+	Inter, Vocab                   int
+	Tied                           bool
+	Layout                         Qwen35Layout
+	Dtype                          mlxc.Dtype
+	Seed                           uint64
+	RopeTheta                      float64
+	MaxPositions                   int
+	EOS                            []int
+	// WeightStd is the std of the random matrices (see Qwen3Spec.WeightStd).
+	WeightStd float32
+	// QuantBits (4 or 8) and QuantGroup quantize every Linear and the embedding whose input
+	// width the group divides, the way mlx-lm's converter does.
+	QuantBits, QuantGroup int
+}
+
+// TinyQwen35 is a small but complete hybrid shape: two linear layers then one attention
+// layer, repeated; Hv ≠ Hk, Dk ≠ Dv, head_dim ≠ hidden/heads, partial rotary.
+func TinyQwen35() Qwen35Spec {
+	return Qwen35Spec{Hidden: 64, Layers: 6, Interval: 3, Heads: 4, KVHeads: 2, HeadDim: 32,
+		LinKeyHeads: 2, LinValueHeads: 4, LinKeyDim: 16, LinValueDim: 24, Kernel: 4, Partial: 0.25,
+		Inter: 128, Vocab: 256, Tied: true, Layout: Qwen35MLX, Dtype: mlxc.BFloat16, Seed: 1,
+		RopeTheta: 10000000, MaxPositions: 4096, EOS: []int{2}, WeightStd: 0.08}
+}
+
+// Qwen35IsLinear reports whether layer i is a GatedDeltaNet layer (mlx-lm's rule).
+func Qwen35IsLinear(i, interval int) bool { return (i+1)%interval != 0 }
+
+func (s Qwen35Spec) textConfig() map[string]any {
+	types := make([]string, s.Layers)
+	for i := range types {
+		types[i] = "full_attention"
+		if Qwen35IsLinear(i, s.Interval) {
+			types[i] = "linear_attention"
+		}
+	}
+	tc := map[string]any{
+		"model_type":              "qwen3_5_text",
+		"hidden_size":             s.Hidden,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"intermediate_size":       s.Inter,
+		"vocab_size":              s.Vocab,
+		"rms_norm_eps":            1e-6,
+		"max_position_embeddings": s.MaxPositions,
+		"tie_word_embeddings":     s.Tied,
+		"hidden_act":              "silu",
+		"attention_bias":          false,
+		"attn_output_gate":        true,
+		"full_attention_interval": s.Interval,
+		"layer_types":             types,
+		"linear_num_key_heads":    s.LinKeyHeads,
+		"linear_num_value_heads":  s.LinValueHeads,
+		"linear_key_head_dim":     s.LinKeyDim,
+		"linear_value_head_dim":   s.LinValueDim,
+		"linear_conv_kernel_dim":  s.Kernel,
+		"mamba_ssm_dtype":         "float32",
+		"mtp_num_hidden_layers":   1,
+		"rope_parameters": map[string]any{
+			"rope_type": "default", "rope_theta": s.RopeTheta, "partial_rotary_factor": s.Partial,
+			"mrope_section": []int{2, 1, 1}, "mrope_interleaved": true,
+		},
+		"dtype": s.Dtype.String(),
+	}
+	if len(s.EOS) > 0 {
+		tc["eos_token_id"] = s.EOS[0]
+	}
+	return tc
+}
+
+func (s Qwen35Spec) config() map[string]any {
+	cfg := map[string]any{
+		"architectures":       []string{"Qwen3_5ForConditionalGeneration"},
+		"model_type":          "qwen3_5",
+		"text_config":         s.textConfig(),
+		"tie_word_embeddings": s.Tied,
+		"image_token_id":      s.Vocab - 3,
+		"video_token_id":      s.Vocab - 4,
+	}
+	if s.Layout == Qwen35HF {
+		cfg["vision_config"] = map[string]any{
+			"model_type": "qwen3_5", "depth": 1, "hidden_size": 8, "num_heads": 2, "patch_size": 2,
+			"temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": s.Hidden,
+		}
+	}
+	switch len(s.EOS) {
+	case 0:
+	case 1:
+		cfg["eos_token_id"] = s.EOS[0]
+	default:
+		cfg["eos_token_id"] = s.EOS
+	}
+	addQuantization(cfg, s.QuantBits, s.QuantGroup)
+	return cfg
+}
+
+// q35Kind says how a tensor's random values are drawn and stored.
+type q35Kind int
+
+const (
+	q35Matrix q35Kind = iota // a Linear or Embedding weight: N(0, std), quantizable
+	q35Norm                  // one of the five norm families: zero-centred in HF, +1 in MLX
+	q35Gated                 // linear_attn.norm.weight: around 1 in both layouts
+	q35Conv                  // depthwise conv weight, drawn [C, K, 1]
+	q35ALog                  // A_log, float32 in both layouts
+	q35Bias                  // dt_bias
+)
+
+type q35Tensor struct {
+	name  string // without the layout's prefix: model.* or lm_head.*
+	shape []int
+	kind  q35Kind
+}
+
+func (s Qwen35Spec) tensors() []q35Tensor {
+	H, hd := s.Hidden, s.HeadDim
+	kd, vd := s.LinKeyHeads*s.LinKeyDim, s.LinValueHeads*s.LinValueDim
+	C := 2*kd + vd
+	ts := []q35Tensor{{"model.embed_tokens.weight", []int{s.Vocab, H}, q35Matrix}}
+	for i := 0; i < s.Layers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts, q35Tensor{p + "input_layernorm.weight", []int{H}, q35Norm},
+			q35Tensor{p + "post_attention_layernorm.weight", []int{H}, q35Norm})
+		if Qwen35IsLinear(i, s.Interval) {
+			a := p + "linear_attn."
+			ts = append(ts,
+				q35Tensor{a + "in_proj_qkv.weight", []int{C, H}, q35Matrix},
+				q35Tensor{a + "in_proj_z.weight", []int{vd, H}, q35Matrix},
+				q35Tensor{a + "in_proj_b.weight", []int{s.LinValueHeads, H}, q35Matrix},
+				q35Tensor{a + "in_proj_a.weight", []int{s.LinValueHeads, H}, q35Matrix},
+				q35Tensor{a + "conv1d.weight", []int{C, s.Kernel, 1}, q35Conv},
+				q35Tensor{a + "dt_bias", []int{s.LinValueHeads}, q35Bias},
+				q35Tensor{a + "A_log", []int{s.LinValueHeads}, q35ALog},
+				q35Tensor{a + "norm.weight", []int{s.LinValueDim}, q35Gated},
+				q35Tensor{a + "out_proj.weight", []int{H, vd}, q35Matrix})
+		} else {
+			a := p + "self_attn."
+			ts = append(ts,
+				q35Tensor{a + "q_proj.weight", []int{2 * s.Heads * hd, H}, q35Matrix},
+				q35Tensor{a + "k_proj.weight", []int{s.KVHeads * hd, H}, q35Matrix},
+				q35Tensor{a + "v_proj.weight", []int{s.KVHeads * hd, H}, q35Matrix},
+				q35Tensor{a + "o_proj.weight", []int{H, s.Heads * hd}, q35Matrix},
+				q35Tensor{a + "q_norm.weight", []int{hd}, q35Norm},
+				q35Tensor{a + "k_norm.weight", []int{hd}, q35Norm})
+		}
+		ts = append(ts,
+			q35Tensor{p + "mlp.gate_proj.weight", []int{s.Inter, H}, q35Matrix},
+			q35Tensor{p + "mlp.up_proj.weight", []int{s.Inter, H}, q35Matrix},
+			q35Tensor{p + "mlp.down_proj.weight", []int{H, s.Inter}, q35Matrix})
+	}
+	ts = append(ts, q35Tensor{"model.norm.weight", []int{H}, q35Norm})
+	if !s.Tied {
+		ts = append(ts, q35Tensor{"lm_head.weight", []int{s.Vocab, H}, q35Matrix})
+	}
+	return ts
+}
+
+// storedName is a tensor's name in the layout.
+func (s Qwen35Spec) storedName(name string) string {
+	if s.Layout == Qwen35MLX {
+		return "language_model." + name
+	}
+	if len(name) > len("model.") && name[:len("model.")] == "model." {
+		return "model.language_model." + name[len("model."):]
+	}
+	return name
+}
+
+// hfExtras are tensors a raw HF export carries that the text model does not use (the
+// vision tower and the multi-token-prediction head): loaders must drop them.
+func (s Qwen35Spec) hfExtras() []q35Tensor {
+	H := s.Hidden
+	return []q35Tensor{
+		{"model.visual.patch_embed.proj.weight", []int{8, 3, 2, 2, 2}, q35Matrix},
+		{"model.visual.blocks.0.norm1.weight", []int{8}, q35Gated},
+		{"model.visual.merger.linear_fc1.weight", []int{H, 8}, q35Matrix},
+		{"mtp.fc.weight", []int{H, 2 * H}, q35Matrix},
+		{"mtp.norm.weight", []int{H}, q35Norm},
+		{"mtp.layers.0.input_layernorm.weight", []int{H}, q35Norm},
+		{"mtp.layers.0.mlp.gate_proj.weight", []int{s.Inter, H}, q35Matrix},
+	}
+}
+
+// WriteQwen35 writes the checkpoint into dir (created). The same spec in either layout
+// holds the same model after mlx-lm's sanitize: the MLX layout's norms are the HF ones
+// plus one, rounded in the stored dtype, and its conv weights the HF ones with the axes
+// moved. It must run on the MLX thread.
+func WriteQwen35(dir string, s Qwen35Spec) error {
+	if s.Dtype == 0 {
+		s.Dtype = mlxc.BFloat16
+	}
+	if s.WeightStd == 0 {
+		s.WeightStd = 0.05
+	}
+	if s.Interval <= 0 {
+		return fmt.Errorf("modelgen: full-attention interval must be positive, got %d", s.Interval)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), s.config()); err != nil {
+		return err
+	}
+	return mlxc.Catch(func() {
+		sc := mlxc.NewScope()
+		defer sc.Close()
+		out := map[string]*mlxc.Array{}
+		s.draw(out, s.tensors(), s.Seed, s.storedName)
+		if s.Layout == Qwen35HF {
+			s.draw(out, s.hfExtras(), s.Seed+7919, func(n string) string { return n })
+		}
+		mlxc.SaveSafetensors(filepath.Join(dir, "model.safetensors"), out, map[string]string{"format": "mlx"})
+	})
+}
+
+// draw puts seeded random values for ts into out under the names stored gives.
+func (s Qwen35Spec) draw(out map[string]*mlxc.Array, ts []q35Tensor, seed uint64, stored func(string) string) {
+	dt := s.Dtype
+	keys := mlxc.RandomSplit(mlxc.RandomKey(seed), len(ts))
+	for i, t := range ts {
+		k := mlxc.Reshape(mlxc.SliceAxis(keys, 0, i, i+1), 2)
+		name := stored(t.name)
+		var a *mlxc.Array
+		switch t.kind {
+		case q35Matrix:
+			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, s.WeightStd, k), dt)
+		case q35Norm:
+			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 0.1, k), dt)
+			if s.Layout == Qwen35MLX {
+				a = mlxc.Add(a, mlxc.Scalar(1, dt)) // mlx-lm's sanitize, in the stored dtype
+			}
+		case q35Gated:
+			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 1, 0.1, k), dt)
+		case q35Conv:
+			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 0.3, k), dt)
+			if s.Layout == Qwen35HF {
+				a = mlxc.Contiguous(mlxc.SwapAxes(a, 1, 2)) // PyTorch's [C, 1, K]
+			}
+		case q35ALog:
+			a = mlxc.Uniform(-1, 2, t.shape, mlxc.Float32, k)
+		case q35Bias:
+			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 0.5, k), dt)
+		}
+		last := t.shape[len(t.shape)-1]
+		if s.QuantBits > 0 && t.kind == q35Matrix && len(t.shape) == 2 && last%s.QuantGroup == 0 && !qwen35Extra(t.name) {
+			q := mlxc.Quantize(a, s.QuantGroup, s.QuantBits, "affine")
+			base := name[:len(name)-len(".weight")]
+			out[name], out[base+".scales"], out[base+".biases"] = q.W, q.Scales, q.Biases
+			continue
+		}
+		out[name] = a
+	}
+}
+
+// qwen35Extra reports whether a tensor belongs to the vision tower or the MTP head, which
+// the converter never quantizes (it drops them).
+func qwen35Extra(name string) bool {
+	return len(name) >= 4 && (name[:4] == "mtp." || (len(name) > 13 && name[:13] == "model.visual."))
+}
