@@ -1,0 +1,299 @@
+// Package qwen35 is the Qwen3.5 family (model_type "qwen3_5"): a hybrid decoder whose
+// layers are GatedDeltaNet linear attention (model/deltanet) except every
+// full_attention_interval-th, which is gated full attention over a KV cache; the MLP is a
+// dense SwiGLU. The math follows mlx-lm's qwen3_5.py op for op.
+package qwen35
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
+	"github.com/dflash-mlx/dflash-mlx/model/deltanet"
+	"github.com/dflash-mlx/dflash-mlx/settings"
+)
+
+func init() { model.Register("qwen3_5", Load) }
+
+// attention is a gated full-attention layer's weights: q_proj holds, per head, the query
+// and then its output gate.
+type attention struct {
+	q, k, v, o   *model.Linear
+	qNorm, kNorm *mlxc.Array
+}
+
+// linear is a GatedDeltaNet layer's projections and gated norm around the recurrence.
+type linear struct {
+	qkv, z, b, a, out *model.Linear
+	norm              *mlxc.Array
+	mixer             *deltanet.Mixer
+}
+
+type layer struct {
+	inputNorm, postNorm *mlxc.Array
+	attn                *attention // nil for a linear layer
+	lin                 *linear    // nil for an attention layer
+	gate, up, down      *model.Linear
+}
+
+// Model is a loaded Qwen3.5 text model.
+type Model struct {
+	cfg    Config
+	arch   model.Arch
+	embed  *model.Embedding
+	layers []layer
+	norm   *mlxc.Array
+	lmHead *model.Linear // nil when tied
+	rope   *model.Rope
+	scale  float32
+	swiglu *model.SwiGLU
+	skinny *model.SkinnyGEMM
+	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
+	fqa      *model.FewQueryAttention
+	scaleArr *mlxc.Array
+}
+
+// Load is the family's constructor (model.Family): config, sanitize, every weight
+// checked, then the weights evaluated so that a bad file fails here.
+func Load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
+	if mt, _ := raw.StringOr("model_type", ""); mt != "qwen3_5" {
+		return nil, fmt.Errorf("%s: model_type %q is not qwen3_5", raw.Path, mt)
+	}
+	c, err := ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	rope, err := model.ParseRope(c.rope, c.RotaryDims, c.RopeTheta, c.MaxPositions)
+	if err != nil {
+		return nil, err
+	}
+	sanitize(w, c.Tied)
+	m := &Model{cfg: c, rope: rope, scale: float32(math.Pow(float64(c.HeadDim), -0.5))}
+	if err := m.build(model.NewBuilder(w, q)); err != nil {
+		return nil, err
+	}
+	m.setArch(w)
+	if err := m.bindKernels(s); err != nil {
+		m.Free()
+		return nil, err
+	}
+	if err := mlxc.Catch(m.prepare); err != nil {
+		m.Free()
+		return nil, fmt.Errorf("reading weights: %w", err)
+	}
+	return m, nil
+}
+
+const prefix = "language_model."
+
+// build takes every weight from b, checking names, shapes and dtypes, and fails on any
+// tensor missing or left over (mlx-lm loads strictly).
+func (m *Model) build(b *model.Builder) error {
+	c := &m.cfg
+	H, hd, bias := c.Hidden, c.HeadDim, c.AttentionBias
+	vd := c.LinValueHeads * c.LinValueDim
+	m.embed = b.Embedding(prefix+"model.embed_tokens", c.Vocab, H)
+	m.layers = make([]layer, c.Layers)
+	for i := range m.layers {
+		p := fmt.Sprintf("%smodel.layers.%d.", prefix, i)
+		l := &m.layers[i]
+		l.inputNorm = b.Float(p+"input_layernorm.weight", H)
+		l.postNorm = b.Float(p+"post_attention_layernorm.weight", H)
+		if c.IsLinear(i) {
+			a := p + "linear_attn."
+			l.lin = &linear{
+				qkv:  b.Linear(a+"in_proj_qkv", c.ConvDim(), H, false),
+				z:    b.Linear(a+"in_proj_z", vd, H, false),
+				b:    b.Linear(a+"in_proj_b", c.LinValueHeads, H, false),
+				a:    b.Linear(a+"in_proj_a", c.LinValueHeads, H, false),
+				out:  b.Linear(a+"out_proj", H, vd, false),
+				norm: b.Float(a+"norm.weight", c.LinValueDim),
+				mixer: &deltanet.Mixer{
+					ConvW:  b.Float(a+"conv1d.weight", c.ConvDim(), c.ConvKernel, 1),
+					ALog:   b.Float(a+"A_log", c.LinValueHeads),
+					DtBias: b.Float(a+"dt_bias", c.LinValueHeads),
+					KeyHeads: c.LinKeyHeads, ValueHeads: c.LinValueHeads,
+					KeyDim: c.LinKeyDim, ValueDim: c.LinValueDim, ConvKernel: c.ConvKernel,
+				},
+			}
+		} else {
+			a := p + "self_attn."
+			l.attn = &attention{
+				q:     b.Linear(a+"q_proj", 2*c.Heads*hd, H, bias),
+				k:     b.Linear(a+"k_proj", c.KVHeads*hd, H, bias),
+				v:     b.Linear(a+"v_proj", c.KVHeads*hd, H, bias),
+				o:     b.Linear(a+"o_proj", H, c.Heads*hd, bias),
+				qNorm: b.Float(a+"q_norm.weight", hd),
+				kNorm: b.Float(a+"k_norm.weight", hd),
+			}
+		}
+		l.gate = b.Linear(p+"mlp.gate_proj", c.Inter, H, false)
+		l.up = b.Linear(p+"mlp.up_proj", c.Inter, H, false)
+		l.down = b.Linear(p+"mlp.down_proj", H, c.Inter, false)
+	}
+	m.norm = b.Float(prefix+"model.norm.weight", H)
+	if !c.Tied {
+		m.lmHead = b.Linear(prefix+"lm_head", c.Vocab, H, false)
+	}
+	return b.Finish(nil)
+}
+
+// setArch records what callers need to know, completed from the loaded weights.
+func (m *Model) setArch(w *model.Weights) {
+	c := &m.cfg
+	a := model.Arch{Family: "qwen3_5", HiddenSize: c.Hidden, NumLayers: c.Layers, VocabSize: c.Vocab,
+		NumHeads: c.Heads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, MaxPositions: c.MaxPositions,
+		RMSNormEps: c.Eps, RopeTheta: c.RopeTheta, EOSTokenIDs: c.EOS, TiedEmbeddings: c.Tied,
+		WeightBytes: w.Bytes, TrimmableCache: false}
+	a.Quantized = m.embed.Q != nil || m.layers[0].gate.Q != nil
+	if m.embed.Q != nil {
+		a.Dtype = m.embed.Q.Scales.Dtype()
+	} else {
+		a.Dtype = m.embed.W.Dtype()
+	}
+	m.arch = a
+}
+
+// bindKernels makes the kernels s enables (few-row products, few-query attention; both nil
+// off CUDA) and the activation.
+func (m *Model) bindKernels(s settings.Settings) error {
+	var err error
+	if m.skinny, err = model.NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
+		return err
+	}
+	m.swiglu = model.NewSwiGLU()
+	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
+		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
+	}
+	return nil
+}
+
+// linears lists every Linear of the model.
+func (m *Model) linears() []*model.Linear {
+	var ls []*model.Linear
+	for i := range m.layers {
+		l := &m.layers[i]
+		if l.attn != nil {
+			ls = append(ls, l.attn.q, l.attn.k, l.attn.v, l.attn.o)
+		} else {
+			ls = append(ls, l.lin.qkv, l.lin.z, l.lin.b, l.lin.a, l.lin.out)
+		}
+		ls = append(ls, l.gate, l.up, l.down)
+	}
+	if m.lmHead != nil {
+		ls = append(ls, m.lmHead)
+	}
+	return ls
+}
+
+// Weights lists every weight array (for evaluation after loading).
+func (m *Model) Weights() []*mlxc.Array {
+	var ws []*mlxc.Array
+	if m.embed.Q != nil {
+		ws = append(ws, (&model.Linear{Q: m.embed.Q}).Arrays()...)
+	} else {
+		ws = append(ws, m.embed.W)
+	}
+	for i := range m.layers {
+		l := &m.layers[i]
+		ws = append(ws, l.inputNorm, l.postNorm)
+		if l.attn != nil {
+			ws = append(ws, l.attn.qNorm, l.attn.kNorm)
+		} else {
+			ws = append(ws, l.lin.norm, l.lin.mixer.ConvW, l.lin.mixer.ALog, l.lin.mixer.DtBias)
+		}
+	}
+	for _, x := range m.linears() {
+		ws = append(ws, x.Arrays()...)
+	}
+	return append(ws, m.norm)
+}
+
+// prepare evaluates the weights (the sanitized ones are computed from the file's) and
+// makes the per-weight views the products use.
+func (m *Model) prepare() {
+	ws := m.Weights()
+	for i := 0; i < len(ws); i += 64 {
+		mlxc.Eval(ws[i:min(i+64, len(ws))]...)
+	}
+	for _, x := range m.linears() {
+		x.Prepare()
+		x.UseSkinny(m.skinny)
+	}
+}
+
+// Kernels are the kernels a drafter bound to this model may reuse.
+func (m *Model) Kernels() model.Kernels { return model.Kernels{Skinny: m.skinny, FQA: m.fqa} }
+
+func (m *Model) Arch() model.Arch { return m.arch }
+
+// Config is the parsed architecture.
+func (m *Model) Config() Config { return m.cfg }
+
+func (m *Model) Embed(ids *mlxc.Array) *mlxc.Array { return m.embed.Lookup(ids) }
+
+func (m *Model) Head(x *model.Normed) *mlxc.Array {
+	if m.lmHead != nil {
+		return m.lmHead.Apply(x.X())
+	}
+	return m.embed.AsLinear(x.X())
+}
+
+// FinalNorm is the model's final RMSNorm of rows h.
+func (m *Model) FinalNorm(h *mlxc.Array) *model.Normed { return model.NormOf(h, m.norm, m.cfg.Eps) }
+
+// Free releases all weights and kernels.
+func (m *Model) Free() {
+	m.embed.Free()
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.inputNorm.Free()
+		l.postNorm.Free()
+		if l.attn != nil {
+			l.attn.qNorm.Free()
+			l.attn.kNorm.Free()
+		}
+		if l.lin != nil {
+			l.lin.norm.Free()
+			l.lin.mixer.ConvW.Free()
+			l.lin.mixer.ALog.Free()
+			l.lin.mixer.DtBias.Free()
+		}
+	}
+	for _, x := range m.linears() {
+		x.Free()
+	}
+	m.norm.Free()
+	m.rope.Free()
+	m.swiglu.Free()
+	m.skinny.Free()
+	m.fqa.Free()
+	m.scaleArr.Free()
+}
+
+// Cache is the model's per-sequence state: a recurrent layer cache for each GatedDeltaNet
+// layer and a KV cache for each attention layer, in layer order.
+type Cache struct {
+	*cache.List
+	kv  []*model.KVCache  // nil at linear layers
+	rec []*deltanet.Cache // nil at attention layers
+}
+
+func (m *Model) NewCache() model.Cache {
+	n := len(m.layers)
+	c := &Cache{kv: make([]*model.KVCache, n), rec: make([]*deltanet.Cache, n)}
+	ls := make([]cache.Layer, n)
+	for i := range m.layers {
+		if m.cfg.IsLinear(i) {
+			c.rec[i] = deltanet.NewCache()
+			ls[i] = c.rec[i]
+		} else {
+			c.kv[i] = &model.KVCache{}
+			ls[i] = c.kv[i]
+		}
+	}
+	c.List = cache.NewList(ls...)
+	return c
+}

@@ -1,0 +1,111 @@
+package qwen35
+
+import (
+	"strings"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+)
+
+// shiftedNorms are the norm families that raw HF checkpoints store zero-centred (the
+// module computes 1+w); linear_attn.norm is not one of them.
+var shiftedNorms = []string{".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight", ".k_norm.weight"}
+
+// sanitize rewrites a checkpoint's tensors in place into mlx-lm's post-sanitize form, so
+// that raw HF and mlx-community checkpoints load alike: vision and MTP tensors dropped,
+// names under language_model., conv weights [C, K, 1], and (raw HF only, recognised by
+// its conv layout) the five norm families shifted by one in their stored dtype.
+func sanitize(w *model.Weights, tied bool) {
+	for _, name := range names(w) {
+		switch {
+		case strings.HasPrefix(name, "vision_tower"), strings.HasPrefix(name, "model.visual"):
+			drop(w, name)
+		case strings.HasPrefix(name, "model.language_model"):
+			rename(w, name, "language_model.model"+strings.TrimPrefix(name, "model.language_model"))
+		case strings.HasPrefix(name, "language_model."):
+		default:
+			rename(w, name, "language_model."+name)
+		}
+	}
+	raw := false
+	for name, info := range w.Info {
+		if strings.Contains(name, "conv1d.weight") && len(info.Shape) > 0 && info.Shape[len(info.Shape)-1] != 1 {
+			raw = true
+		}
+	}
+	for _, name := range names(w) {
+		if strings.Contains(name, "mtp.") {
+			drop(w, name)
+		}
+	}
+	if tied {
+		for _, sfx := range []string{"weight", "scales", "biases"} {
+			if name := "language_model.lm_head." + sfx; w.Has(name) {
+				drop(w, name)
+			}
+		}
+	}
+	for _, name := range names(w) {
+		info := w.Info[name]
+		switch {
+		case strings.Contains(name, "conv1d.weight") && len(info.Shape) == 3 && info.Shape[2] != 1:
+			replace(w, name, mlxc.SwapAxes(w.Arrays[name], 1, 2), []int{info.Shape[0], info.Shape[2], info.Shape[1]})
+		case raw && len(info.Shape) == 1 && hasAnySuffix(name, shiftedNorms):
+			a := w.Arrays[name]
+			replace(w, name, mlxc.Add(a, mlxc.Scalar(1, a.Dtype())), info.Shape)
+		}
+	}
+}
+
+func hasAnySuffix(s string, sfx []string) bool {
+	for _, x := range sfx {
+		if strings.HasSuffix(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// names lists the checkpoint's tensor names (a copy, so the set may change meanwhile).
+func names(w *model.Weights) []string {
+	out := make([]string, 0, len(w.Info))
+	for n := range w.Info {
+		out = append(out, n)
+	}
+	return out
+}
+
+func drop(w *model.Weights, name string) {
+	if a, ok := w.Take(name); ok {
+		a.Free()
+	}
+	info := w.Info[name]
+	w.Bytes -= info.End - info.Begin
+	delete(w.Info, name)
+	delete(w.File, name)
+}
+
+func rename(w *model.Weights, from, to string) {
+	info := w.Info[from]
+	info.Name = to
+	w.Info[to] = info
+	w.File[to] = w.File[from]
+	delete(w.Info, from)
+	delete(w.File, from)
+	if a, ok := w.Take(from); ok {
+		w.Arrays[to] = a
+	}
+}
+
+// replace swaps a tensor's array for a, a function of it with the given shape; a is
+// detached like the arrays Weights.Load makes, and the old handle released.
+func replace(w *model.Weights, name string, a *mlxc.Array, shape []int) {
+	a.Detach()
+	if old, ok := w.Arrays[name]; ok {
+		old.Free()
+	}
+	w.Arrays[name] = a
+	info := w.Info[name]
+	info.Shape = shape
+	w.Info[name] = info
+}
