@@ -118,10 +118,10 @@ func recurrence(op string, q, k, v, g, beta, state *mlxc.Array, record bool) (y,
 	for t := 0; t < T; t++ {
 		qt := mlxc.ExpandDims(step(qr, t), 2) // [B, Hv, 1, Dk]
 		kt := mlxc.ExpandDims(step(kr, t), 2)
-		vt := step(v, t)                            // [B, Hv, Dv]
-		gt := mlxc.ExpandDims(step(g, t), 2, 3)     // [B, Hv, 1, 1]
-		bt := mlxc.ExpandDims(step(beta, t), 2)     // [B, Hv, 1]
-		s = mlxc.Multiply(s, gt)                    // decay
+		vt := step(v, t)                        // [B, Hv, Dv]
+		gt := mlxc.ExpandDims(step(g, t), 2, 3) // [B, Hv, 1, 1]
+		bt := mlxc.ExpandDims(step(beta, t), 2) // [B, Hv, 1]
+		s = mlxc.Multiply(s, gt)                // decay
 		mem := mlxc.Sum(mlxc.Multiply(s, kt), []int{-1}, false)
 		delta := mlxc.Multiply(mlxc.Subtract(vt, mem), bt) // [B, Hv, Dv] float32
 		s = mlxc.Add(s, mlxc.Multiply(kt, mlxc.ExpandDims(delta, 3)))

@@ -7,7 +7,7 @@ import "github.com/dflash-mlx/dflash-mlx/mlxc"
 // ConvW is [C, K, 1] with C = 2·KeyHeads·KeyDim + ValueHeads·ValueDim; ALog and DtBias are
 // [ValueHeads].
 type Mixer struct {
-	ConvW, ALog, DtBias                                    *mlxc.Array
+	ConvW, ALog, DtBias                                *mlxc.Array
 	KeyHeads, ValueHeads, KeyDim, ValueDim, ConvKernel int
 }
 
