@@ -14,6 +14,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/hub"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	_ "github.com/dflash-mlx/dflash-mlx/model/families" // every family registers its model_type
 	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 	"github.com/dflash-mlx/dflash-mlx/verify"

@@ -1,9 +1,11 @@
-// Package model holds the target language models: config parsing, safetensors loading
-// with validation (HF and mlx-community layouts, shards, affine quantization), the layers
-// (Linear, Embedding, RMSNorm, RoPE, attention, SwiGLU), the KV cache, and the forward
-// pass with hidden-state taps that the DFlash drafter reads.
+// Package model holds the contracts of the target language models (Model, its forward with
+// the hidden-state taps that the DFlash drafter reads, the family registry, Load), config
+// parsing, safetensors loading with validation (HF and mlx-community layouts, shards,
+// affine quantization), the layers that families share (Linear, Embedding, RMSNorm, RoPE,
+// attention routing, SwiGLU) and the KV cache layer.
 //
-// Families register themselves by config.json `model_type` (see Register); Load picks the
+// Families live in their own packages (model/qwen3, ...) and register themselves by
+// config.json `model_type` (see Register); model/families imports them all. Load picks the
 // family, validates every tensor's name, shape and dtype before building anything, and
 // returns a Model. The math follows mlx-lm op for op so that CPU results are bit-identical
 // to the reference.

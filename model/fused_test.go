@@ -48,9 +48,9 @@ func TestFusedMatchesOps(t *testing.T) {
 			pos := Visible(c.off)
 			gq, gk, gv := f.HeadPrepMerged(y, hq, hk, D, qn, kn, pos)
 			sq, sk, sv := f.HeadPrep(mlxc.Copy(q), mlxc.Copy(k), mlxc.Copy(v), 0, 0, 0, hq, hk, D, qn, kn, pos)
-			wq := r.Apply(splitHeads(q, 1, c.L, hq, qn, eps), c.off)
-			wk := r.Apply(splitHeads(k, 1, c.L, hk, kn, eps), c.off)
-			wv := splitHeads(v, 1, c.L, hk, nil, 0)
+			wq := r.Apply(SplitHeads(q, 1, c.L, hq, qn, eps), c.off)
+			wk := r.Apply(SplitHeads(k, 1, c.L, hk, kn, eps), c.off)
+			wv := SplitHeads(v, 1, c.L, hk, nil, 0)
 			for _, p := range []struct {
 				name            string
 				got, same, want *mlxc.Array

@@ -1,7 +1,8 @@
-package model
+package model_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	_ "github.com/dflash-mlx/dflash-mlx/model/qwen3"
 )
 
 // TestTCInModelSweep times a 16-row verify block through a whole model under each launch
@@ -24,39 +27,36 @@ func TestTCInModelSweep(t *testing.T) {
 	if dir == "" {
 		t.Skip("DFLASH_TC_INMODEL=<model folder> on a CUDA GPU")
 	}
-	onCUDA(t, func() error {
-		loaded, err := Load(dir, LoadOptions{})
+	model.OnCUDA(t, func() error {
+		m, err := model.Load(dir, model.LoadOptions{})
 		if err != nil {
 			return err
 		}
-		defer loaded.Free()
-		m, ok := loaded.(*Qwen3)
-		if !ok || m.skinny == nil {
-			return fmt.Errorf("%s: needs a Qwen3 model with the tensor-core kernel on", dir)
+		defer m.Free()
+		kp, ok := m.(model.KernelProvider)
+		if !ok || kp.Kernels().Skinny == nil {
+			return fmt.Errorf("%s: needs a model with the tensor-core kernel on", dir)
 		}
+		skinny := kp.Kernels().Skinny
 		type variant struct {
 			name  string
-			rule  func(N, K int) tcConfig
+			rule  string // a DFLASH_TC_RULE value; "" the default rule
 			tiled bool
 		}
 		// The rules run in the loaded model's layout (tiled copies by default on CUDA); the
 		// default rule in the other layout too.
-		tiled := m.skinny.tiled
+		tiled := model.SkinnyTiled(skinny)
 		other := "default, tiled"
 		if tiled {
 			other = "default, row-major"
 		}
-		vs := []variant{{"default", tcConfigFor, tiled}, {other, tcConfigFor, !tiled}}
+		vs := []variant{{"default", "", tiled}, {other, "", !tiled}}
 		classes := os.Getenv("DFLASH_TC_INMODEL_RULES") // ';'-separated DFLASH_TC_RULE values
 		if classes == "" {
 			classes = "wide=4/8/4p;wide=4/4/4p;wide=2/8/2p;down=4/4/4;down=4/4/2p;down=1/8/2p;narrow=1/4/2p;narrow=2/8/2;narrow=2/4/4p;narrow=4/4/s3k128"
 		}
 		for _, r := range strings.Split(classes, ";") {
-			rule, err := parseTCRule(r)
-			if err != nil {
-				return err
-			}
-			vs = append(vs, variant{r, rule, tiled})
+			vs = append(vs, variant{r, r, tiled})
 		}
 		c := m.NewCache()
 		defer c.Free()
@@ -65,25 +65,29 @@ func TestTCInModelSweep(t *testing.T) {
 		defer s.Close()
 		prompt := make([]int32, 256)
 		for i := range prompt {
-			prompt[i] = int32((i*7919 + 13) % m.arch.VocabSize)
+			prompt[i] = int32((i*7919 + 13) % m.Arch().VocabSize)
 		}
-		m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, ForwardOptions{Logits: LogitsNone})
-		mlxc.Eval(c.(*KVCaches).Arrays()...)
+		m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, model.ForwardOptions{Logits: model.LogitsNone})
+		mlxc.Eval(c.Arrays()...)
 		ids := mlxc.FromSlice(prompt[:16], 1, 16)
 		// block enqueues one verify block and returns its logits (detached; the caller frees).
 		block := func() *mlxc.Array {
 			sc := mlxc.NewScope()
 			defer sc.Close()
-			out := m.Forward(ids, c, ForwardOptions{Logits: LogitsAll})
+			out := m.Forward(ids, c, model.ForwardOptions{Logits: model.LogitsAll})
 			lg := out.Logits.Detach()
-			mlxc.AsyncEval(append(c.(*KVCaches).Arrays(), lg)...)
+			mlxc.AsyncEval(append(c.Arrays(), lg)...)
 			if err := c.Rewind(16); err != nil {
 				panic(err)
 			}
 			return lg
 		}
-		use := func(v variant) { m.skinny.configFor, m.skinny.tiled = v.rule, v.tiled }
-		defer use(variant{rule: tcConfigFor, tiled: tiled})
+		use := func(v variant) {
+			if err := model.UseTCRule(skinny, v.rule, v.tiled); err != nil {
+				panic(err)
+			}
+		}
+		defer use(variant{tiled: tiled})
 		// Warm-up (kernels compiled, tiled copies made) and a check of every rule's logits.
 		// Rules sum in other orders, so logits differ by rounding; a wrong launch is off by
 		// the logits' own size (the bound: 5% of the largest).
@@ -97,12 +101,12 @@ func TestTCInModelSweep(t *testing.T) {
 			if ref == nil {
 				ref = got
 				for _, x := range ref {
-					scale = max(scale, abs32(x))
+					scale = max(scale, absf(x))
 				}
 				continue
 			}
 			for i := range ref {
-				if d := abs32(got[i] - ref[i]); d > scale/20 || got[i] != got[i] {
+				if d := absf(got[i] - ref[i]); d > scale/20 || got[i] != got[i] {
 					return fmt.Errorf("rule %q: logit %d = %g, default rule %g", v.name, i, got[i], ref[i])
 				}
 			}
@@ -146,9 +150,4 @@ func TestTCInModelSweep(t *testing.T) {
 	})
 }
 
-func abs32(x float32) float32 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
+func absf(x float32) float32 { return float32(math.Abs(float64(x))) }

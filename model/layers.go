@@ -164,6 +164,16 @@ type Embedding struct {
 	tc     TCState     // what its tensor-core kernel keeps for E
 }
 
+// Prepare makes the tied head's view once the table is evaluated, and gives the head the
+// few-row product kernel s (nil: off).
+func (e *Embedding) Prepare(s *SkinnyGEMM) {
+	if e == nil {
+		return
+	}
+	e.prepare()
+	e.skinny = s
+}
+
 func (e *Embedding) prepare() {
 	if e != nil && e.W != nil && e.wT == nil {
 		e.wT = mlxc.Transpose(e.W).Detach()

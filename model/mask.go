@@ -21,9 +21,9 @@ func KeyBucket(k settings.Kernels) int {
 	return 0
 }
 
-// maxBucketedQueries bounds the blocks that use padded keys: the additive mask is
+// MaxBucketedQueries bounds the blocks that use padded keys: the additive mask is
 // L × padded-keys, fine for verify blocks, too large for long prefill chunks.
-const maxBucketedQueries = 64
+const MaxBucketedQueries = 64
 
 // PrefixMask is an additive attention mask [1, 1, L, K] in dtype dt (0 = attend, −∞ =
 // masked): query row i sees keys [0, visible(i)). Padded key buffers (KVCache

@@ -13,6 +13,10 @@ import (
 // the CPU backend, where they must match bit for bit.
 var mergeProjections bool
 
+// MergesProjections reports whether families merge their projections without the fused
+// kernels (set only by tests).
+func MergesProjections() bool { return mergeProjections }
+
 // MergedLinear is several dense projections of one input stacked into one weight; the
 // parts keep working as views into it (no second copy of the weights).
 type MergedLinear struct {

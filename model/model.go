@@ -183,8 +183,8 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	}
 	if err := mlxc.Catch(func() {
 		evalModel(m)
-		if p, ok := m.(interface{ prepare() }); ok {
-			p.prepare()
+		if p, ok := m.(Preparer); ok {
+			p.Prepare()
 		}
 	}); err != nil {
 		m.Free()
@@ -193,12 +193,16 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	return m, nil
 }
 
-// evaluator is implemented by models that can list their weights.
-type evaluator interface{ weights() []*mlxc.Array }
+// WeightLister is a model that lists its weights, so that Load evaluates them (in batches)
+// before it returns and a bad file fails at load, not at the first token.
+type WeightLister interface{ WeightArrays() []*mlxc.Array }
+
+// Preparer is a model that makes per-weight views once its weights are evaluated.
+type Preparer interface{ Prepare() }
 
 func evalModel(m Model) {
-	if e, ok := m.(evaluator); ok {
-		ws := e.weights()
+	if e, ok := m.(WeightLister); ok {
+		ws := e.WeightArrays()
 		// Evaluate in batches so a huge model does not build one giant eval list.
 		for i := 0; i < len(ws); i += 64 {
 			j := min(i+64, len(ws))

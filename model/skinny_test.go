@@ -531,3 +531,10 @@ func normFusionCase(s *SkinnyGEMM, dt mlxc.Dtype, N, K int, eps float32) error {
 	}
 	return nil
 }
+
+func abs32(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

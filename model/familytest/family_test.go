@@ -9,6 +9,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	_ "github.com/dflash-mlx/dflash-mlx/model/qwen3" // the family the test family wraps
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )

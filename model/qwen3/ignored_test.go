@@ -1,4 +1,4 @@
-package model
+package qwen3
 
 import "testing"
 

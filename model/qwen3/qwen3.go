@@ -1,4 +1,8 @@
-package model
+// Package qwen3 is the dense Qwen3 family (config.json model_type "qwen3"): its config, its
+// weights (HF and mlx-community layouts, bf16 or affine-quantized) and its forward pass,
+// which follows mlx-lm's models/qwen3.py op for op over model's shared layers and kernels.
+// It registers itself with model.Register from init.
+package qwen3
 
 import (
 	"fmt"
@@ -6,53 +10,54 @@ import (
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
-func init() { Register("qwen3", loadQwen3) }
+func init() { model.Register("qwen3", loadQwen3) }
 
 type qwen3Attention struct {
-	q, k, v, o   *Linear
+	q, k, v, o   *model.Linear
 	qNorm, kNorm *mlxc.Array
 }
 
 type qwen3Layer struct {
 	inputNorm, postNorm *mlxc.Array
 	attn                qwen3Attention
-	gate, up, down      *Linear
+	gate, up, down      *model.Linear
 	// qkv and gateUp are set when the projections are merged (MergeProjectionsDefault).
-	qkv, gateUp *MergedLinear
+	qkv, gateUp *model.MergedLinear
 }
 
 // Qwen3 is the dense Qwen3 decoder (model_type "qwen3").
 type Qwen3 struct {
-	arch   Arch
-	embed  *Embedding
+	arch   model.Arch
+	embed  *model.Embedding
 	layers []qwen3Layer
 	norm   *mlxc.Array
-	lmHead *Linear // nil when tied
-	rope   *Rope
+	lmHead *model.Linear // nil when tied
+	rope   *model.Rope
 	scale  float32
-	swiglu *SwiGLU
-	skinny *SkinnyGEMM
+	swiglu *model.SwiGLU
+	skinny *model.SkinnyGEMM
 	// fqa (on CUDA) runs multi-token attention; scaleArr is m.scale as a 0-d
 	// float32 array for it.
-	fqa      *FewQueryAttention
+	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
-	fused    *Fused // on CUDA: per-layer kernels for head prep and the MLP gate
+	fused    *model.Fused // on CUDA: per-layer kernels for head prep and the MLP gate
 }
 
-func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) (Model, error) {
+func loadQwen3(cfg *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
 	a, inter, err := parseQwen3Arch(cfg)
 	if err != nil {
 		return nil, err
 	}
-	rope, err := ParseRope(cfg, a.HeadDim, a.RopeTheta, a.MaxPositions)
+	rope, err := model.ParseRope(cfg, a.HeadDim, a.RopeTheta, a.MaxPositions)
 	if err != nil {
 		return nil, err
 	}
 	m := &Qwen3{rope: rope, scale: float32(math.Pow(float64(a.HeadDim), -0.5))}
-	if err := m.build(NewBuilder(w, q), a, inter); err != nil {
+	if err := m.build(model.NewBuilder(w, q), a, inter); err != nil {
 		return nil, err
 	}
 	m.setArch(a, w)
@@ -63,13 +68,13 @@ func loadQwen3(cfg *RawConfig, w *Weights, q *QuantConfig, s settings.Settings) 
 }
 
 // parseQwen3Arch reads the architecture fields of config.json and the MLP width, which
-// Arch does not carry; every field is checked before any weight is taken.
-func parseQwen3Arch(cfg *RawConfig) (Arch, int, error) {
-	a := Arch{Family: "qwen3", TrimmableCache: true}
+// model.Arch does not carry; every field is checked before any weight is taken.
+func parseQwen3Arch(cfg *model.RawConfig) (model.Arch, int, error) {
+	a := model.Arch{Family: "qwen3", TrimmableCache: true}
 	var inter int
-	err := cfg.PositiveInts(Field("hidden_size", &a.HiddenSize), Field("num_hidden_layers", &a.NumLayers),
-		Field("num_attention_heads", &a.NumHeads), Field("num_key_value_heads", &a.NumKVHeads),
-		Field("head_dim", &a.HeadDim), Field("vocab_size", &a.VocabSize), Field("intermediate_size", &inter))
+	err := cfg.PositiveInts(model.Field("hidden_size", &a.HiddenSize), model.Field("num_hidden_layers", &a.NumLayers),
+		model.Field("num_attention_heads", &a.NumHeads), model.Field("num_key_value_heads", &a.NumKVHeads),
+		model.Field("head_dim", &a.HeadDim), model.Field("vocab_size", &a.VocabSize), model.Field("intermediate_size", &inter))
 	if err != nil {
 		return a, 0, err
 	}
@@ -98,7 +103,7 @@ func parseQwen3Arch(cfg *RawConfig) (Arch, int, error) {
 
 // build takes the model's weights from b for architecture a (inter: the MLP width) and
 // fails on any tensor left over or missing, so a mismatched checkpoint is caught at load.
-func (m *Qwen3) build(b *Builder, a Arch, inter int) error {
+func (m *Qwen3) build(b *model.Builder, a model.Arch, inter int) error {
 	H, hd := a.HiddenSize, a.HeadDim
 	m.embed = b.Embedding("model.embed_tokens", a.VocabSize, H)
 	m.layers = make([]qwen3Layer, a.NumLayers)
@@ -138,7 +143,7 @@ func qwen3Ignored(tied bool) func(name string) bool {
 
 // setArch completes a with what only the loaded weights tell (quantized or not, their
 // dtype and size) and stores it as the model's architecture.
-func (m *Qwen3) setArch(a Arch, w *Weights) {
+func (m *Qwen3) setArch(a model.Arch, w *model.Weights) {
 	a.Quantized = m.embed.Q != nil || (len(m.layers) > 0 && m.layers[0].attn.q.Q != nil)
 	if m.embed.Q != nil {
 		a.Dtype = m.embed.Q.Scales.Dtype()
@@ -153,49 +158,48 @@ func (m *Qwen3) setArch(a Arch, w *Weights) {
 // head prep and gate, few-query attention); the activation is always made.
 func (m *Qwen3) bindKernels(s settings.Settings) error {
 	var err error
-	if m.skinny, err = NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
+	if m.skinny, err = model.NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
 		return err
 	}
-	m.swiglu = NewSwiGLU()
-	m.fused = NewFused(m.rope, m.arch.HeadDim, m.arch.RMSNormEps, s.Kernels)
-	if m.fqa = NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
-		m.scaleArr = OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
+	m.swiglu = model.NewSwiGLU()
+	m.fused = model.NewFused(m.rope, m.arch.HeadDim, m.arch.RMSNormEps, s.Kernels)
+	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
+		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
 	return nil
 }
 
-// prepare makes per-weight views once the weights are evaluated (see Linear.prepare).
-func (m *Qwen3) prepare() {
-	m.embed.prepare()
-	m.embed.skinny = m.skinny
-	m.lmHead.prepare()
+// Prepare makes per-weight views once the weights are evaluated (see model.Linear.prepare).
+func (m *Qwen3) Prepare() {
+	m.embed.Prepare(m.skinny)
+	m.lmHead.Prepare()
 	m.lmHead.UseSkinny(m.skinny)
 	// The fused kernels read the merged products directly (no slices).
-	merge := m.fused != nil || mergeProjections
+	merge := m.fused != nil || model.MergesProjections()
 	for i := range m.layers {
 		l := &m.layers[i]
-		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
-			x.prepare()
+		for _, x := range []*model.Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
+			x.Prepare()
 			x.UseSkinny(m.skinny)
 		}
 		if merge {
-			l.qkv = MergeLinears(l.attn.q, l.attn.k, l.attn.v)
-			l.gateUp = MergeLinears(l.gate, l.up)
+			l.qkv = model.MergeLinears(l.attn.q, l.attn.k, l.attn.v)
+			l.gateUp = model.MergeLinears(l.gate, l.up)
 		}
 	}
 }
 
-// Kernels are the few-row product kernel (nil off CUDA) and the few-query attention kernel
+// model.Kernels are the few-row product kernel (nil off CUDA) and the few-query attention kernel
 // (nil unless enabled on CUDA), which drafters bound to this model reuse.
-func (m *Qwen3) Kernels() Kernels { return Kernels{Skinny: m.skinny, FQA: m.fqa} }
+func (m *Qwen3) Kernels() model.Kernels { return model.Kernels{Skinny: m.skinny, FQA: m.fqa} }
 
-func (m *Qwen3) Arch() Arch { return m.arch }
+func (m *Qwen3) Arch() model.Arch { return m.arch }
 
-func (m *Qwen3) NewCache() Cache { return NewKVCaches(len(m.layers)) }
+func (m *Qwen3) NewCache() model.Cache { return model.NewKVCaches(len(m.layers)) }
 
 func (m *Qwen3) Embed(ids *mlxc.Array) *mlxc.Array { return m.embed.Lookup(ids) }
 
-func (m *Qwen3) Head(x *Normed) *mlxc.Array {
+func (m *Qwen3) Head(x *model.Normed) *mlxc.Array {
 	if m.lmHead != nil {
 		return m.lmHead.Apply(x.X())
 	}
@@ -203,15 +207,17 @@ func (m *Qwen3) Head(x *Normed) *mlxc.Array {
 }
 
 // FinalNorm is the model's final RMSNorm of rows h.
-func (m *Qwen3) FinalNorm(h *mlxc.Array) *Normed { return NormOf(h, m.norm, m.arch.RMSNormEps) }
+func (m *Qwen3) FinalNorm(h *mlxc.Array) *model.Normed {
+	return model.NormOf(h, m.norm, m.arch.RMSNormEps)
+}
 
 // Forward follows mlx-lm's qwen3.py op for op.
-func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
+func (m *Qwen3) Forward(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions) model.Output {
 	p := m.newPass(ids, c, opt)
 	// Activations stay 2-D, [B·L, H]: MLX wraps a matmul of a 3-D input in Flatten and
 	// Unflatten nodes, and every graph node costs host time on each step (14 per layer).
 	h := m.embed.Lookup(mlxc.Reshape(ids, p.rows))
-	var next *Normed // this layer's input norm, when the previous layer's MLP made it
+	var next *model.Normed // this layer's input norm, when the previous layer's MLP made it
 	for i := range m.layers {
 		h, next = p.layer(i, h, next)
 		if j, ok := p.tapAt[i]; ok {
@@ -225,8 +231,8 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c Cache, opt ForwardOptions) Output {
 // the arrays that all layers share because they hold the same positions.
 type qwen3Pass struct {
 	m          *Qwen3
-	kv         *KVCaches
-	opt        ForwardOptions
+	kv         *model.KVCaches
+	opt        model.ForwardOptions
 	B, L, rows int
 	mask       string // the plain SDPA path's mask mode
 	taps       []*mlxc.Array
@@ -241,8 +247,8 @@ type qwen3Pass struct {
 }
 
 // newPass checks Forward's arguments and picks the attention path of the block.
-func (m *Qwen3) newPass(ids *mlxc.Array, c Cache, opt ForwardOptions) *qwen3Pass {
-	kv, ok := c.(*KVCaches)
+func (m *Qwen3) newPass(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions) *qwen3Pass {
+	kv, ok := c.(*model.KVCaches)
 	if !ok || len(kv.Layers) != len(m.layers) {
 		panic(&mlxc.Error{Op: "qwen3.forward", Msg: "cache does not belong to this model"})
 	}
@@ -268,9 +274,9 @@ func (m *Qwen3) newPass(ids *mlxc.Array, c Cache, opt ForwardOptions) *qwen3Pass
 	if p.at && (B != 1 || opt.Window < L) {
 		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("a block at a device position needs B = 1 and a window ≥ %d rows, got B = %d, window %d", L, B, opt.Window)})
 	}
-	p.rowwise = L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !p.at
+	p.rowwise = L > 1 && L <= model.MaxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !p.at
 	p.fqa = B == 1 && m.fqa != nil && !p.rowwise
-	p.padKeys = L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !p.rowwise && !p.fqa && !p.at
+	p.padKeys = L > 1 && L <= model.MaxBucketedQueries && opt.KeyBucket > 0 && !p.rowwise && !p.fqa && !p.at
 	p.off0 = kv.Offset()
 	p.pos = opt.Pos
 	return p
@@ -280,7 +286,7 @@ func (m *Qwen3) newPass(ids *mlxc.Array, c Cache, opt ForwardOptions) *qwen3Pass
 // RoPE): the caller's, or one made when first needed and shared by all layers.
 func (p *qwen3Pass) position() *mlxc.Array {
 	if p.pos == nil {
-		p.pos = Visible(p.off0)
+		p.pos = model.Visible(p.off0)
 	}
 	return p.pos
 }
@@ -295,27 +301,27 @@ func (p *qwen3Pass) kernelPos() *mlxc.Array {
 
 // layer runs layer i on the residual stream h (next: its input norm, when the previous
 // layer's MLP made it) and returns the stream and the norm of what follows.
-func (p *qwen3Pass) layer(i int, h *mlxc.Array, next *Normed) (*mlxc.Array, *Normed) {
+func (p *qwen3Pass) layer(i int, h *mlxc.Array, next *model.Normed) (*mlxc.Array, *model.Normed) {
 	m, a := p.m, &p.m.arch
 	l := &m.layers[i]
 	x := next
 	if x == nil {
-		x = NormOf(h, l.inputNorm, a.RMSNormEps)
+		x = model.NormOf(h, l.inputNorm, a.RMSNormEps)
 	}
 	merged := p.attention(l, p.kv.Layers[i], x)
-	h, x = OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
+	h, x = model.OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
 	var nextNorm *mlxc.Array
 	switch {
 	case i+1 < len(m.layers):
 		nextNorm = m.layers[i+1].inputNorm
-	case p.opt.Logits != LogitsNone:
+	case p.opt.Logits != model.LogitsNone:
 		nextNorm = m.norm // the last layer's rows go through the final norm
 	}
-	return MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm, a.RMSNormEps)
+	return model.MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm, a.RMSNormEps)
 }
 
 // attention is one layer's attention of the normed rows x, as rows [B·L, H·D].
-func (p *qwen3Pass) attention(l *qwen3Layer, lc *KVCache, x *Normed) *mlxc.Array {
+func (p *qwen3Pass) attention(l *qwen3Layer, lc *model.KVCache, x *model.Normed) *mlxc.Array {
 	h := p.heads(l, lc, x)
 	if h.merged != nil {
 		return h.merged // PrepAttention wrote the keys and values and attended.
@@ -332,7 +338,7 @@ type qwen3Heads struct {
 
 // heads projects one layer's normed rows x into rotated, normed heads: through the fused
 // kernels (B = 1, into the cache when the block sits at a device position) or MLX ops.
-func (p *qwen3Pass) heads(l *qwen3Layer, lc *KVCache, x *Normed) (h qwen3Heads) {
+func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h qwen3Heads) {
 	m, a := p.m, &p.m.arch
 	if p.B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
 		if p.at && l.qkv != nil {
@@ -347,10 +353,10 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *KVCache, x *Normed) (h qwen3Heads) 
 		return h
 	}
 	offset := lc.Offset()
-	qkv := ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
-	h.q = splitHeads(qkv[0], p.B, p.L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-	h.k = splitHeads(qkv[1], p.B, p.L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-	h.v = splitHeads(qkv[2], p.B, p.L, a.NumKVHeads, nil, 0)
+	qkv := model.ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
+	h.q = model.SplitHeads(qkv[0], p.B, p.L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
+	h.k = model.SplitHeads(qkv[1], p.B, p.L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
+	h.v = model.SplitHeads(qkv[2], p.B, p.L, a.NumKVHeads, nil, 0)
 	if p.at || m.fqa.RowConsistent() {
 		// GPU-exact mode rotates decode steps and verify blocks with the same kernel
 		// (MLX's static- and dynamic-offset RoPE may round differently).
@@ -362,11 +368,11 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *KVCache, x *Normed) (h qwen3Heads) 
 }
 
 // attend writes the heads h into the layer's cache the way the block's path reads them and
-// attends (Attention.Attend), returning the attention rows [B·L, H·D].
-func (p *qwen3Pass) attend(lc *KVCache, h qwen3Heads) *mlxc.Array {
+// attends (model.Attention.Attend), returning the attention rows [B·L, H·D].
+func (p *qwen3Pass) attend(lc *model.KVCache, h qwen3Heads) *mlxc.Array {
 	m, q, k, v := p.m, h.q, h.k, h.v
-	attn := Attention{FQA: m.fqa, Scale: m.scale, ScaleArr: m.scaleArr, Causal: true}
-	var ak AttendKeys
+	attn := model.Attention{FQA: m.fqa, Scale: m.scale, ScaleArr: m.scaleArr, Causal: true}
+	var ak model.AttendKeys
 	switch {
 	case p.at:
 		keys, values := h.keys, h.values
@@ -377,7 +383,7 @@ func (p *qwen3Pass) attend(lc *KVCache, h qwen3Heads) *mlxc.Array {
 		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kernelPos() }
 		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
 			if p.padMask == nil {
-				p.padMask = WindowMask(p.pos, p.L, p.opt.Window, true)
+				p.padMask = model.WindowMask(p.pos, p.L, p.opt.Window, true)
 			}
 			w := p.opt.Window
 			return mlxc.SliceAxis(keys, 2, 0, w), mlxc.SliceAxis(values, 2, 0, w), mlxc.MaskArray, p.padMask
@@ -393,7 +399,7 @@ func (p *qwen3Pass) attend(lc *KVCache, h qwen3Heads) *mlxc.Array {
 			keys, values, K := lc.UpdateAndFetchPadded(k, v, p.opt.KeyBucket)
 			if p.padMask == nil {
 				off0 := p.off0
-				p.padMask = PrefixMask(p.L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
+				p.padMask = model.PrefixMask(p.L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
 			}
 			return keys, values, mlxc.MaskArray, p.padMask
 		}
@@ -416,9 +422,9 @@ func (p *qwen3Pass) attend(lc *KVCache, h qwen3Heads) *mlxc.Array {
 
 // output gathers the taps and the logits that opt asks for from the last layer's stream h
 // and its final norm next.
-func (p *qwen3Pass) output(h *mlxc.Array, next *Normed) Output {
+func (p *qwen3Pass) output(h *mlxc.Array, next *model.Normed) model.Output {
 	m, B, L := p.m, p.B, p.L
-	var out Output
+	var out model.Output
 	if p.taps != nil {
 		hid := p.taps[0]
 		if len(p.taps) > 1 {
@@ -427,9 +433,9 @@ func (p *qwen3Pass) output(h *mlxc.Array, next *Normed) Output {
 		out.Hidden = mlxc.Reshape(hid, B, L, -1)
 	}
 	switch p.opt.Logits {
-	case LogitsAll:
+	case model.LogitsAll:
 		out.Logits = mlxc.Reshape(m.Head(next), B, L, -1)
-	case LogitsLast:
+	case model.LogitsLast:
 		final := next
 		switch {
 		case L > 1 && B == 1:
@@ -442,17 +448,18 @@ func (p *qwen3Pass) output(h *mlxc.Array, next *Normed) Output {
 	return out
 }
 
-func (m *Qwen3) weights() []*mlxc.Array {
+// WeightArrays lists every weight, for Load to evaluate.
+func (m *Qwen3) WeightArrays() []*mlxc.Array {
 	var ws []*mlxc.Array
 	if m.embed.Q != nil {
-		ws = append(ws, (&Linear{Q: m.embed.Q}).Arrays()...)
+		ws = append(ws, (&model.Linear{Q: m.embed.Q}).Arrays()...)
 	} else {
 		ws = append(ws, m.embed.W)
 	}
 	for i := range m.layers {
 		l := &m.layers[i]
 		ws = append(ws, l.inputNorm, l.postNorm, l.attn.qNorm, l.attn.kNorm)
-		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
+		for _, x := range []*model.Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			ws = append(ws, x.Arrays()...)
 		}
 	}
@@ -469,7 +476,7 @@ func (m *Qwen3) Free() {
 		l.postNorm.Free()
 		l.attn.qNorm.Free()
 		l.attn.kNorm.Free()
-		for _, x := range []*Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
+		for _, x := range []*model.Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			x.Free()
 		}
 		l.qkv.Free()
@@ -487,7 +494,7 @@ func (m *Qwen3) Free() {
 
 // headPrep runs the fused head preparation on one layer's projections of rows x (B = 1):
 // one merged q/k/v product when the layer has it, three otherwise.
-func (m *Qwen3) headPrep(l *qwen3Layer, x *Normed, pos *mlxc.Array) (q, k, v *mlxc.Array) {
+func (m *Qwen3) headPrep(l *qwen3Layer, x *model.Normed, pos *mlxc.Array) (q, k, v *mlxc.Array) {
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
@@ -496,46 +503,4 @@ func (m *Qwen3) headPrep(l *qwen3Layer, x *Normed, pos *mlxc.Array) (q, k, v *ml
 	xn := x.X()
 	return m.fused.HeadPrep(l.attn.q.Apply(xn), l.attn.k.Apply(xn), l.attn.v.Apply(xn), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
 		l.attn.qNorm, l.attn.kNorm, pos)
-}
-
-// splitHeads turns projected rows [B·L, n·D] into heads [B, n, L, D], with the per-head
-// RMSNorm (q_norm/k_norm) when norm is set, normalising before the transpose like mlx-lm.
-// For one token both layouts hold the same element order, so a single reshape gives a
-// row-contiguous result (no strided view that kernels would copy; values identical).
-func splitHeads(x *mlxc.Array, B, L, n int, norm *mlxc.Array, eps float32) *mlxc.Array {
-	if L == 1 {
-		x = mlxc.Reshape(x, B, n, 1, -1)
-		if norm != nil {
-			x = mlxc.RMSNorm(x, norm, eps)
-		}
-		return x
-	}
-	x = mlxc.Reshape(x, B, L, n, -1)
-	if norm != nil {
-		x = mlxc.RMSNorm(x, norm, eps)
-	}
-	return mlxc.Transpose(x, 0, 2, 1, 3)
-}
-
-// mergeHeads turns attention output [B, n, L, D] back into rows [B·L, n·D] (for one token
-// a plain reshape: same element order).
-func mergeHeads(o *mlxc.Array, rows int) *mlxc.Array {
-	if o.Dim(2) > 1 {
-		o = mlxc.Transpose(o, 0, 2, 1, 3)
-	}
-	return mlxc.Reshape(o, rows, -1)
-}
-
-// rowwiseAttention is causal attention for a block of queries q [B, H, L, D] whose first
-// row sits at position off0, computed as L one-query attentions over keys [0, off0+i+1):
-// exactly what a one-token decode step computes for that position.
-func rowwiseAttention(q, keys, values *mlxc.Array, scale float32, off0 int) *mlxc.Array {
-	L := q.Dim(2)
-	rows := make([]*mlxc.Array, L)
-	for i := range rows {
-		n := off0 + i + 1
-		rows[i] = mlxc.ScaledDotProductAttention(mlxc.SliceAxis(q, 2, i, i+1),
-			mlxc.SliceAxis(keys, 2, 0, n), mlxc.SliceAxis(values, 2, 0, n), scale, mlxc.MaskNone, nil, nil)
-	}
-	return mlxc.Concatenate(rows, 2)
 }
