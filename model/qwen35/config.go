@@ -103,6 +103,10 @@ func ParseConfig(cfg *model.RawConfig) (Config, error) {
 	if err := c.check(tc); err != nil {
 		return c, err
 	}
+	// The rope block is checked here too, so that a config is refused before any weight.
+	if _, err := model.ParseRope(c.rope, c.RotaryDims, c.RopeTheta, c.MaxPositions); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 

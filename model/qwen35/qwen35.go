@@ -111,9 +111,9 @@ func (m *Model) build(b *model.Builder) error {
 				out:  b.Linear(a+"out_proj", H, vd, false),
 				norm: b.Float(a+"norm.weight", c.LinValueDim),
 				mixer: &deltanet.Mixer{
-					ConvW:  b.Float(a+"conv1d.weight", c.ConvDim(), c.ConvKernel, 1),
-					ALog:   b.Float(a+"A_log", c.LinValueHeads),
-					DtBias: b.Float(a+"dt_bias", c.LinValueHeads),
+					ConvW:    b.Float(a+"conv1d.weight", c.ConvDim(), c.ConvKernel, 1),
+					ALog:     b.Float(a+"A_log", c.LinValueHeads),
+					DtBias:   b.Float(a+"dt_bias", c.LinValueHeads),
 					KeyHeads: c.LinKeyHeads, ValueHeads: c.LinValueHeads,
 					KeyDim: c.LinKeyDim, ValueDim: c.LinValueDim, ConvKernel: c.ConvKernel,
 				},
