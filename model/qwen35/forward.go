@@ -8,10 +8,6 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model/deltanet"
 )
 
-// maxBucketedQueries bounds the blocks whose keys may be padded or attended row by row
-// (model's bound for the same paths).
-const maxBucketedQueries = 64
-
 // Forward follows mlx-lm's qwen3_5.py: per layer h += mixer(norm(h)), then h += mlp(norm(h)).
 // Activations stay rows [B·L, H], as in the Qwen3 family (fewer graph nodes per step).
 func (m *Model) Forward(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions) model.Output {
@@ -78,9 +74,9 @@ func (m *Model) newPass(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions
 	if p.at && (B != 1 || opt.Window < L) {
 		fail("a block at a device position needs B = 1 and a window ≥ %d rows, got B = %d, window %d", L, B, opt.Window)
 	}
-	p.rowwise = L > 1 && L <= maxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !p.at
+	p.rowwise = L > 1 && L <= model.MaxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !p.at
 	p.fqa = B == 1 && m.fqa != nil && !p.rowwise
-	p.padKeys = L > 1 && L <= maxBucketedQueries && opt.KeyBucket > 0 && !p.rowwise && !p.fqa && !p.at
+	p.padKeys = L > 1 && L <= model.MaxBucketedQueries && opt.KeyBucket > 0 && !p.rowwise && !p.fqa && !p.at
 	p.off0 = qc.Offset()
 	for _, kv := range qc.kv {
 		if kv != nil {

@@ -17,6 +17,12 @@ import (
 
 func init() { model.Register("qwen3_5", Load) }
 
+// The hooks model.Load calls after the constructor.
+var (
+	_ model.WeightLister = (*Model)(nil)
+	_ model.Preparer     = (*Model)(nil)
+)
+
 // attention is a gated full-attention layer's weights: q_proj holds, per head, the query
 // and then its output gate.
 type attention struct {
@@ -55,8 +61,8 @@ type Model struct {
 	scaleArr *mlxc.Array
 }
 
-// Load is the family's constructor (model.Family): config, sanitize, every weight
-// checked, then the weights evaluated so that a bad file fails here.
+// Load is the family's constructor (model.Family): config, sanitize, every weight checked;
+// model.Load then evaluates the weights (WeightArrays) and calls Prepare.
 func Load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
 	if mt, _ := raw.StringOr("model_type", ""); mt != "qwen3_5" {
 		return nil, fmt.Errorf("%s: model_type %q is not qwen3_5", raw.Path, mt)
@@ -78,10 +84,6 @@ func Load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 	if err := m.bindKernels(s); err != nil {
 		m.Free()
 		return nil, err
-	}
-	if err := mlxc.Catch(m.prepare); err != nil {
-		m.Free()
-		return nil, fmt.Errorf("reading weights: %w", err)
 	}
 	return m, nil
 }
@@ -188,8 +190,9 @@ func (m *Model) linears() []*model.Linear {
 	return ls
 }
 
-// Weights lists every weight array (for evaluation after loading).
-func (m *Model) Weights() []*mlxc.Array {
+// WeightArrays lists every weight array, for model.Load to evaluate: the sanitized ones
+// are computed from the file's.
+func (m *Model) WeightArrays() []*mlxc.Array {
 	var ws []*mlxc.Array
 	if m.embed.Q != nil {
 		ws = append(ws, (&model.Linear{Q: m.embed.Q}).Arrays()...)
@@ -211,13 +214,10 @@ func (m *Model) Weights() []*mlxc.Array {
 	return append(ws, m.norm)
 }
 
-// prepare evaluates the weights (the sanitized ones are computed from the file's) and
-// makes the per-weight views the products use.
-func (m *Model) prepare() {
-	ws := m.Weights()
-	for i := 0; i < len(ws); i += 64 {
-		mlxc.Eval(ws[i:min(i+64, len(ws))]...)
-	}
+// Prepare makes the per-weight views the products use, once model.Load evaluated the
+// weights.
+func (m *Model) Prepare() {
+	m.embed.Prepare(m.skinny)
 	for _, x := range m.linears() {
 		x.Prepare()
 		x.UseSkinny(m.skinny)
