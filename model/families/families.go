@@ -4,5 +4,6 @@
 package families
 
 import (
-	_ "github.com/dflash-mlx/dflash-mlx/model/qwen3" // model_type qwen3
+	_ "github.com/dflash-mlx/dflash-mlx/model/qwen3"  // model_type qwen3
+	_ "github.com/dflash-mlx/dflash-mlx/model/qwen35" // model_type qwen3_5
 )
