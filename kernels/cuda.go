@@ -54,11 +54,14 @@ var (
 	//go:embed cuda/fqa_loop_decls.cuh
 	fqaLoopDecls string
 	// fqaHead: the block's (head, query), its query scaled into shared memory, its keys'
-	// and values' rows (kb, vb with strides kst, vst).
+	// and values' rows (kb, vb with strides kst, vst), which DFLASH_KEY_ROW and
+	// DFLASH_VALUE_ROW name for fqaLoop.
 	//go:embed cuda/fqa_head.cuh
 	fqaHead string
 	// fqaLoop is the attention from the online softmax on: each warp's keys in tiles of
-	// 32, the warps merged in a fixed order, the row written.
+	// 32, the warps merged in a fixed order, the row written. It reads key and value rows
+	// through the head file's DFLASH_KEY_ROW / DFLASH_VALUE_ROW, so FewQueryAttention and
+	// PrepAttention run one text.
 	//go:embed cuda/fqa_loop.cuh
 	fqaLoop string
 
@@ -66,14 +69,15 @@ var (
 	// output.
 	//go:embed cuda/head_prep_head.cuh
 	headPrepHead string
-	// headPrepIntoHead is headPrepHead for one merged q/k/v product y whose keys and values
-	// go straight into the KV cache's buffers ck / cv ([1, HK, R, D], row-contiguous) at
-	// cache row off[0]+row (rows past R are not written), in place: only q is an output. MLX
-	// knows nothing of that write, so a reader of the buffers must depend on this kernel
-	// through its q (the attention kernel takes it); a block's keys and values then need no
-	// dynamic slice update, and no k and v outputs (each output is host time per launch).
-	//go:embed cuda/head_prep_into_head.cuh
-	headPrepIntoHead string
+	// prepIntoCache selects headPrepHead's variant for one merged q/k/v product y whose keys
+	// and values go straight into the KV cache's buffers ck / cv ([1, HK, R, D],
+	// row-contiguous) at cache row off[0]+row (rows past R are not written), in place: only
+	// q is an output. MLX knows nothing of that write, so a reader of the buffers must
+	// depend on this kernel through its q (the attention kernel takes it); a block's keys
+	// and values then need no dynamic slice update, and no k and v outputs (each output is
+	// host time per launch).
+	//go:embed cuda/prep_into_cache.cuh
+	prepIntoCache string
 	// headPrepRow normalizes and rotates one warp's row of one head from src (nw null:
 	// copies it) into dst and, when set, dst2, at position off[0]+row. PrepAttention runs
 	// the same text for its rows, so both round alike.
@@ -86,8 +90,10 @@ var (
 	kvPrepIntoHead string
 
 	// prepAttnHead declares the names the shared texts use (H, n, kb and vb the cache's
-	// rows of this kv head, the block's rows in shared memory) and opens the prep lambda
-	// whose body is headPrepRow.
+	// rows of this kv head, the block's rows in shared memory; DFLASH_KEY_ROW and
+	// DFLASH_VALUE_ROW read the keys and values before the block from the cache and the
+	// block's own from shared memory, the same sums in the same order) and opens the prep
+	// lambda whose body is headPrepRow.
 	//go:embed cuda/prep_attn_head.cuh
 	prepAttnHead string
 	// prepAttnRows closes the lambda, prepares the block's q row and the key and value
@@ -95,10 +101,6 @@ var (
 	// as the attention kernel does.
 	//go:embed cuda/prep_attn_rows.cuh
 	prepAttnRows string
-	// prepAttnLoop is fqaLoop reading the keys and values before the block from the cache
-	// and the block's own from shared memory (the same sums in the same order).
-	//go:embed cuda/prep_attn_loop.cuh
-	prepAttnLoop string
 
 	// gated is silu(g)·u as GatedAct computes it, rounding to T after the sigmoid, after
 	// g·sigmoid and after the product (where mlx-lm's ops round). Every kernel that
@@ -148,13 +150,13 @@ var (
 	HeadPrep = Kernel{Name: "dflash_head_prep", CUDA: Source{Body: headPrepHead + headPrepRow}}
 	// HeadPrepInto is HeadPrep for one merged product writing the keys and values into
 	// the KV cache in place (y, qn, kn, inv, eps, off, ck, cv → qo).
-	HeadPrepInto = Kernel{Name: "dflash_head_prep_into", CUDA: Source{Body: headPrepIntoHead + headPrepRow}}
+	HeadPrepInto = Kernel{Name: "dflash_head_prep_into", CUDA: Source{Body: prepIntoCache + headPrepHead + headPrepRow}}
 	// KVPrepInto is HeadPrepInto for a k|v product, whose one output is a copy of qn.
-	KVPrepInto = Kernel{Name: "dflash_kv_prep_into", CUDA: Source{Body: kvPrepIntoHead + headPrepIntoHead + headPrepRow}}
+	KVPrepInto = Kernel{Name: "dflash_kv_prep_into", CUDA: Source{Body: prepIntoCache + kvPrepIntoHead + headPrepHead + headPrepRow}}
 	// PrepAttention is HeadPrepInto and the few-query attention in one kernel
 	// (y, qn, kn, inv, eps, off, ck, cv, scale → out).
 	PrepAttention = Kernel{Name: "dflash_prep_attention",
-		CUDA: Source{Body: fqaLoopDecls + prepAttnHead + headPrepRow + prepAttnRows + prepAttnLoop}}
+		CUDA: Source{Body: fqaLoopDecls + prepAttnHead + headPrepRow + prepAttnRows + fqaLoop}}
 	// GatedAct is silu(gate)·up over one merged gate/up product (gu → y).
 	GatedAct = Kernel{Name: "dflash_gated_act", CUDA: Source{Header: gated, Body: gatedAct}}
 	// PadPosition writes four copies of a position into device memory (a → out).

@@ -179,7 +179,7 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 			if c.Split > 1 {
 				body, in = kernels.SkinnyGEMMTCSplit.CUDA.Body, [][2]string{{"x", T}, {"w", T}, {"cnt", "int32_t"}, {"dep", T}}
 			}
-			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Gated, c.Resid),
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("skinny_tc_fused_%s_%d_%d_%d_%v_%d_%d_%v", T, c.Tiles, c.Warps, c.Unroll, c.Pipe, c.Split, c.Stages, c.Resid),
 				Header: kernels.SkinnyGEMMTC.CUDA.Header, Inputs: tcInputs(in, c, T), Outputs: out, Consts: constsOf(c.template(dt)), Body: body})
 		}
 		// The norm fusion: o and down writing their output's RMSNorm (split, with the

@@ -47,16 +47,13 @@ type tcConfig struct {
 	// chunk order (kernels/cuda/tc_split_store.cuh). Split < 0 (tcSplitAuto) picks the
 	// count per product in resolve. Register path only.
 	Split int
-	// Gated: x is a merged gate/up product [M, 2K] and the kernel multiplies silu(gate)·up
-	// (the MLP's down projection without a kernel for the activation). Resid: the kernel
+	// Resid: the kernel
 	// adds its input r [M, N] to the product as it writes y (the residual stream's add).
 	// Act: w is a merged gate/up weight [2I, K] (gate rows first) and y is silu(gate)·up
 	// [M, I], each block computing 4·Tiles gate columns and the same up columns (the MLP's
-	// activation without a kernel of its own; even Tiles, no split, register path). None of
-	// the three changes the launch shape. The gated fusion is no longer launched (Gated is
-	// always false), and the kernel's GATED branch and template constant go together in a
-	// later change that updates the pinned kernel hashes with a GPU check.
-	Gated, Resid, Act bool
+	// activation without a kernel of its own; even Tiles, no split, register path). Neither
+	// changes the launch shape.
+	Resid, Act bool
 	// NormOut (split launches only): the launch also writes its output's RMSNorm, xn =
 	// RMSNorm(y) with the norm weight xw and eps = EpsBits' float32, from the rows' scales
 	// rsqrt(mean(y[m]²) + eps) (left in the scratch: scalesAt). The sums of squares run in a fixed order (each
@@ -112,7 +109,7 @@ func (c tcConfig) template(dt mlxc.Dtype) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "TILES", Value: c.Tiles}, {Name: "U", Value: max(c.Unroll, 1)},
 		{Name: "WARPS", Value: c.Warps}, {Name: "BF16", Value: dt == mlxc.BFloat16}, {Name: "PIPE", Value: c.Pipe},
 		{Name: "STAGES", Value: c.Stages}, {Name: "KT", Value: max(c.KT, 32)}, {Name: "TILED", Value: c.Tiled},
-		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "GATED", Value: c.Gated}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act},
+		{Name: "SPLIT", Value: max(c.Split, 1)}, {Name: "RESID", Value: c.Resid}, {Name: "ACT", Value: c.Act},
 		{Name: "NORMOUT", Value: c.NormOut}, {Name: "EPSBITS", Value: c.EpsBits}}
 }
 

@@ -9,6 +9,10 @@ value when the body mentions them, then the outputs, the template arguments as l
 top of the body. Exit status 1 when any kernel fails, with NVRTC's log.
 
 Usage: check_cuda_kernels.py KERNELS.json NVRTC_DIR   (NVRTC_DIR holds lib/ and include/)
+
+DFLASH_NVRTC_PTX_DIR=DIR also writes each instantiation's PTX to DIR/<index>-<name>.ptx: two
+source layouts that preprocess to the same code give the same files (diff -r), so a change
+that only moves text between files is shown not to change what runs.
 """
 import ctypes
 import glob
@@ -76,8 +80,11 @@ def main():
         if os.path.isdir(inc):  # libcu++ lives under include/cccl in the CUDA 13 wheels
             opts.append(b"-I" + inc.encode())
     failed = 0
+    ptx_dir = os.environ.get("DFLASH_NVRTC_PTX_DIR", "")
+    if ptx_dir:
+        os.makedirs(ptx_dir, exist_ok=True)
     only = os.environ.get("DFLASH_NVRTC_ONLY", "")  # a name substring: check those kernels only
-    for k in kernels:
+    for i, k in enumerate(kernels):
         if only and only not in k["name"]:
             continue
         prog = ctypes.c_void_p()
@@ -90,6 +97,13 @@ def main():
         nv.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
         nv.nvrtcGetProgramLog(prog, log)
+        if res == 0 and ptx_dir and o is opts:
+            n = ctypes.c_size_t()
+            nv.nvrtcGetPTXSize(prog, ctypes.byref(n))
+            ptx = ctypes.create_string_buffer(n.value)
+            nv.nvrtcGetPTX(prog, ptx)
+            with open(os.path.join(ptx_dir, f"{i:03d}-{k['name']}.ptx"), "wb") as f:
+                f.write(ptx.value)
         nv.nvrtcDestroyProgram(ctypes.byref(prog))
         text = log.value.decode(errors="replace").strip()
         status = "ok" if res == 0 else f"FAILED (nvrtc status {res})"

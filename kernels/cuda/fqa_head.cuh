@@ -16,3 +16,5 @@
   const T* vb = v + hk * v_strides[1];
   const long long kst = k_strides[2];
   const long long vst = v_strides[2];
+#define DFLASH_KEY_ROW(j) (kb + (j) * kst)
+#define DFLASH_VALUE_ROW(r) (vb + (r) * vst)

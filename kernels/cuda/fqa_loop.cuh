@@ -1,3 +1,6 @@
+// Key row j and value row r come from DFLASH_KEY_ROW and DFLASH_VALUE_ROW, which the
+// kernel's head file defines: strided rows of k and v (fqa_head.cuh), or the cache's rows
+// before the block and the block's own in shared memory (prep_attn_head.cuh).
   float m = NEG_INF;
   float lsum = 0.0f;
   float o[DPL];
@@ -7,7 +10,7 @@
     const int j = t0 + lane;
     float s = NEG_INF;
     if (j < n) {
-      const T* kr = kb + j * kst;
+      const T* kr = DFLASH_KEY_ROW(j);
       float acc = 0.0f;
 #pragma unroll
       for (int d = 0; d < D; d += 8) {
@@ -39,7 +42,7 @@
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int r = t0 + min(j0 + u, last - 1);
-        vv[u] = *reinterpret_cast<const VecT*>(vb + r * vst + lane * DPL);
+        vv[u] = *reinterpret_cast<const VecT*>(DFLASH_VALUE_ROW(r) + lane * DPL);
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {

@@ -18,4 +18,6 @@
   const bool writer = h % (H / HK) == 0; // stores its row's key and value
   T* const kb = const_cast<T*>(ck) + (size_t)hk * R * D;
   T* const vb = const_cast<T*>(cv) + (size_t)hk * R * D;
+#define DFLASH_KEY_ROW(j) ((j) < pos ? kb + (size_t)(j) * D : &kr_s[(j) - pos][0])
+#define DFLASH_VALUE_ROW(r) ((r) < pos ? vb + (size_t)(r) * D : &vr_s[(r) - pos][0])
   auto prep = [&](const T* src, const T* nw, int row, T* dst, T* dst2) {

@@ -2,8 +2,7 @@
   constexpr int C = 8 * TILES;
   __shared__ float part[WARPS][16][C];
   const int M = x_shape[0];
-  const int XK = x_shape[1]; // a row of x: K elements, or gate and up side by side (GATED)
-  const int K = GATED ? XK / 2 : XK;
+  const int K = x_shape[1];
   const int S = K / 32;
   const int lane = threadIdx.x & 31;
   const int wid = threadIdx.x >> 5;
@@ -18,22 +17,10 @@
   const int N = TILED ? w_shape[0] * 8 : w_shape[0]; // the weight's rows (y's columns without ACT)
   const bool r0 = g < M;
   const bool r1 = g + 8 < M;
-  const T* xa_p = x + (size_t)(r0 ? g : 0) * XK + 8 * t + 32 * sb;
-  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * XK + 8 * t + 32 * sb;
-  // The 8 elements of x at p; with GATED, silu(gate)·up of the gate elements at p and the
-  // up elements K on (dflash_gated, GatedAct's own rounding), so the product sees the
-  // activation's values bit for bit and the activation costs no kernel of its own.
-  auto ldx = [&](const T* p) -> uint4 {
-    uint4 v = *reinterpret_cast<const uint4*>(p);
-    if constexpr (GATED) {
-      const uint4 u = *reinterpret_cast<const uint4*>(p + K);
-      T* gv = reinterpret_cast<T*>(&v);
-      const T* uv = reinterpret_cast<const T*>(&u);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) gv[j] = dflash_gated<T>(static_cast<float>(gv[j]), static_cast<float>(uv[j]));
-    }
-    return v;
-  };
+  const T* xa_p = x + (size_t)(r0 ? g : 0) * K + 8 * t + 32 * sb;
+  const T* xb_p = x + (size_t)(r1 ? g + 8 : 0) * K + 8 * t + 32 * sb;
+  // The 8 elements of x at p.
+  auto ldx = [&](const T* p) -> uint4 { return *reinterpret_cast<const uint4*>(p); };
   // Rows g and g+8 of x at k offset o (from the lane's first k), zeros for missing rows.
   auto ldx2 = [&](int o, uint4& a, uint4& b) {
     a = r0 ? ldx(xa_p + o) : make_uint4(0u, 0u, 0u, 0u);
