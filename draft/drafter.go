@@ -17,6 +17,33 @@ type Config struct {
 	TargetLayerIDs                                                                []int
 	NumTargetLayers                                                               int
 	AttentionBias                                                                 bool
+	// LayerTypes holds each layer's attention kind ("full_attention" when the config has
+	// none); SlidingWindow is the window of the "sliding_attention" layers.
+	LayerTypes    []string
+	SlidingWindow int
+	// Causal is the config's is_causal when it sets one (nil: sliding layers are causal
+	// inside the block and full layers are not, as in z-lab's drafter).
+	Causal *bool
+}
+
+// Layer attention kinds a drafter's layer_types may name.
+const (
+	FullAttention    = "full_attention"
+	SlidingAttention = "sliding_attention"
+)
+
+// LayerMask is how layer i attends: window > 0 limits its keys to the last window
+// positions, and causal hides the block's later rows (see layer.window).
+func (c Config) LayerMask(i int) (window int, causal bool) {
+	sliding := c.LayerTypes[i] == SlidingAttention
+	if sliding {
+		window = c.SlidingWindow
+	}
+	causal = sliding
+	if c.Causal != nil {
+		causal = *c.Causal
+	}
+	return window, causal
 }
 
 // FallbackLayerIDs is z-lab's build_target_layer_ids: evenly spaced from 1 to N−3
@@ -99,9 +126,57 @@ func parseConfig(cfg *model.RawConfig) (Config, *model.Rope, error) {
 		}
 		c.TargetLayerIDs = FallbackLayerIDs(c.NumTargetLayers, c.NumLayers)
 	}
+	if err := parseLayerTypes(cfg, &c); err != nil {
+		return c, nil, err
+	}
 	rope, err := model.ParseRope(cfg, c.HeadDim, c.RopeTheta, 0)
 	if err != nil {
 		return c, nil, err
 	}
 	return c, rope, nil
+}
+
+// parseLayerTypes reads layer_types (one known kind per layer), sliding_window (positive
+// where a layer slides) and is_causal (optional) into c.
+func parseLayerTypes(cfg *model.RawConfig, c *Config) error {
+	c.LayerTypes = make([]string, c.NumLayers)
+	for i := range c.LayerTypes {
+		c.LayerTypes[i] = FullAttention
+	}
+	sliding := false
+	if v, ok := cfg.M["layer_types"]; ok && v != nil {
+		list, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("%s: layer_types must be a list of strings", cfg.Path)
+		}
+		if len(list) != c.NumLayers {
+			return fmt.Errorf("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cfg.Path, len(list), c.NumLayers)
+		}
+		for i, e := range list {
+			s, _ := e.(string)
+			if s != FullAttention && s != SlidingAttention {
+				return fmt.Errorf("%s: layer_types[%d] is %v; a DFlash drafter layer is %q or %q", cfg.Path, i, e, FullAttention, SlidingAttention)
+			}
+			c.LayerTypes[i] = s
+			sliding = sliding || s == SlidingAttention
+		}
+	}
+	if sliding {
+		w, err := cfg.IntOr("sliding_window", 0)
+		if err != nil {
+			return err
+		}
+		if w <= 0 {
+			return fmt.Errorf("%s: sliding_attention layers need a positive sliding_window, got %d", cfg.Path, w)
+		}
+		c.SlidingWindow = w
+	}
+	if v, ok := cfg.M["is_causal"]; ok && v != nil {
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("%s: is_causal must be true, false or null", cfg.Path)
+		}
+		c.Causal = &b
+	}
+	return nil
 }

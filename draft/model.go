@@ -19,7 +19,19 @@ type layer struct {
 	// kernels prepare them (Fused.KVPrep).
 	qkv, gateUp *model.MergedLinear
 	kv          *model.Linear
+	// window > 0 (a sliding_attention layer) and causal are the layer's mask, as z-lab's
+	// DFlash drafter defines it: block row i at position q sees the keys at positions p
+	// with p < q+1 when causal, q−window < p when windowed (and p < q+window when windowed
+	// but not causal), so a sliding layer attends to the last window positions of context
+	// and block up to and including itself. A full layer (both unset) sees all context and
+	// the whole block.
+	window int
+	causal bool
 }
+
+// masked reports whether the layer needs a mask: the attention kernels serve only the
+// unmasked block (every row seeing all context and the whole block).
+func (l *layer) masked() bool { return l.window > 0 || l.causal }
 
 // Drafter is a loaded DFlash draft model bound to its target.
 type Drafter struct {
@@ -119,15 +131,15 @@ func checkTarget(path string, cfg Config, ta model.Arch) error {
 		return fmt.Errorf("%s: drafter hidden_size %d does not match the target's %d (wrong draft for this model?)", path, cfg.HiddenSize, ta.HiddenSize)
 	}
 	if cfg.VocabSize != ta.VocabSize {
-		return fmt.Errorf("%s: drafter vocab_size %d does not match the target's %d", path, cfg.VocabSize, ta.VocabSize)
+		return fmt.Errorf("%s: drafter vocab_size %d does not match the target's %d (a drafter for another target?)", path, cfg.VocabSize, ta.VocabSize)
 	}
 	for _, id := range cfg.TargetLayerIDs {
 		if id < 0 || id >= ta.NumLayers {
-			return fmt.Errorf("%s: dflash_config.target_layer_ids has %d, outside the target's %d layers", path, id, ta.NumLayers)
+			return fmt.Errorf("%s: dflash_config.target_layer_ids has %d, outside the target's %d layers (a drafter for another target?)", path, id, ta.NumLayers)
 		}
 	}
 	if cfg.NumTargetLayers > 0 && cfg.NumTargetLayers != ta.NumLayers {
-		return fmt.Errorf("%s: num_target_layers %d does not match the target's %d layers", path, cfg.NumTargetLayers, ta.NumLayers)
+		return fmt.Errorf("%s: num_target_layers %d does not match the target's %d layers (a drafter for another target?)", path, cfg.NumTargetLayers, ta.NumLayers)
 	}
 	if cfg.MaskTokenID >= ta.VocabSize {
 		return fmt.Errorf("%s: mask_token_id %d is outside the vocabulary (%d)", path, cfg.MaskTokenID, ta.VocabSize)
@@ -176,6 +188,7 @@ func (d *Drafter) build(dir string, b *model.Builder) error {
 		l.gate = b.Linear(p+"mlp.gate_proj", cfg.Intermediate, H, false)
 		l.up = b.Linear(p+"mlp.up_proj", cfg.Intermediate, H, false)
 		l.down = b.Linear(p+"mlp.down_proj", H, cfg.Intermediate, false)
+		l.window, l.causal = cfg.LayerMask(i)
 	}
 	if err := b.Finish(func(name string) bool { return false }); err != nil {
 		return fmt.Errorf("load drafter %s: %w", dir, err)
@@ -257,6 +270,7 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 		proj = d.project(mlxc.Reshape(ctx, T, -1))
 	}
 	var mask, visible, pos *mlxc.Array // padded keys, fqa, fused: shared by all layers (same positions)
+	bands := bandMasks{}               // the masked layers' masks, one per kind
 	padded := d.KeyBucket > 0 && L <= 64
 	var next *model.Normed // this layer's input norm, when the previous layer's MLP made it
 	for i := range d.layers {
@@ -296,9 +310,16 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			}
 			return keys, values, visible
 		}}
+		if l.masked() {
+			ak.Kernel = nil
+		}
 		if padded {
 			ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
 				keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
+				if l.masked() {
+					q0 := model.Visible(lc.Offset())
+					return keys, values, mlxc.MaskArray, bands.get(l, q0, mlxc.Add(q0, model.Visible(L)), L, K)
+				}
 				if mask == nil {
 					visible := lc.Offset() + L
 					mask = model.PrefixMask(L, K, func(int) int { return visible }, q.Dtype())
@@ -307,10 +328,16 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 			}
 		} else {
 			ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-				if kc == nil {
-					return kn, vn, mlxc.MaskNone, nil
+				keys, values := kn, vn
+				if kc != nil {
+					keys, values = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2), mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
 				}
-				return mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2), mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2), mlxc.MaskNone, nil
+				if !l.masked() {
+					return keys, values, mlxc.MaskNone, nil
+				}
+				K := keys.Dim(2) // the cache's context from position 0, then the block
+				q0 := model.Visible(K - L)
+				return keys, values, mlxc.MaskArray, bands.get(l, q0, model.Visible(K), L, K)
 			}
 		}
 		merged := d.attn.Attend(q, ak, L)
@@ -352,12 +379,13 @@ type atPass struct {
 	proj         *mlxc.Array // the context rows projected [T, H]
 	pos, seen    *mlxc.Array // the block's first position and the keys it sees
 	kp, ks, mask *mlxc.Array // pos and seen for our kernels, and the dense mask, made on first use
+	bands        bandMasks   // the masked layers' masks, one per kind
 }
 
 // newAtPass projects ctx (rows [1, T, n·H]) and places the block of L rows after the
 // valid committed ones from cache offset off.
 func (d *Drafter) newAtPass(L, T int, ctx *mlxc.Array, off int, valid *mlxc.Array) *atPass {
-	p := &atPass{d: d, L: L, T: T, window: off + T + L}
+	p := &atPass{d: d, L: L, T: T, window: off + T + L, bands: bandMasks{}}
 	p.proj = d.project(mlxc.Reshape(ctx, T, -1))
 	p.pos = mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid)
 	p.seen = mlxc.Add(p.pos, mlxc.FromSlice([]int32{int32(L)}, 1))
@@ -385,7 +413,9 @@ func (p *atPass) kseen() *mlxc.Array {
 func (p *atPass) attend(l *layer, lc *model.KVCache, h *model.Normed) *mlxc.Array {
 	d, L := p.d, p.L
 	fusedPrep := l.qkv != nil && d.fused.PrepFits(h.H, d.Cfg.HeadDim, l.qNorm, l.kNorm)
-	keys, values, qn := p.writeContext(l, lc, h, fusedPrep)
+	// A masked layer's block keys go through WriteAt, never into the buffers by the
+	// kernel that also attends (it knows no mask).
+	keys, values, qn := p.writeContext(l, lc, h, fusedPrep && !l.masked())
 	q, kn, vn, merged := p.headPrep(l, h, fusedPrep, qn, keys, values)
 	if keys == nil {
 		keys, values = lc.WriteAt(kn, vn, p.pos, p.window)
@@ -393,16 +423,58 @@ func (p *atPass) attend(l *layer, lc *model.KVCache, h *model.Normed) *mlxc.Arra
 	if merged != nil { // PrepAttention wrote the block's keys and values and attended
 		return merged
 	}
-	return d.attn.Attend(q, model.AttendKeys{
+	ak := model.AttendKeys{
 		Fits:   keys, // kn is nil when head prep wrote the cache
 		Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kseen() },
 		Dense: func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			if l.masked() {
+				// Key row j of the window is position j; the block's rows are at pos….
+				return mlxc.SliceAxis(keys, 2, 0, p.window), mlxc.SliceAxis(values, 2, 0, p.window), mlxc.MaskArray, p.bands.get(l, p.pos, p.seen, L, p.window)
+			}
 			if p.mask == nil {
 				p.mask = model.WindowMask(p.seen, L, p.window, false)
 			}
 			return mlxc.SliceAxis(keys, 2, 0, p.window), mlxc.SliceAxis(values, 2, 0, p.window), mlxc.MaskArray, p.mask
 		},
-	}, L)
+	}
+	if l.masked() {
+		ak.Kernel = nil
+	}
+	return d.attn.Attend(q, ak, L)
+}
+
+// bandMasks holds one call's masks of the masked layers, made once per kind (window,
+// causal): every layer of a call sees the same positions.
+type bandMasks map[[2]int]*mlxc.Array
+
+// get is layer l's mask for a block of L rows whose row 0 is at position q0 (int32 [1],
+// on the host or the device) over K key rows, key row j being position j, of which the
+// first seen (int32 [1]) hold context and block (the rest are padding): the boolean mask
+// [1, 1, L, K] of layer.window's rule.
+func (b bandMasks) get(l *layer, q0, seen *mlxc.Array, L, K int) *mlxc.Array {
+	kind := [2]int{l.window, 0}
+	if l.causal {
+		kind[1] = 1
+	}
+	if m, ok := b[kind]; ok {
+		return m
+	}
+	j := mlxc.Reshape(mlxc.Arange(0, float64(K), 1, mlxc.Int32), 1, K)
+	q := mlxc.Add(mlxc.Reshape(mlxc.Arange(0, float64(L), 1, mlxc.Int32), L, 1), q0)
+	vis := mlxc.Less(j, seen) // [1, K]; a masked layer's terms below make it [L, K]
+	if l.causal {
+		vis = mlxc.LogicalAnd(vis, mlxc.LessEqual(j, q))
+	}
+	if l.window > 0 {
+		w := mlxc.ScalarInt(int64(l.window), mlxc.Int32)
+		vis = mlxc.LogicalAnd(vis, mlxc.Less(mlxc.Subtract(q, j), w))
+		if !l.causal {
+			vis = mlxc.LogicalAnd(vis, mlxc.Less(mlxc.Subtract(j, q), w))
+		}
+	}
+	m := mlxc.Reshape(vis, 1, 1, L, K)
+	b[kind] = m
+	return m
 }
 
 // writeContext appends the context rows to lc. It returns the cache's buffers when the

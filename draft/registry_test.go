@@ -25,10 +25,13 @@ func TestRegistryResolve(t *testing.T) {
 		{"Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16", true},
 		{"Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16", true},
 		{"/home/me/models/qwen3-4b-bf16/", "z-lab/Qwen3-4B-DFlash-b16", true},
-		// Known pairs of families this build cannot load: matched, not resolved.
-		{"mlx-community/Qwen3.5-4B-MLX-bf16", "z-lab/Qwen3.5-4B-DFlash", false},
-		{"mlx-community/Qwen3.5-9B-4bit", "z-lab/Qwen3.5-9B-DFlash", false},
-		{"mlx-community/Qwen3.5-27B-4bit", "z-lab/Qwen3.5-27B-DFlash", false},
+		// The Qwen3.5 dense family (qwen3_5) is served, Qwen3.6 dense shares it.
+		{"mlx-community/Qwen3.5-4B-MLX-bf16", "z-lab/Qwen3.5-4B-DFlash", true},
+		{"Qwen/Qwen3.5-4B", "z-lab/Qwen3.5-4B-DFlash", true},
+		{"mlx-community/Qwen3.5-9B-4bit", "z-lab/Qwen3.5-9B-DFlash", true},
+		{"mlx-community/Qwen3.5-27B-4bit", "z-lab/Qwen3.5-27B-DFlash", true},
+		{"mlx-community/Qwen3.6-27B-4bit", "z-lab/Qwen3.6-27B-DFlash", true},
+		// Known pairs of families this build cannot load (the MoE ones): matched, not resolved.
 		{"mlx-community/Qwen3.5-35B-A3B-4bit", "z-lab/Qwen3.5-35B-A3B-DFlash", false},
 		{"Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash", false},
 		// Drafters, and copies of them, are not targets.
@@ -52,9 +55,12 @@ func TestRegistryResolve(t *testing.T) {
 		}
 	}
 	for _, k := range r.Known() {
-		if strings.HasPrefix(k, "Qwen3.5") || strings.HasPrefix(k, "Qwen3.6") {
+		if strings.HasSuffix(k, "-A3B") {
 			t.Errorf("Known() lists %s, whose family this build cannot load", k)
 		}
+	}
+	if known := strings.Join(r.Known(), " "); !strings.Contains(known, "Qwen3.5-4B") || !strings.Contains(known, "Qwen3.6-27B") {
+		t.Errorf("Known() = %s, want the served Qwen3.5 and Qwen3.6 dense targets", known)
 	}
 	if !r.IsDraft("z-lab/Qwen3-4B-DFlash-b16") || r.IsDraft("mlx-community/Qwen3-4B-bf16") {
 		t.Error("IsDraft does not tell drafters from targets")

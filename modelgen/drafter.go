@@ -2,6 +2,7 @@ package modelgen
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
@@ -18,6 +19,10 @@ type DrafterSpec struct {
 	WeightStd                                             float32
 	// QuantBits/QuantGroup (e.g. 4/64) write an affine-quantized drafter.
 	QuantBits, QuantGroup int
+	// LayerTypes ("full_attention" or "sliding_attention" per layer; nil: none written)
+	// and SlidingWindow, the window of the sliding layers.
+	LayerTypes    []string
+	SlidingWindow int
 }
 
 // DrafterFor sizes a small drafter for a target spec.
@@ -31,8 +36,38 @@ func DrafterFor(t Qwen3Spec, layers int) DrafterSpec {
 		NumTargetLayers: t.Layers, Dtype: t.Dtype, Seed: t.Seed + 1000, RopeTheta: t.RopeTheta, WeightStd: t.WeightStd}
 }
 
+// DrafterForQwen35 sizes a small drafter for a Qwen3.5 target: its hidden size and
+// vocabulary, attention heads like its full-attention layers', and taps spread over its
+// layers the way z-lab's drafters pick them (from 1 to N−3).
+func DrafterForQwen35(t Qwen35Spec, layers int) DrafterSpec {
+	return DrafterSpec{Hidden: t.Hidden, Layers: layers, Heads: t.Heads, KVHeads: t.KVHeads, HeadDim: t.HeadDim,
+		Inter: t.Inter, Vocab: t.Vocab, BlockSize: 16, MaskTokenID: t.Vocab - 1, TargetLayerIDs: spreadLayerIDs(t.Layers, layers),
+		NumTargetLayers: t.Layers, Dtype: t.Dtype, Seed: t.Seed + 1000, RopeTheta: t.RopeTheta, WeightStd: t.WeightStd}
+}
+
+// spreadLayerIDs picks n target layers of N: evenly from 1 to N−3 rounded half to even
+// (N/2 for one), or all layers spread over what there is when N is too small for that.
+func spreadLayerIDs(N, n int) []int {
+	if n == 1 {
+		return []int{N / 2}
+	}
+	lo, hi := 1, N-3
+	if hi <= lo {
+		lo, hi = 0, N-1
+	}
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = int(math.RoundToEven(float64(lo) + float64(i)*float64(hi-lo)/float64(n-1)))
+	}
+	return ids
+}
+
 func (s DrafterSpec) config() map[string]any {
 	cfg := s.baseConfig()
+	if s.LayerTypes != nil {
+		cfg["layer_types"] = s.LayerTypes
+		cfg["sliding_window"] = s.SlidingWindow
+	}
 	addQuantization(cfg, s.QuantBits, s.QuantGroup)
 	return cfg
 }
