@@ -126,6 +126,19 @@ var (
 	// tok = next[accepted].
 	//go:embed cuda/row_lead.cu
 	rowLead string
+
+	// gatedDelta is the delta rule's state steps (decay, update: each rounded as MLX's ops
+	// round them) and a warp's fixed-order row sum, for both GatedDeltaNet kernels.
+	//go:embed cuda/gated_delta.cuh
+	gatedDelta string
+	// gatedDeltaTape: one warp per state row, its Dk/32 columns per lane in registers over
+	// the block's T steps; y and the state out, and with TAPE the innovations δ.
+	//go:embed cuda/gated_delta_tape.cu
+	gatedDeltaTape string
+	// gatedDeltaReplay: the same layout, the first steps of a tape (all of them, or with
+	// COUNTED a device count) applied to a state.
+	//go:embed cuda/gated_delta_replay.cu
+	gatedDeltaReplay string
 )
 
 // tcHeader is the tensor-core kernels' header: the activation (for the GATED and ACT
@@ -167,4 +180,12 @@ var (
 	// RowLead is the number of accepted drafts and the token after them
 	// (next, match → accepted, tok).
 	RowLead = Kernel{Name: "dflash_row_lead", CUDA: Source{Body: rowLead}}
+	// GatedDeltaTape is the GatedDeltaNet recurrence over a block, also writing its tape
+	// (q, k, v, g, beta, state → y, state_out, tape).
+	GatedDeltaTape = Kernel{Name: "dflash_gated_delta_tape", CUDA: Source{Header: gatedDelta, Body: gatedDeltaTape},
+		Metal: Source{Header: metalGatedDelta, Body: metalGatedDeltaTape}}
+	// GatedDeltaReplay applies a tape's first steps to a state
+	// (delta, k, g, state, count → state_out).
+	GatedDeltaReplay = Kernel{Name: "dflash_gated_delta_replay", CUDA: Source{Header: gatedDelta, Body: gatedDeltaReplay},
+		Metal: Source{Header: metalGatedDelta, Body: metalGatedDeltaReplay}}
 )

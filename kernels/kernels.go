@@ -1,7 +1,8 @@
 // Package kernels owns the engine's custom GPU kernels: their sources, kept in real files
 // under cuda/ and embedded at build time, and one registry (All) that the offline NVRTC
 // compile check and `dflash-mlx version --json` list. Each kernel is a Kernel value: the
-// name MLX builds it under and its source per backend. The model package launches them
+// name MLX builds it under and its source per backend (CUDA, and for some a Metal twin
+// under metal/ with the same contract). The model package launches them
 // through its layer operations (SkinnyGEMM, FewQueryAttention, Fused, RowArgmax), which
 // fall back to plain MLX ops where a kernel cannot run.
 //
@@ -16,6 +17,9 @@ type Backend string
 
 // CUDA is MLX's CUDA backend (fast::cuda_kernel, compiled by NVRTC at first use).
 const CUDA Backend = "cuda"
+
+// Metal is MLX's Metal backend (fast::metal_kernel).
+const Metal Backend = "metal"
 
 // FallbackBackend names what runs where no kernel does: the layer operation's plain MLX
 // ops, with the same contract.
@@ -33,20 +37,27 @@ type Kernel struct {
 	Name string
 	// CUDA is the source for the CUDA backend.
 	CUDA Source
+	// Metal is the source for the Metal backend; an empty Body means the kernel has none.
+	Metal Source
 }
 
-// Backends lists the backends k has a source for.
+// Backends lists the backends k has a source for, CUDA first.
 func (k Kernel) Backends() []Backend {
-	if k.CUDA.Body == "" {
-		return nil
+	var out []Backend
+	if k.CUDA.Body != "" {
+		out = append(out, CUDA)
 	}
-	return []Backend{CUDA}
+	if k.Metal.Body != "" {
+		out = append(out, Metal)
+	}
+	return out
 }
 
 // All lists every custom kernel, in a fixed order.
 func All() []Kernel {
 	return []Kernel{SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
-		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead}
+		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead,
+		GatedDeltaTape, GatedDeltaReplay}
 }
 
 // Entry is one kernel as `dflash-mlx version --json` lists it.
@@ -55,15 +66,24 @@ type Entry struct {
 	Backend string `json:"backend"`
 }
 
-// Listing is All with the backend each kernel runs on here: "cuda" where custom CUDA
+// Listing is ListingFor without Metal: the backends where custom CUDA kernels can run
+// (cudaHere) or none can.
+func Listing(cudaHere bool) []Entry { return ListingFor(cudaHere, false) }
+
+// ListingFor is All with the backend each kernel runs on here: "cuda" where custom CUDA
 // kernels can run (cudaHere: MLX's CUDA backend on a GPU) and the kernel has a CUDA
-// source, FallbackBackend otherwise. Settings may still turn a kernel off (DFLASH_*).
-func Listing(cudaHere bool) []Entry {
+// source, "metal" where Metal kernels can (metalHere: MLX's Metal backend on a GPU) and
+// it has a Metal source, FallbackBackend otherwise. Settings may still turn a kernel off
+// (DFLASH_*).
+func ListingFor(cudaHere, metalHere bool) []Entry {
 	var out []Entry
 	for _, k := range All() {
 		b := FallbackBackend
-		if cudaHere && k.CUDA.Body != "" {
+		switch {
+		case cudaHere && k.CUDA.Body != "":
 			b = string(CUDA)
+		case metalHere && k.Metal.Body != "":
+			b = string(Metal)
 		}
 		out = append(out, Entry{Name: k.Name, Backend: b})
 	}

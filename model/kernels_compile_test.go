@@ -245,6 +245,25 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 	}
 	ks = append(ks, kernelCheck{Name: "row_lead", Inputs: [][2]string{{"next", "int32_t"}, {"match", "bool"}},
 		Outputs: [][2]string{{"accepted", "int32_t"}, {"tok", "int32_t"}}, Body: kernels.RowLead.CUDA.Body})
+	// The GatedDeltaNet kernels (deltanet.Kernels): the recurrence for every input type with
+	// and without the tape (its placeholder output is float too), the replay for every key
+	// type with a host (all steps) and a device count.
+	for _, T := range []string{"__nv_bfloat16", "__half", "float"} {
+		for _, tape := range []bool{true, false} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("gated_delta_tape_%s_%v", T, tape), Header: kernels.GatedDeltaTape.CUDA.Header,
+				Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"g", "float"}, {"beta", T}, {"state", "float"}},
+				Outputs: [][2]string{{"y", T}, {"state_out", "float"}, {"tape", "float"}},
+				Consts:  []string{"using InT = " + T + ";", fmt.Sprintf("constexpr bool TAPE = %v;", tape)},
+				Body:    kernels.GatedDeltaTape.CUDA.Body})
+		}
+		for _, counted := range []bool{true, false} {
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("gated_delta_replay_%s_%v", T, counted), Header: kernels.GatedDeltaReplay.CUDA.Header,
+				Inputs:  [][2]string{{"delta", "float"}, {"k", T}, {"g", "float"}, {"state", "float"}, {"count", "int32_t"}},
+				Outputs: [][2]string{{"state_out", "float"}},
+				Consts:  []string{"using KT = " + T + ";", fmt.Sprintf("constexpr bool COUNTED = %v;", counted)},
+				Body:    kernels.GatedDeltaReplay.CUDA.Body})
+		}
+	}
 	// The form NewKernel hands MLX on CUDA: body and header #included from files, the
 	// shape and stride names the body uses listed beside the include.
 	T := cudaType(mlxc.BFloat16)

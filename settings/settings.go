@@ -76,6 +76,9 @@ type Kernels struct {
 	FusePrepAttn bool `json:"fuse_prep_attn"`
 	// ArgmaxKernel (DFLASH_ARGMAX_KERNEL): the greedy verdict's argmax kernels.
 	ArgmaxKernel bool `json:"argmax_kernel"`
+	// DeltaNetKernel (DFLASH_DELTANET_KERNEL): the GatedDeltaNet recurrence and tape replay
+	// through their kernels (CUDA, or the Metal twins) instead of a loop of MLX ops.
+	DeltaNetKernel bool `json:"deltanet_kernel"`
 	// KVBucket (DFLASH_KV_BUCKET): pads the keys of cuDNN attention (FQA off) to a
 	// multiple of this; 0 exact lengths, KVBucketAuto the backend's default.
 	KVBucket int `json:"kv_bucket"`
@@ -128,7 +131,7 @@ func Default() Settings {
 		Kernels: Kernels{
 			SkinnyGEMM: true, FQA: true, FQAWarps: 4, Fused: true, FusedDraft: true, FusedContext: true,
 			FuseProducts: true, FuseAct: true, FuseNorm: true, FusePrepAttn: true, ArgmaxKernel: true,
-			KVBucket: KVBucketAuto,
+			DeltaNetKernel: true, KVBucket: KVBucketAuto,
 		},
 		Diagnostics: Diagnostics{HostProfUS: 500},
 	}
@@ -219,6 +222,7 @@ var variables = []variable{
 	{"DFLASH_FUSE_NORM", boolVar(func(s *Settings) *bool { return &s.Kernels.FuseNorm })},
 	{"DFLASH_FUSE_PREP_ATTN", boolVar(func(s *Settings) *bool { return &s.Kernels.FusePrepAttn })},
 	{"DFLASH_ARGMAX_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.ArgmaxKernel })},
+	{"DFLASH_DELTANET_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.DeltaNetKernel })},
 	{"DFLASH_KV_BUCKET", func(s *Settings, v string) error {
 		if v == "" {
 			return nil

@@ -50,6 +50,8 @@ func TestParse(t *testing.T) {
 				k := &s.Kernels
 				k.Fused, k.FusedDraft, k.FusedContext, k.FuseProducts, k.FuseAct, k.FuseNorm, k.FusePrepAttn, k.ArgmaxKernel = false, false, false, false, false, false, false, false
 			})},
+		{name: "deltanet kernel off", env: map[string]string{"DFLASH_DELTANET_KERNEL": "0"}, want: with(func(s *Settings) { s.Kernels.DeltaNetKernel = false })},
+		{name: "bad deltanet kernel", env: map[string]string{"DFLASH_DELTANET_KERNEL": "yes"}, wantErr: `DFLASH_DELTANET_KERNEL="yes"`},
 		{name: "kv bucket", env: map[string]string{"DFLASH_KV_BUCKET": "0"}, want: with(func(s *Settings) { s.Kernels.KVBucket = 0 })},
 		{name: "bad kv bucket", env: map[string]string{"DFLASH_KV_BUCKET": "-3"}, wantErr: `DFLASH_KV_BUCKET="-3"`},
 		{name: "bad kv bucket word", env: map[string]string{"DFLASH_KV_BUCKET": "big"}, wantErr: `DFLASH_KV_BUCKET="big"`},

@@ -29,6 +29,10 @@ type Cache struct {
 	// number of blocks placed since the last SetOffset that settled them.
 	placed      *block
 	sincePlaced int
+
+	// kern runs the replays: the kernels of the mixer that last applied to this cache (nil:
+	// the ops path, the same states).
+	kern *Kernels
 }
 
 // record is what a tentative forward keeps: the state and tail it started from, its tape
@@ -60,19 +64,20 @@ func (r *record) bytes() int64 {
 	return n
 }
 
-// at returns the state and tail after the first n rows of the record (host count).
-func (r *record) at(n int) (state, tail *mlxc.Array) {
+// at returns the state and tail after the first n rows of the record (host count),
+// replayed through kn.
+func (r *record) at(kn *Kernels, n int) (state, tail *mlxc.Array) {
 	k := r.tail.Dim(1)
 	rows := mlxc.Concatenate([]*mlxc.Array{r.tail, r.qkv}, 1)
-	return Replay(r.state, r.tape, n), mlxc.Contiguous(mlxc.SliceAxis(rows, 1, n, n+k))
+	return kn.Replay(r.state, r.tape, n), mlxc.Contiguous(mlxc.SliceAxis(rows, 1, n, n+k))
 }
 
 // atDevice returns the state and tail after the first count rows of the record, count an
-// int32 [1] array on the device.
-func (r *record) atDevice(count *mlxc.Array) (state, tail *mlxc.Array) {
+// int32 [1] array on the device, replayed through kn.
+func (r *record) atDevice(kn *Kernels, count *mlxc.Array) (state, tail *mlxc.Array) {
 	ts := r.tail.Shape()
 	rows := mlxc.Concatenate([]*mlxc.Array{r.tail, r.qkv}, 1)
-	return ReplayAt(r.state, r.tape, count), mlxc.SliceDynamic(rows, count, []int{1}, ts)
+	return kn.ReplayAt(r.state, r.tape, count), mlxc.SliceDynamic(rows, count, []int{1}, ts)
 }
 
 // block is a forward placed at a device position: the record plus its start position on
@@ -194,7 +199,7 @@ func (c *Cache) rebuild(r *record, n int) error {
 	return mlxc.Catch(func() {
 		sc := mlxc.NewScope()
 		defer sc.Close()
-		state, tail := r.at(n)
+		state, tail := r.at(c.kern, n)
 		c.set(state, tail)
 	})
 }
@@ -205,7 +210,7 @@ func (c *Cache) rebuild(r *record, n int) error {
 func (c *Cache) begin(pos *mlxc.Array, stateShape, tailShape []int, dt mlxc.Dtype) (state, tail *mlxc.Array) {
 	if pos != nil && c.placed != nil {
 		count := mlxc.Subtract(mlxc.AsType(mlxc.Reshape(pos, 1), mlxc.Int32), c.placed.pos)
-		return c.placed.atDevice(count)
+		return c.placed.atDevice(c.kern, count)
 	}
 	if pos == nil {
 		c.dropPlaced()

@@ -9,6 +9,9 @@ import "github.com/dflash-mlx/dflash-mlx/mlxc"
 type Mixer struct {
 	ConvW, ALog, DtBias                                *mlxc.Array
 	KeyHeads, ValueHeads, KeyDim, ValueDim, ConvKernel int
+	// Kernels runs the recurrence and the cache's replays (nil: the ops path); the family
+	// makes it once at load and owns it.
+	Kernels *Kernels
 }
 
 // Channels is the conv's channel count C: the [q | k | v] projection width.
@@ -58,6 +61,7 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	B, T := m.check(qkv, a, b)
 	Hk, Hv, Dk, Dv, K := m.KeyHeads, m.ValueHeads, m.KeyDim, m.ValueDim, m.ConvKernel
 	record := c.recording(pos)
+	c.kern = m.Kernels // the cache's replays (begin, Commit, SetOffset) run through them too
 	state0, tail0 := c.begin(pos, []int{B, Hv, Dv, Dk}, []int{B, K - 1, m.Channels()}, qkv.Dtype())
 	conv, tail := CausalConv(qkv, tail0, m.ConvW)
 	parts := mlxc.Split(conv, []int{Hk * Dk, 2 * Hk * Dk}, -1)
@@ -69,9 +73,9 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	var y, state *mlxc.Array
 	var tape Tape
 	if record {
-		y, state, tape = RecurrenceTape(q, k, v, g, beta, state0)
+		y, state, tape = m.Kernels.RecurrenceTape(q, k, v, g, beta, state0)
 	} else {
-		y, state = Recurrence(q, k, v, g, beta, state0)
+		y, state = m.Kernels.Recurrence(q, k, v, g, beta, state0)
 	}
 	c.end(pos, qkv, state0, tail0, state, tail, tape)
 	return y

@@ -59,6 +59,8 @@ type Model struct {
 	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
+	// delta (on a GPU) runs the GatedDeltaNet layers' recurrence and replays.
+	delta *deltanet.Kernels
 }
 
 // Load is the family's constructor (model.Family): config, sanitize, every weight checked;
@@ -169,6 +171,12 @@ func (m *Model) bindKernels(s settings.Settings) error {
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
+	m.delta = deltanet.NewKernels(s.Kernels)
+	for i := range m.layers {
+		if l := m.layers[i].lin; l != nil {
+			l.mixer.Kernels = m.delta
+		}
+	}
 	return nil
 }
 
@@ -271,6 +279,7 @@ func (m *Model) Free() {
 	m.skinny.Free()
 	m.fqa.Free()
 	m.scaleArr.Free()
+	m.delta.Free()
 }
 
 // Cache is the model's per-sequence state: a recurrent layer cache for each GatedDeltaNet
