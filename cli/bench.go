@@ -29,7 +29,7 @@ var benchPrompts = []string{
 func benchCommand() *cli.Command {
 	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
-		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, tiny, or qwen3-4b-thin (the 4B graph with 256-wide matrices: the host's cost of a cycle)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, qwen3.5-4b, qwen3.5-27b (hybrid GatedDeltaNet targets), tiny, or qwen3-4b-thin and qwen3.5-4b-thin (the 4B graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 one runs on a CPU in seconds)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
 		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
 		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},
@@ -58,7 +58,9 @@ at a known τ is measured (labelled as such).
 Examples:
   dflash-mlx bench --demo
   dflash-mlx bench --target-model mlx-community/Qwen3-4B-bf16 --json
-  dflash-mlx bench --random qwen3-4b --replay-drafts 0.08 -n 256`,
+  dflash-mlx bench --random qwen3-4b --replay-drafts 0.08 -n 256
+  dflash-mlx bench --random qwen3.5-4b --replay-drafts 0.08 -n 256
+  dflash-mlx bench --random qwen3.5-4b-thin --replay-drafts 0.1 -n 32 --repeats 1 --prompt-tokens 32`,
 		Flags:  flags,
 		Action: benchAction,
 	}
@@ -81,15 +83,21 @@ type benchRow struct {
 	// Exact: every DFlash run gave plain decoding's tokens; null when not checked (replayed
 	// acceptance commits drafts the target may not have chosen). LoopsAgree: with
 	// --compare-run-ahead, both loops gave the same tokens.
-	Exact       *bool   `json:"exact"`
-	LoopsAgree  *bool   `json:"loops_agree,omitempty"`
-	CycleMS     float64 `json:"cycle_ms"`
-	DraftMS     float64 `json:"draft_ms_per_cycle"`
-	VerifyMS    float64 `json:"verify_ms_per_cycle"`
-	BuildMS     float64 `json:"build_ms_per_cycle"`
-	RollbackMS  float64 `json:"rollback_ms_per_cycle"`
-	HostMS      float64 `json:"host_ms_per_cycle"`
-	PlainStepMS float64 `json:"plain_step_ms"`
+	Exact      *bool   `json:"exact"`
+	LoopsAgree *bool   `json:"loops_agree,omitempty"`
+	CycleMS    float64 `json:"cycle_ms"`
+	DraftMS    float64 `json:"draft_ms_per_cycle"`
+	VerifyMS   float64 `json:"verify_ms_per_cycle"`
+	BuildMS    float64 `json:"build_ms_per_cycle"`
+	RollbackMS float64 `json:"rollback_ms_per_cycle"`
+	// The rollback of a cycle that keeps round(τ) rows, evaluated on its own (rollbackProbe:
+	// restore and tape replay in recurrent layers; in the loop it runs inside the next
+	// cycle's graphs), and its share of the timed cycle.
+	RollbackEvalMS float64 `json:"rollback_eval_ms_per_cycle"`
+	RollbackShare  float64 `json:"rollback_share_of_cycle"`
+	RollbackKeep   int     `json:"rollback_probe_keep"`
+	HostMS         float64 `json:"host_ms_per_cycle"`
+	PlainStepMS    float64 `json:"plain_step_ms"`
 	// Graph nodes (≈ kernels) per plain step, per draft and per verify, from profiled runs.
 	PlainStepNodes float64 `json:"plain_step_nodes"`
 	DraftNodes     float64 `json:"draft_nodes_per_cycle"`
@@ -350,6 +358,14 @@ func benchAction(c *cli.Context) error {
 			return fmt.Errorf("pipeline probe: %w", err)
 		}
 		row.Pipelined = &probe
+		B := blockSizeOf(dfl.BlockSize(), c.Int("block-size"))
+		row.RollbackKeep = typicalKeep(row.Tau, B)
+		if row.RollbackEvalMS, err = rollbackProbe(s.Engine.Target, prompt, B, row.RollbackKeep, 2); err != nil {
+			return fmt.Errorf("rollback probe: %w", err)
+		}
+		if row.CycleMS > 0 {
+			row.RollbackShare = row.RollbackEvalMS / row.CycleMS
+		}
 		if len(otherTPS) > 0 {
 			row.OtherLoopTPS, row.OtherLoopRuns, row.OtherLoop = median(otherTPS), otherTPS, "run-ahead"
 			if s.Engine.RunAhead {
@@ -442,6 +458,8 @@ func printBench(r benchReport) {
 		fmt.Printf("graph nodes (≈ kernels): plain step %.0f, draft %.0f, verify %.0f per cycle\n", x.PlainStepNodes, x.DraftNodes, x.VerifyNodes)
 		fmt.Printf("timed runs: dflash cycle %.2f ms = building %.2f + waiting for the device %.2f + other host %.2f; plain step %.2f ms, waiting %.2f\n",
 			x.CycleMS, x.LoopBuildMS, x.LoopWaitMS, x.LoopHostMS, x.PlainStepMS, x.PlainWaitMS)
+		fmt.Printf("cycle split (profiled): draft %.2f ms, verify %.2f ms, rollback %.2f ms evaluated on its own (%d rows kept) = %.1f%% of the cycle\n",
+			x.DraftMS, x.VerifyMS, x.RollbackEvalMS, x.RollbackKeep, 100*x.RollbackShare)
 		if x.CycleEncodeMS > 0 {
 			fmt.Printf("run-ahead cycle profiled one at a time: graph building %.2f ms, encoding %.2f ms, device after the encoding %.2f ms; plain step encoding %.2f ms\n", x.CycleConstructMS, x.CycleEncodeMS, x.VerifyMS, x.PlainEncodeMS)
 		} else {
@@ -519,16 +537,22 @@ func benchPromptIDs(c *cli.Context, s *Session) ([][]int32, error) {
 // writeRandomPair writes a random target + drafter of a named shape with the demo tokenizer.
 func writeRandomPair(dir, shape string) (string, string, error) {
 	td, dd := filepath.Join(dir, "target"), filepath.Join(dir, "draft")
-	tspec, dspec, err := pairShape(shape)
-	if err != nil {
-		return "", "", err
+	write := func() error { return nil }
+	if t35, d35, ok := qwen35Shape(shape); ok {
+		write = func() error { return writePair35(td, dd, t35, d35) }
+	} else {
+		tspec, dspec, err := pairShape(shape)
+		if err != nil {
+			return "", "", err
+		}
+		write = func() error { return writePair(td, dd, tspec, dspec) }
 	}
 	if stamp, err := os.ReadFile(filepath.Join(dir, "SHAPE")); err == nil && string(stamp) == shape {
 		fmt.Fprintf(os.Stderr, "reusing the random %s pair in %s\n", shape, dir)
 		return td, dd, nil
 	}
 	start := time.Now()
-	if err := writePair(td, dd, tspec, dspec); err != nil {
+	if err := write(); err != nil {
 		return "", "", err
 	}
 	fmt.Fprintf(os.Stderr, "wrote random %s pair to %s in %.1fs\n", shape, dir, time.Since(start).Seconds())

@@ -24,6 +24,9 @@ const (
 	qwen3MaskToken = 151669
 )
 
+// randomShapes lists the shapes --random and pairShape know.
+const randomShapes = "demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b"
+
 func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	var t modelgen.Qwen3Spec
 	switch shape {
@@ -43,7 +46,7 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 		t = modelgen.Qwen3Spec{Hidden: 4096, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 12288, Vocab: qwen3Vocab,
 			Tied: false, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
 	default:
-		return t, modelgen.DrafterSpec{}, fmt.Errorf("unknown shape %q (demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b)", shape)
+		return t, modelgen.DrafterSpec{}, fmt.Errorf("unknown shape %q (%s)", shape, randomShapes)
 	}
 	t.Dtype = mlxc.BFloat16
 	d := modelgen.DrafterFor(t, 2)

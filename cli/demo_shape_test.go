@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
 )
 
 // qwen3-4b-thin keeps the 4B pair's graph — layers, heads, head size, vocabulary, the
@@ -27,7 +32,77 @@ func TestPairShapeThin(t *testing.T) {
 	if !reflect.DeepEqual(thinD, fullD) {
 		t.Errorf("thin drafter %+v differs from the 4B drafter beyond its widths %+v", thinD, fullD)
 	}
-	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b)` {
+	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b)` {
 		t.Errorf("unknown shape: error %v", err)
+	}
+}
+
+// bench --random qwen3.5-4b-thin runs on the CPU with replayed acceptance and reports the
+// rollback (the recurrent layers' restore and tape replay) timed on its own and its share
+// of the cycle.
+func TestBenchQwen35ThinRollback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes and runs a 32-layer random Qwen3.5 pair")
+	}
+	tokDir := filepath.Join(reftest.RepoRoot(), "third_party", "testdata", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		reftest.Missing(t, "Qwen3 tokenizer asset "+tokDir)
+	}
+	t.Setenv("DFLASH_TOKENIZER_DIR", tokDir) // the random pair gets the Qwen3 tokenizer files
+	dir := t.TempDir()
+	args := []string{"bench", "--random", "qwen3.5-4b-thin", "--dir", dir, "--replay-drafts", "0.3", "-n", "8",
+		"--prompt-tokens", "8", "--repeats", "1", "--warmup", "0", "--num-prompts", "1", "-q"}
+	out, errOut, code := runCLI(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Rows []struct {
+			CycleMS    float64 `json:"cycle_ms"`
+			RollbackMS float64 `json:"rollback_eval_ms_per_cycle"`
+			Share      float64 `json:"rollback_share_of_cycle"`
+			Keep       int     `json:"rollback_probe_keep"`
+			Tau        float64 `json:"tau"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(r.Rows) != 1 {
+		t.Fatalf("rows: %s", out)
+	}
+	x := r.Rows[0]
+	if x.RollbackMS <= 0 || x.Share <= 0 || x.Share >= 1 || x.Keep < 1 || x.Keep > 16 || x.CycleMS <= 0 {
+		t.Errorf("rollback split %+v", x)
+	}
+}
+
+// The Qwen3.5 shapes pair each target with a drafter that fits it (hidden size,
+// vocabulary, taps inside its layers), and qwen3.5-4b-thin differs from qwen3.5-4b only in
+// its widths.
+func TestQwen35Shapes(t *testing.T) {
+	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-27b"} {
+		tg, d, ok := qwen35Shape(shape)
+		if !ok {
+			t.Fatalf("%s: not a Qwen3.5 shape", shape)
+		}
+		if d.Hidden != tg.Hidden || d.Vocab != tg.Vocab || d.NumTargetLayers != tg.Layers || tg.Layers%tg.Interval != 0 {
+			t.Errorf("%s: drafter %+v does not fit target %+v", shape, d, tg)
+		}
+		for _, id := range d.TargetLayerIDs {
+			if id < 0 || id >= tg.Layers {
+				t.Errorf("%s: tap %d outside %d layers", shape, id, tg.Layers)
+			}
+		}
+	}
+	full, fullD, _ := qwen35Shape("qwen3.5-4b")
+	thin, thinD, _ := qwen35Shape("qwen3.5-4b-thin")
+	full.Hidden, full.Inter, full.LinKeyDim, full.LinValueDim = thin.Hidden, thin.Inter, thin.LinKeyDim, thin.LinValueDim
+	fullD.Hidden, fullD.Inter = thinD.Hidden, thinD.Inter
+	if !reflect.DeepEqual(thin, full) || !reflect.DeepEqual(thinD, fullD) {
+		t.Errorf("thin pair %+v / %+v differs from the 4B beyond its widths", thin, thinD)
+	}
+	if _, _, ok := qwen35Shape("qwen3-4b"); ok {
+		t.Error("qwen3-4b taken for a Qwen3.5 shape")
 	}
 }

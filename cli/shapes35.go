@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+)
+
+// Qwen3.5 vocabulary facts the random Qwen3.5 pairs share with the real models.
+const (
+	qwen35Vocab     = 248320
+	qwen35ImEnd     = 248046
+	qwen35EndOfText = 248044
+	qwen35MaskToken = 248070 // z-lab's Qwen3.5 drafters' mask_token_id
+)
+
+// qwen35Shape is a random Qwen3.5 pair of a named shape (ok false: not a Qwen3.5 shape),
+// in the mlx-community layout and bf16.
+func qwen35Shape(shape string) (t modelgen.Qwen35Spec, d modelgen.DrafterSpec, ok bool) {
+	t = modelgen.Qwen35Spec{Interval: 4, LinKeyHeads: 16, LinKeyDim: 128, LinValueDim: 128, Kernel: 4, Partial: 0.25,
+		Vocab: qwen35Vocab, Layout: modelgen.Qwen35MLX, Dtype: mlxc.BFloat16, Seed: 7, RopeTheta: 10000000,
+		MaxPositions: 262144, EOS: []int{qwen35ImEnd, qwen35EndOfText}, WeightStd: 0.02}
+	// The z-lab drafters: 5 layers of 32 query and 8 KV heads of 128, reading 5 target
+	// layers spread from 1 to N−3.
+	d = modelgen.DrafterSpec{Layers: 5, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: qwen35Vocab, BlockSize: 16,
+		MaskTokenID: qwen35MaskToken, Dtype: mlxc.BFloat16, Seed: 1007, RopeTheta: 10000000, WeightStd: 0.02}
+	switch shape {
+	case "qwen3.5-4b", "qwen3.5-4b-thin":
+		// Qwen3.5-4B: 32 layers, every 4th full attention (16 query, 4 KV heads of 256),
+		// the others GatedDeltaNet (16 key, 32 value heads of 128), tied embedding.
+		t.Hidden, t.Layers, t.Inter, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads, t.Tied = 2560, 32, 9216, 16, 4, 256, 32, true
+		d.Inter, d.TargetLayerIDs = 9728, []int{1, 8, 15, 22, 29}
+		if shape == "qwen3.5-4b-thin" {
+			// The 4B's layers, pattern, head counts and vocabulary around 256-wide hidden
+			// and MLP matrices and 32-wide recurrent heads: its cycle's graph (the same
+			// nodes) and rollback at a small fraction of the work, so that it runs on a
+			// CPU in seconds.
+			t.Hidden, t.Inter, t.LinKeyDim, t.LinValueDim = 256, 256, 32, 32
+			d.Inter = 256
+		}
+	case "qwen3.5-27b":
+		// Qwen3.5-27B: 64 layers (24 query, 4 KV heads of 256; 16 key, 48 value heads of
+		// 128), untied; its drafter's shape is z-lab's (DFLASH.md §3.1).
+		t.Hidden, t.Layers, t.Inter, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads = 5120, 64, 17408, 24, 4, 256, 48
+		d.Inter, d.TargetLayerIDs = 17408, []int{1, 16, 31, 46, 61}
+	default:
+		return t, d, false
+	}
+	d.Hidden, d.NumTargetLayers = t.Hidden, t.Layers
+	return t, d, true
+}
+
+// writePair35 writes a Qwen3.5 target and its drafter like writePair: the target gets
+// the Qwen3 tokenizer files (the bench's random prompts are token ids) and a
+// generation_config.json with Qwen3.5's end tokens.
+func writePair35(td, dd string, t modelgen.Qwen35Spec, d modelgen.DrafterSpec) error {
+	if err := mlxc.Do(func() error {
+		if err := modelgen.WriteQwen35(td, t); err != nil {
+			return err
+		}
+		return modelgen.WriteDrafter(dd, d)
+	}); err != nil {
+		return err
+	}
+	tokDir, err := tokenizerAssets()
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		if err := copyFile(filepath.Join(tokDir, f), filepath.Join(td, f)); err != nil {
+			return fmt.Errorf("copy %s: %w", f, err)
+		}
+	}
+	gen, _ := json.MarshalIndent(map[string]any{"eos_token_id": t.EOS, "temperature": 0.6, "top_p": 0.95}, "", "  ")
+	return os.WriteFile(filepath.Join(td, "generation_config.json"), gen, 0o644)
+}
