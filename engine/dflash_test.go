@@ -8,6 +8,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
@@ -156,9 +157,8 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 		}
 		return d, d > maxAbs(b)/32
 	}
-	kv := c.(*model.KVCaches)
-	if kv.Offset() != len(committed) {
-		t.Errorf("target cache offset %d, committed %d", kv.Offset(), len(committed))
+	if c.Offset() != len(committed) {
+		t.Errorf("target cache offset %d, committed %d", c.Offset(), len(committed))
 		return
 	}
 	fresh := p.target.NewCache()
@@ -168,15 +168,21 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 		taps = d.TapLayers()
 	}
 	out := p.target.Forward(mlxc.FromSlice(committed, 1, len(committed)), fresh, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
-	fkv := fresh.(*model.KVCaches)
-	for i, l := range kv.Layers {
-		k1, v1 := l.State()
-		k2, v2 := fkv.Layers[i].State()
+	// Every layer kind shows its state as two arrays: a KV layer its keys and values, a
+	// recurrent layer its conv tail and its state.
+	type stated interface{ State() (*mlxc.Array, *mlxc.Array) }
+	got, exp := cacheLayers(c), cacheLayers(fresh)
+	if len(got) != len(exp) {
+		t.Fatalf("target cache has %d layers, a fresh one %d", len(got), len(exp))
+	}
+	for i, l := range got {
+		k1, v1 := l.(stated).State()
+		k2, v2 := exp[i].(stated).State()
 		if d, bad := exceeds(k1, k2); bad {
-			t.Errorf("layer %d keys differ from a fresh run by %g", i, d)
+			t.Errorf("layer %d (%T) keys / conv tail differ from a fresh run by %g", i, l, d)
 		}
 		if d, bad := exceeds(v1, v2); bad {
-			t.Errorf("layer %d values differ from a fresh run by %g", i, d)
+			t.Errorf("layer %d (%T) values / state differ from a fresh run by %g", i, l, d)
 		}
 	}
 	if d, ok := pr.(*verify.DFlash); ok {
@@ -200,6 +206,18 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 			}
 		}
 	}
+}
+
+// cacheLayers lists a target cache's layers: a pure-attention model's KVCaches, or any
+// cache built on a cache.List (mixed kinds).
+func cacheLayers(c model.Cache) []cache.Layer {
+	switch c := c.(type) {
+	case *model.KVCaches:
+		return c.List.Layers()
+	case interface{ Layers() []cache.Layer }:
+		return c.Layers()
+	}
+	panic(fmt.Sprintf("unknown cache type %T", c))
 }
 
 func maxAbs(a *mlxc.Array) float64 {

@@ -134,26 +134,40 @@ func TestSpeculativeSamplingMatchesTarget(t *testing.T) {
 	// The 6-token vocabulary enumerates every cell; the 1 024-token one runs the filters'
 	// sorts and sums at a size where low-precision sums go wrong, with decisive weights and
 	// top-p so that the kept sets (and the enumeration) stay small.
+	// The hybrid target (Qwen3.5: recurrent layers rolled back by tape replay) runs the
+	// same test at the 6-token vocabulary.
 	configs := []struct {
-		name  string
-		vocab int
-		std   float32
-		sp    sample.Params
+		name   string
+		vocab  int
+		std    float32
+		sp     sample.Params
+		hybrid bool
 	}{
-		{"v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}},
-		{"v1024", 1024, 0.5, sample.Params{Temperature: 0.9, TopP: 0.9}},
+		{"v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, false},
+		{"v1024", 1024, 0.5, sample.Params{Temperature: 0.9, TopP: 0.9}, false},
+		{"hybrid-v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, true},
 	}
 	for _, cfg := range configs {
-		t.Run(cfg.name, func(t *testing.T) { speculativeMatchesTarget(t, cfg.vocab, cfg.std, cfg.sp) })
+		t.Run(cfg.name, func(t *testing.T) {
+			var p *pair
+			if cfg.hybrid {
+				spec := modelgen.TinyQwen35()
+				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
+				p = loadHybridPair(t, fmt.Sprintf("sampling-hybrid-v%d", cfg.vocab), spec, 1)
+			} else {
+				spec := modelgen.TinyQwen3()
+				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
+				p = loadPair(t, fmt.Sprintf("sampling-v%d", cfg.vocab), spec, 1)
+			}
+			speculativeMatchesTarget(t, p, cfg.sp)
+		})
 	}
 }
 
-func speculativeMatchesTarget(t *testing.T, vocab int, std float32, sp sample.Params) {
-	spec := modelgen.TinyQwen3()
-	spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = vocab, 21, std, []int{-1}
-	p := loadPair(t, fmt.Sprintf("sampling-v%d", vocab), spec, 1)
+func speculativeMatchesTarget(t *testing.T, p *pair, sp sample.Params) {
+	vocab := p.vocab
 	prompt := []int32{1, 3, 5}
-	exp := exactJoint(t, p.target, prompt, spec.Vocab, sp)
+	exp := exactJoint(t, p.target, prompt, vocab, sp)
 	const N = 1500
 	ref := make([]int32, 0, 16)
 	ref = append(ref, prompt...)
@@ -172,7 +186,7 @@ func speculativeMatchesTarget(t *testing.T, vocab int, std float32, sp sample.Pa
 	variants := []variant{
 		{"plain", &Engine{Target: p.target}, false},
 		{"dflash-random-drafter", &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft)}, false},
-		{"dflash-scripted", &Engine{Target: p.target, Proposer: &verify.Scripted{Ref: ref, Vocab: spec.Vocab, Block: 4}}, false},
+		{"dflash-scripted", &Engine{Target: p.target, Proposer: &verify.Scripted{Ref: ref, Vocab: vocab, Block: 4}}, false},
 		{"wrong-rule-accept-all", wrong, true},
 	}
 	for _, v := range variants {

@@ -16,7 +16,8 @@ import (
 
 // pair is a loaded target (+ drafter) written fresh for a test.
 type pair struct {
-	spec   modelgen.Qwen3Spec
+	spec   modelgen.Qwen3Spec // the Qwen3 target's spec (zero for other families)
+	vocab  int
 	target model.Model
 	drft   *draft.Drafter
 }
@@ -25,23 +26,36 @@ var pairCache sync.Map // spec name → *pair (models are read-only once loaded)
 
 func loadPair(t *testing.T, name string, spec modelgen.Qwen3Spec, drafterLayers int) *pair {
 	t.Helper()
+	var ds *modelgen.DrafterSpec
+	if drafterLayers > 0 {
+		d := modelgen.DrafterFor(spec, drafterLayers)
+		ds = &d
+	}
+	p := loadPairWith(t, name, spec.Vocab, func(dir string) error { return modelgen.WriteQwen3(dir, spec) }, ds)
+	p.spec = spec
+	return p
+}
+
+// loadPairWith writes a target with writeTarget and, when ds is set, its drafter, loads
+// both, and caches the pair under name.
+func loadPairWith(t *testing.T, name string, vocab int, writeTarget func(dir string) error, ds *modelgen.DrafterSpec) *pair {
+	t.Helper()
 	if p, ok := pairCache.Load(name); ok {
 		return p.(*pair)
 	}
 	dir := t.TempDir()
-	p := &pair{spec: spec}
+	p := &pair{vocab: vocab}
 	err := mlxc.Do(func() error {
 		td, dd := filepath.Join(dir, "target"), filepath.Join(dir, "draft")
-		if err := modelgen.WriteQwen3(td, spec); err != nil {
+		if err := writeTarget(td); err != nil {
 			return err
 		}
 		var err error
 		if p.target, err = model.Load(td, model.LoadOptions{Settings: testSettings()}); err != nil {
 			return err
 		}
-		if drafterLayers > 0 {
-			ds := modelgen.DrafterFor(spec, drafterLayers)
-			if err := modelgen.WriteDrafter(dd, ds); err != nil {
+		if ds != nil {
+			if err := modelgen.WriteDrafter(dd, *ds); err != nil {
 				return err
 			}
 			if p.drft, err = draft.Load(dd, p.target, draft.LoadOptions{Settings: testSettings()}); err != nil {
