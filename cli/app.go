@@ -117,7 +117,7 @@ Examples:
 				}
 				info.CUDAKernels = mlxc.CUDAKernelsAvailable()
 				info.MetalKernels = mlxc.MetalKernelsAvailable()
-				info.Kernels = kernels.Listing(info.CUDAKernels && d.GPU)
+				info.Kernels = kernels.ListingFor(info.CUDAKernels && d.GPU, info.MetalKernels && d.GPU)
 				info.Settings = resolved
 				info.MLXLibrary = loadedLibrary("libmlx.")
 				return nil

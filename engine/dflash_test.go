@@ -168,23 +168,7 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 		taps = d.TapLayers()
 	}
 	out := p.target.Forward(mlxc.FromSlice(committed, 1, len(committed)), fresh, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
-	// Every layer kind shows its state as two arrays: a KV layer its keys and values, a
-	// recurrent layer its conv tail and its state.
-	type stated interface{ State() (*mlxc.Array, *mlxc.Array) }
-	got, exp := cacheLayers(c), cacheLayers(fresh)
-	if len(got) != len(exp) {
-		t.Fatalf("target cache has %d layers, a fresh one %d", len(got), len(exp))
-	}
-	for i, l := range got {
-		k1, v1 := l.(stated).State()
-		k2, v2 := exp[i].(stated).State()
-		if d, bad := exceeds(k1, k2); bad {
-			t.Errorf("layer %d (%T) keys / conv tail differ from a fresh run by %g", i, l, d)
-		}
-		if d, bad := exceeds(v1, v2); bad {
-			t.Errorf("layer %d (%T) values / state differ from a fresh run by %g", i, l, d)
-		}
-	}
+	compareCacheLayers(t, c, fresh, exceeds)
 	if d, ok := pr.(*verify.DFlash); ok {
 		dc := d.Cache()
 		off := dc.Offset()
@@ -204,6 +188,30 @@ func compareWithFresh(t *testing.T, p *pair, c model.Cache, committed []int32, p
 			if dd, bad := exceeds(v1, v2); bad {
 				t.Errorf("draft layer %d values differ from a fresh run by %g", i, dd)
 			}
+		}
+	}
+}
+
+// compareCacheLayers reports every layer of c whose state differs from fresh's (exceeds
+// decides what differs). Every layer kind shows its state as two arrays: a KV layer its
+// keys and values, a recurrent layer its conv tail and its state.
+func compareCacheLayers(t *testing.T, c, fresh model.Cache, exceeds func(a, b *mlxc.Array) (float64, bool)) {
+	t.Helper()
+	type stated interface {
+		State() (*mlxc.Array, *mlxc.Array)
+	}
+	got, exp := cacheLayers(c), cacheLayers(fresh)
+	if len(got) != len(exp) {
+		t.Fatalf("target cache has %d layers, a fresh one %d", len(got), len(exp))
+	}
+	for i, l := range got {
+		k1, v1 := l.(stated).State()
+		k2, v2 := exp[i].(stated).State()
+		if d, bad := exceeds(k1, k2); bad {
+			t.Errorf("layer %d (%T) keys / conv tail differ from a fresh run by %g", i, l, d)
+		}
+		if d, bad := exceeds(v1, v2); bad {
+			t.Errorf("layer %d (%T) values / state differ from a fresh run by %g", i, l, d)
 		}
 	}
 }

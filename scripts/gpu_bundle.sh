@@ -74,7 +74,10 @@ export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers"
 B="$(mktemp -d)"
 mkdir -p "$B/bin"
 go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=$(git rev-parse --short HEAD)" -o "$B/bin/dflash-mlx" ./cmd/dflash-mlx
-for p in mlxc model draft engine verify; do
+# A package's test binary is bin/<package path>.test (gpu_run.sh's diag stage runs it from
+# the package's folder).
+for p in mlxc model model/deltanet model/qwen35 draft engine verify; do
+  mkdir -p "$(dirname "$B/bin/$p.test")"
   go test -c -ldflags "-s -w" -o "$B/bin/$p.test" "./$p"
 done
 (cd "$B" && tar -cJf "$ROOT/.gpu/p2/bin.tar.xz" bin)
