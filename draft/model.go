@@ -259,91 +259,110 @@ func (d *Drafter) TapLayers() []int { return d.Cfg.TargetLayerIDs }
 // tapped hidden rows [1, T, n·H] for the positions committed since the last call (nil when
 // none); they are appended to the cache. Returns logits [1, L−1, V] for slots 1..L−1.
 func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array {
-	c0 := d.Cfg
 	L := block.Dim(1)
 	// Rows stay 2-D ([L, H]) like the target's, so matmuls need no Flatten/Unflatten nodes.
 	x := d.target.Embed(mlxc.Reshape(block, L))
-	var proj *mlxc.Array
-	T := 0
+	p := &draftPass{d: d, L: L, bands: bandMasks{}, padded: d.KeyBucket > 0 && L <= 64}
 	if ctx != nil {
-		T = ctx.Dim(1)
-		proj = d.project(mlxc.Reshape(ctx, T, -1))
+		p.T = ctx.Dim(1)
+		p.proj = d.project(mlxc.Reshape(ctx, p.T, -1))
 	}
-	var mask, visible, pos *mlxc.Array // padded keys, fqa, fused: shared by all layers (same positions)
-	bands := bandMasks{}               // the masked layers' masks, one per kind
-	padded := d.KeyBucket > 0 && L <= 64
 	var next *model.Normed // this layer's input norm, when the previous layer's MLP made it
 	for i := range d.layers {
 		l := &d.layers[i]
 		lc := c.Layers[i]
-		off := lc.Offset()
 		h := next
 		if h == nil {
-			h = model.NormOf(x, l.inputNorm, c0.RMSNormEps)
+			h = model.NormOf(x, l.inputNorm, d.Cfg.RMSNormEps)
 		}
-		var q, kn, vn *mlxc.Array
-		if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
-			if pos == nil {
-				pos = d.fused.OnDevice(model.Visible(off + T))
-			}
-			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, pos)
-		} else {
-			qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
-			q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
-			q = d.rope.Apply(q, off+T)
-			kn, vn = d.headsKV(l, qkv[1], qkv[2], off+T)
-		}
-		var kc, vc *mlxc.Array
-		switch {
-		case proj != nil && padded:
-			lc.Append(d.keysValues(l, proj, off))
-		case proj != nil:
-			kc, vc = lc.UpdateAndFetch(d.keysValues(l, proj, off))
-		case !padded:
-			kc, vc = lc.State()
-		}
-		// No causal mask: the block attends bidirectionally to itself and to all context.
-		ak := model.AttendKeys{Fits: kn, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
-			keys, values, n := lc.Scratch(kn, vn, 0)
-			if visible == nil {
-				visible = d.fused.OnDevice(model.Visible(n))
-			}
-			return keys, values, visible
-		}}
-		if l.masked() {
-			ak.Kernel = nil
-		}
-		if padded {
-			ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-				keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
-				if l.masked() {
-					q0 := model.Visible(lc.Offset())
-					return keys, values, mlxc.MaskArray, bands.get(l, q0, mlxc.Add(q0, model.Visible(L)), L, K)
-				}
-				if mask == nil {
-					visible := lc.Offset() + L
-					mask = model.PrefixMask(L, K, func(int) int { return visible }, q.Dtype())
-				}
-				return keys, values, mlxc.MaskArray, mask
-			}
-		} else {
-			ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-				keys, values := kn, vn
-				if kc != nil {
-					keys, values = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2), mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
-				}
-				if !l.masked() {
-					return keys, values, mlxc.MaskNone, nil
-				}
-				K := keys.Dim(2) // the cache's context from position 0, then the block
-				q0 := model.Visible(K - L)
-				return keys, values, mlxc.MaskArray, bands.get(l, q0, model.Visible(K), L, K)
-			}
-		}
-		merged := d.attn.Attend(q, ak, L)
+		q, kn, vn := p.heads(l, lc, h)
+		merged := d.attn.Attend(q, p.keys(l, lc, q, kn, vn), L)
 		x, next = d.layerTail(i, x, merged)
 	}
 	return d.logits(next)
+}
+
+// draftPass is one Forward call: the block's length, the context rows it appends (T of
+// them, projected), and what all layers share because they hold the same positions.
+type draftPass struct {
+	d                  *Drafter
+	L, T               int
+	proj               *mlxc.Array // the projected context rows, nil when none
+	padded             bool        // keys padded to KeyBucket under a mask
+	mask, visible, pos *mlxc.Array // padded keys, fqa, fused: made by the first layer that needs them
+	bands              bandMasks   // the masked layers' masks, one per kind
+}
+
+// heads projects one layer's normed rows h into the block's rotated query heads and its
+// keys and values: through the fused head prep where it fits, else MLX ops.
+func (p *draftPass) heads(l *layer, lc *model.KVCache, h *model.Normed) (q, kn, vn *mlxc.Array) {
+	d, c0, off := p.d, p.d.Cfg, lc.Offset()
+	if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
+		if p.pos == nil {
+			p.pos = d.fused.OnDevice(model.Visible(off + p.T))
+		}
+		return d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, p.pos)
+	}
+	qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
+	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, p.L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	q = d.rope.Apply(q, off+p.T)
+	kn, vn = d.headsKV(l, qkv[1], qkv[2], off+p.T)
+	return q, kn, vn
+}
+
+// keys appends the context rows to the layer's cache and says where the attention's keys
+// and values come from on each path: the block attends bidirectionally to itself and to
+// all context (no causal mask), except in a masked (sliding) layer.
+func (p *draftPass) keys(l *layer, lc *model.KVCache, q, kn, vn *mlxc.Array) model.AttendKeys {
+	d, L := p.d, p.L
+	off := lc.Offset()
+	var kc, vc *mlxc.Array
+	switch {
+	case p.proj != nil && p.padded:
+		lc.Append(d.keysValues(l, p.proj, off))
+	case p.proj != nil:
+		kc, vc = lc.UpdateAndFetch(d.keysValues(l, p.proj, off))
+	case !p.padded:
+		kc, vc = lc.State()
+	}
+	ak := model.AttendKeys{Fits: kn, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+		keys, values, n := lc.Scratch(kn, vn, 0)
+		if p.visible == nil {
+			p.visible = d.fused.OnDevice(model.Visible(n))
+		}
+		return keys, values, p.visible
+	}}
+	if l.masked() {
+		ak.Kernel = nil
+	}
+	if p.padded {
+		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+			keys, values, K := lc.Scratch(kn, vn, d.KeyBucket)
+			if l.masked() {
+				q0 := model.Visible(lc.Offset())
+				return keys, values, mlxc.MaskArray, p.bands.get(l, q0, mlxc.Add(q0, model.Visible(L)), L, K)
+			}
+			if p.mask == nil {
+				visible := lc.Offset() + L
+				p.mask = model.PrefixMask(L, K, func(int) int { return visible }, q.Dtype())
+			}
+			return keys, values, mlxc.MaskArray, p.mask
+		}
+		return ak
+	}
+	ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+		keys, values := kn, vn
+		if kc != nil {
+			keys, values = mlxc.Concatenate([]*mlxc.Array{kc, kn}, 2), mlxc.Concatenate([]*mlxc.Array{vc, vn}, 2)
+		}
+		if !l.masked() {
+			return keys, values, mlxc.MaskNone, nil
+		}
+		K := keys.Dim(2) // the cache's context from position 0, then the block
+		q0 := model.Visible(K - L)
+		return keys, values, mlxc.MaskArray, p.bands.get(l, q0, model.Visible(K), L, K)
+	}
+	return ak
 }
 
 // ForwardAt drafts a block when only the device knows how much of the new context is
