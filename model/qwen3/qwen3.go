@@ -230,20 +230,13 @@ func (m *Qwen3) Forward(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions
 // qwen3Pass is one Forward call: the attention path chosen once for the whole block, and
 // the arrays that all layers share because they hold the same positions.
 type qwen3Pass struct {
-	m          *Qwen3
-	kv         *model.KVCaches
-	opt        model.ForwardOptions
-	B, L, rows int
-	mask       string // the plain SDPA path's mask mode
-	taps       []*mlxc.Array
-	tapAt      map[int]int // tap layer → its index in taps
-	at         bool        // the block sits at a device position (opt.Pos)
-	rowwise    bool        // one-query attention per row (opt.RowwiseAttention)
-	fqa        bool        // the few-query kernel may run (exact key lengths: no plan to rebuild)
-	padKeys    bool        // keys padded to opt.KeyBucket under a mask
-	off0       int         // the cache offset of row 0
-	padMask    *mlxc.Array // made by the first layer that needs it
-	pos, kpos  *mlxc.Array // see position and kernelPos
+	*model.KVPass // the attention path and the positions all layers share
+	m             *Qwen3
+	kv            *model.KVCaches
+	opt           model.ForwardOptions
+	B, L, rows    int
+	taps          []*mlxc.Array
+	tapAt         map[int]int // tap layer → its index in taps
 }
 
 // newPass checks Forward's arguments and picks the attention path of the block.
@@ -257,10 +250,7 @@ func (m *Qwen3) newPass(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions
 		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("ids must be [B, L], got %v", sh)})
 	}
 	B, L := sh[0], sh[1]
-	p := &qwen3Pass{m: m, kv: kv, opt: opt, B: B, L: L, rows: B * L, mask: mlxc.MaskNone, tapAt: map[int]int{}}
-	if L > 1 {
-		p.mask = mlxc.MaskCausal // bottom-right aligned: right for prefill chunks and verify blocks
-	}
+	p := &qwen3Pass{m: m, kv: kv, opt: opt, B: B, L: L, rows: B * L, tapAt: map[int]int{}}
 	for i, t := range opt.Taps {
 		if t < 0 || t >= len(m.layers) {
 			panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("tap layer %d out of range [0, %d)", t, len(m.layers))})
@@ -270,33 +260,8 @@ func (m *Qwen3) newPass(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions
 	if len(opt.Taps) > 0 {
 		p.taps = make([]*mlxc.Array, len(opt.Taps))
 	}
-	p.at = opt.Pos != nil
-	if p.at && (B != 1 || opt.Window < L) {
-		panic(&mlxc.Error{Op: "qwen3.forward", Msg: fmt.Sprintf("a block at a device position needs B = 1 and a window ≥ %d rows, got B = %d, window %d", L, B, opt.Window)})
-	}
-	p.rowwise = L > 1 && L <= model.MaxBucketedQueries && opt.RowwiseAttention && !m.fqa.RowConsistent() && !p.at
-	p.fqa = B == 1 && m.fqa != nil && !p.rowwise
-	p.padKeys = L > 1 && L <= model.MaxBucketedQueries && opt.KeyBucket > 0 && !p.rowwise && !p.fqa && !p.at
-	p.off0 = kv.Offset()
-	p.pos = opt.Pos
+	p.KVPass = model.NewKVPass("qwen3.forward", B, L, opt, m.fqa, kv.Offset(), m.fused.OnDevice)
 	return p
-}
-
-// position is row 0's position as a device array (for the kernels and the dynamic-offset
-// RoPE): the caller's, or one made when first needed and shared by all layers.
-func (p *qwen3Pass) position() *mlxc.Array {
-	if p.pos == nil {
-		p.pos = model.Visible(p.off0)
-	}
-	return p.pos
-}
-
-// kernelPos is position() for our CUDA kernels, in device memory (OnDevice).
-func (p *qwen3Pass) kernelPos() *mlxc.Array {
-	if p.kpos == nil {
-		p.kpos = p.m.fused.OnDevice(p.position())
-	}
-	return p.kpos
 }
 
 // layer runs layer i on the residual stream h (next: its input norm, when the previous
@@ -341,14 +306,14 @@ type qwen3Heads struct {
 func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h qwen3Heads) {
 	m, a := p.m, &p.m.arch
 	if p.B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
-		if p.at && l.qkv != nil {
+		if p.At && l.qkv != nil {
 			h.keys, h.values = lc.InPlace(p.opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
 		}
 		if h.keys != nil {
-			h.merged, h.q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, p.kernelPos(), h.keys, h.values,
-				m.scaleArr, true, p.fqa && m.fqa.ServesRows(p.L))
+			h.merged, h.q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, p.KernelPos(), h.keys, h.values,
+				m.scaleArr, true, p.FQA && m.fqa.ServesRows(p.L))
 		} else {
-			h.q, h.k, h.v = m.headPrep(l, x, p.kernelPos())
+			h.q, h.k, h.v = m.headPrep(l, x, p.KernelPos())
 		}
 		return h
 	}
@@ -357,10 +322,8 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h 
 	h.q = model.SplitHeads(qkv[0], p.B, p.L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
 	h.k = model.SplitHeads(qkv[1], p.B, p.L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
 	h.v = model.SplitHeads(qkv[2], p.B, p.L, a.NumKVHeads, nil, 0)
-	if p.at || m.fqa.RowConsistent() {
-		// GPU-exact mode rotates decode steps and verify blocks with the same kernel
-		// (MLX's static- and dynamic-offset RoPE may round differently).
-		h.q, h.k = m.rope.ApplyAt(h.q, p.position()), m.rope.ApplyAt(h.k, p.position())
+	if p.RotateAt() {
+		h.q, h.k = m.rope.ApplyAt(h.q, p.Position()), m.rope.ApplyAt(h.k, p.Position())
 	} else {
 		h.q, h.k = m.rope.Apply(h.q, offset), m.rope.Apply(h.k, offset)
 	}
@@ -368,56 +331,11 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h 
 }
 
 // attend writes the heads h into the layer's cache the way the block's path reads them and
-// attends (model.Attention.Attend), returning the attention rows [B·L, H·D].
+// attends (model.KVPass.Keys, Attention.Attend), returning the attention rows [B·L, H·D].
 func (p *qwen3Pass) attend(lc *model.KVCache, h qwen3Heads) *mlxc.Array {
-	m, q, k, v := p.m, h.q, h.k, h.v
+	m := p.m
 	attn := model.Attention{FQA: m.fqa, Scale: m.scale, ScaleArr: m.scaleArr, Causal: true}
-	var ak model.AttendKeys
-	switch {
-	case p.at:
-		keys, values := h.keys, h.values
-		if keys == nil {
-			keys, values = lc.WriteAt(k, v, p.pos, p.opt.Window)
-		}
-		ak.Fits = keys // k is nil when head prep wrote the cache
-		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kernelPos() }
-		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-			if p.padMask == nil {
-				p.padMask = model.WindowMask(p.pos, p.L, p.opt.Window, true)
-			}
-			w := p.opt.Window
-			return mlxc.SliceAxis(keys, 2, 0, w), mlxc.SliceAxis(values, 2, 0, w), mlxc.MaskArray, p.padMask
-		}
-	case p.rowwise:
-		ak.Rowwise, ak.Off0 = true, p.off0
-		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-			keys, values := lc.UpdateAndFetch(k, v)
-			return keys, values, p.mask, nil
-		}
-	case p.padKeys:
-		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-			keys, values, K := lc.UpdateAndFetchPadded(k, v, p.opt.KeyBucket)
-			if p.padMask == nil {
-				off0 := p.off0
-				p.padMask = model.PrefixMask(p.L, K, func(i int) int { return off0 + i + 1 }, q.Dtype())
-			}
-			return keys, values, mlxc.MaskArray, p.padMask
-		}
-	default: // the kernel's blocks come here: p.fqa rules out rowwise and padded keys
-		ak.Fits = k
-		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
-			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
-			return keys, values, p.kernelPos()
-		}
-		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
-			keys, values := lc.UpdateAndFetch(k, v)
-			return keys, values, p.mask, nil
-		}
-	}
-	if !p.fqa {
-		ak.Kernel = nil
-	}
-	return attn.Attend(q, ak, p.rows)
+	return attn.Attend(h.q, p.Keys(lc, h.q, h.k, h.v, h.keys, h.values), p.rows)
 }
 
 // output gathers the taps and the logits that opt asks for from the last layer's stream h
