@@ -178,14 +178,7 @@ func compareWithDecoding(t *testing.T, p *pair, c model.Cache, committed []int32
 	t.Helper()
 	s := mlxc.NewScope()
 	defer s.Close()
-	gpu := mlxc.CurrentDevice().GPU
-	exceeds := func(a, b *mlxc.Array) (float64, bool) {
-		d := maxDiff(a, b)
-		if !gpu || b == nil {
-			return d, d > 0
-		}
-		return d, d > maxAbs(b)/32
-	}
+	exceeds := freshExceeds()
 	if c.Offset() != len(committed) {
 		t.Errorf("target cache offset %d, committed %d", c.Offset(), len(committed))
 		return
