@@ -2,8 +2,10 @@ package modelgen
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
@@ -40,6 +42,18 @@ type Qwen35Spec struct {
 	// QuantBits (4 or 8) and QuantGroup quantize every Linear and the embedding whose input
 	// width the group divides, the way mlx-lm's converter does.
 	QuantBits, QuantGroup int
+	// Experts > 0 makes a qwen3_5_moe checkpoint: every layer's MLP is a sparse MoE block
+	// of Experts routed experts of width MoEInter, TopK chosen per token, and a shared
+	// expert of width SharedInter (mlx-lm always has one).
+	Experts, TopK, MoEInter, SharedInter int
+	NormTopK                             bool
+}
+
+// TinyQwen35MoE is TinyQwen35 with an eight-expert, top-2 MoE MLP in every layer.
+func TinyQwen35MoE() Qwen35Spec {
+	s := TinyQwen35()
+	s.Experts, s.TopK, s.MoEInter, s.SharedInter, s.NormTopK = 8, 2, 64, 64, true
+	return s
 }
 
 // TinyQwen35 is a small but complete hybrid shape: two linear layers then one attention
@@ -92,6 +106,12 @@ func (s Qwen35Spec) textConfig() map[string]any {
 		},
 		"dtype": s.Dtype.String(),
 	}
+	if s.Experts > 0 {
+		tc["model_type"] = "qwen3_5_moe_text"
+		tc["num_experts"], tc["num_experts_per_tok"] = s.Experts, s.TopK
+		tc["moe_intermediate_size"], tc["shared_expert_intermediate_size"] = s.MoEInter, s.SharedInter
+		tc["norm_topk_prob"] = s.NormTopK
+	}
 	if len(s.EOS) > 0 {
 		tc["eos_token_id"] = s.EOS[0]
 	}
@@ -121,6 +141,20 @@ func (s Qwen35Spec) config() map[string]any {
 		cfg["eos_token_id"] = s.EOS
 	}
 	addQuantization(cfg, s.QuantBits, s.QuantGroup)
+	if s.Experts > 0 {
+		cfg["architectures"] = []string{"Qwen3_5MoeForConditionalGeneration"}
+		cfg["model_type"] = "qwen3_5_moe"
+		if s.QuantBits > 0 {
+			// mlx-lm's converter records its quant_predicate's per-module choice (the router
+			// and the shared expert's gate at 8 bits, group 64) under each module's path.
+			q := cfg["quantization"].(map[string]any)
+			for i := 0; i < s.Layers; i++ {
+				for _, m := range []string{"mlp.gate", "mlp.shared_expert_gate"} {
+					q[fmt.Sprintf("language_model.model.layers.%d.%s", i, m)] = map[string]any{"group_size": 64, "bits": 8}
+				}
+			}
+		}
+	}
 	return cfg
 }
 
@@ -134,6 +168,7 @@ const (
 	q35Conv                  // depthwise conv weight, drawn [C, K, 1]
 	q35ALog                  // A_log, float32 in both layouts
 	q35Bias                  // dt_bias
+	q35Router                // mlp.gate: wider than the matrices so that routing is decisive
 )
 
 type q35Tensor struct {
@@ -173,6 +208,10 @@ func (s Qwen35Spec) tensors() []q35Tensor {
 				q35Tensor{a + "q_norm.weight", []int{hd}, q35Norm},
 				q35Tensor{a + "k_norm.weight", []int{hd}, q35Norm})
 		}
+		if s.Experts > 0 {
+			ts = append(ts, s.moeTensors(p+"mlp.")...)
+			continue
+		}
 		ts = append(ts,
 			q35Tensor{p + "mlp.gate_proj.weight", []int{s.Inter, H}, q35Matrix},
 			q35Tensor{p + "mlp.up_proj.weight", []int{s.Inter, H}, q35Matrix},
@@ -183,6 +222,21 @@ func (s Qwen35Spec) tensors() []q35Tensor {
 		ts = append(ts, q35Tensor{"lm_head.weight", []int{s.Vocab, H}, q35Matrix})
 	}
 	return ts
+}
+
+// moeTensors are one layer's MoE tensors under prefix p (…mlp.), drawn in the raw HF form:
+// the routed experts' gate and up projections fused in experts.gate_up_proj [E, 2·I, H],
+// and experts.down_proj [E, H, I] (expertParts splits them for the MLX layout).
+func (s Qwen35Spec) moeTensors(p string) []q35Tensor {
+	H, E, I, S := s.Hidden, s.Experts, s.MoEInter, s.SharedInter
+	ts := []q35Tensor{{p + "gate.weight", []int{E, H}, q35Router}}
+	ts = append(ts, q35Tensor{p + "experts.gate_up_proj", []int{E, 2 * I, H}, q35Matrix},
+		q35Tensor{p + "experts.down_proj", []int{E, H, I}, q35Matrix})
+	return append(ts,
+		q35Tensor{p + "shared_expert.gate_proj.weight", []int{S, H}, q35Matrix},
+		q35Tensor{p + "shared_expert.up_proj.weight", []int{S, H}, q35Matrix},
+		q35Tensor{p + "shared_expert.down_proj.weight", []int{H, S}, q35Matrix},
+		q35Tensor{p + "shared_expert_gate.weight", []int{1, H}, q35Matrix})
 }
 
 // storedName is a tensor's name in the layout.
@@ -270,16 +324,63 @@ func (s Qwen35Spec) draw(out map[string]*mlxc.Array, ts []q35Tensor, seed uint64
 			a = mlxc.Uniform(-1, 2, t.shape, mlxc.Float32, k)
 		case q35Bias:
 			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 0.5, k), dt)
+		case q35Router:
+			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 3/float32(math.Sqrt(float64(s.Hidden))), k), dt)
 		}
-		last := t.shape[len(t.shape)-1]
-		if s.QuantBits > 0 && t.kind == q35Matrix && len(t.shape) == 2 && last%s.QuantGroup == 0 && !qwen35Extra(t.name) {
-			q := mlxc.Quantize(a, s.QuantGroup, s.QuantBits, "affine")
-			base := name[:len(name)-len(".weight")]
-			out[name], out[base+".scales"], out[base+".biases"] = q.W, q.Scales, q.Biases
-			continue
+		for _, part := range s.expertParts(name, a) {
+			s.store(out, part.name, part.a, quantizable(t.kind) && !qwen35Extra(t.name))
 		}
-		out[name] = a
 	}
+}
+
+type namedArray struct {
+	name string
+	a    *mlxc.Array
+}
+
+// expertParts is how the MLX layout stores a drawn fused expert tensor: gate_up_proj
+// [E, 2·I, H] as switch_mlp.gate_proj and up_proj (its halves along the output axis, as
+// mlx-lm's sanitize splits it), down_proj renamed; anything else is stored as drawn.
+func (s Qwen35Spec) expertParts(name string, a *mlxc.Array) []namedArray {
+	if s.Layout != Qwen35MLX {
+		return []namedArray{{name, a}}
+	}
+	if base, ok := strings.CutSuffix(name, "experts.gate_up_proj"); ok {
+		I := a.Dim(1) / 2
+		return []namedArray{{base + "switch_mlp.gate_proj.weight", mlxc.SliceAxis(a, 1, 0, I)},
+			{base + "switch_mlp.up_proj.weight", mlxc.SliceAxis(a, 1, I, 2*I)}}
+	}
+	if base, ok := strings.CutSuffix(name, "experts.down_proj"); ok {
+		return []namedArray{{base + "switch_mlp.down_proj.weight", a}}
+	}
+	return []namedArray{{name, a}}
+}
+
+func quantizable(k q35Kind) bool { return k == q35Matrix || k == q35Router }
+
+// store puts a into out under name, quantized (with its scales and biases) when the spec
+// quantizes and the tensor is a .weight whose input width the group divides.
+func (s Qwen35Spec) store(out map[string]*mlxc.Array, name string, a *mlxc.Array, canQuantize bool) {
+	bits, group := s.QuantBits, s.QuantGroup
+	if s.eightBit(name) {
+		bits, group = 8, 64
+	}
+	base, isWeight := strings.CutSuffix(name, ".weight")
+	if bits > 0 && canQuantize && isWeight && (a.Ndim() == 2 || a.Ndim() == 3) && a.Dim(-1)%group == 0 {
+		q := mlxc.Quantize(mlxc.Contiguous(a), group, bits, "affine")
+		out[name], out[base+".scales"], out[base+".biases"] = q.W, q.Scales, q.Biases
+		return
+	}
+	out[name] = mlxc.Contiguous(a)
+}
+
+// eightBit reports whether a quantized MoE checkpoint stores tensor name at 8 bits, group
+// 64 (mlx-lm's quant_predicate for the router and the shared expert's gate).
+func (s Qwen35Spec) eightBit(name string) bool {
+	if s.Experts == 0 || s.QuantBits == 0 {
+		return false
+	}
+	return strings.HasSuffix(name, "mlp.gate.weight") || strings.HasSuffix(name, "shared_expert_gate.weight")
 }
 
 // qwen35Extra reports whether a tensor belongs to the vision tower or the MTP head, which
