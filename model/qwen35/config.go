@@ -19,6 +19,9 @@ type Config struct {
 	RopeTheta, PartialRotary                   float64
 	RotaryDims                                 int
 	EOS                                        []int
+	// The sparse MoE MLP (model_type qwen3_5_moe; Experts 0: the dense MLP of Inter).
+	Experts, TopK, MoEInter, SharedInter int
+	NormTopK                             bool
 	// rope is the config rope_scaling is read from (ParseRope's input).
 	rope *model.RawConfig
 }
@@ -45,7 +48,13 @@ func textConfig(cfg *model.RawConfig) (*model.RawConfig, error) {
 
 // ParseConfig reads config.json (model_type qwen3_5) the way mlx-lm's TextModelArgs does:
 // every key has a default except that nothing inconsistent is accepted.
-func ParseConfig(cfg *model.RawConfig) (Config, error) {
+func ParseConfig(cfg *model.RawConfig) (Config, error) { return parseConfig(cfg, false) }
+
+// ParseMoEConfig reads a qwen3_5_moe config.json: the same keys plus the sparse MLP's,
+// which every layer uses when num_experts > 0.
+func ParseMoEConfig(cfg *model.RawConfig) (Config, error) { return parseConfig(cfg, true) }
+
+func parseConfig(cfg *model.RawConfig, moe bool) (Config, error) {
 	var c Config
 	tc, err := textConfig(cfg)
 	if err != nil {
@@ -100,7 +109,7 @@ func ParseConfig(cfg *model.RawConfig) (Config, error) {
 	if err := c.parseRope(tc); err != nil {
 		return c, err
 	}
-	if err := c.check(tc); err != nil {
+	if err := c.check(tc, moe); err != nil {
 		return c, err
 	}
 	// The rope block is checked here too, so that a config is refused before any weight.
@@ -166,8 +175,9 @@ func (c *Config) parseRope(tc *model.RawConfig) error {
 	return nil
 }
 
-// check refuses head counts that do not divide, and what this family does not run yet.
-func (c *Config) check(tc *model.RawConfig) error {
+// check refuses head counts that do not divide, and (for qwen3_5) experts, which only the
+// qwen3_5_moe registration loads with its sanitize.
+func (c *Config) check(tc *model.RawConfig, moe bool) error {
 	if c.Heads%c.KVHeads != 0 {
 		return fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", tc.Path, c.Heads, c.KVHeads)
 	}
@@ -181,8 +191,47 @@ func (c *Config) check(tc *model.RawConfig) error {
 	if err != nil {
 		return err
 	}
-	if experts > 0 {
-		return fmt.Errorf("%s: num_experts %d: mixture-of-experts Qwen3.5 models are not supported yet", tc.Path, experts)
+	if !moe {
+		if experts > 0 {
+			return fmt.Errorf("%s: num_experts %d: mixture-of-experts checkpoints are not supported yet as model_type qwen3_5 (they are qwen3_5_moe)", tc.Path, experts)
+		}
+		return nil
+	}
+	return c.parseMoE(tc, experts)
+}
+
+// parseMoE reads the sparse MLP's keys (mlx-lm's defaults: 0, and norm_topk_prob true).
+func (c *Config) parseMoE(tc *model.RawConfig, experts int) error {
+	var err error
+	if experts < 0 {
+		return fmt.Errorf("%s: \"num_experts\" must not be negative, got %d", tc.Path, experts)
+	}
+	c.Experts = experts
+	if c.TopK, err = tc.IntOr("num_experts_per_tok", 0); err != nil {
+		return err
+	}
+	if c.MoEInter, err = tc.IntOr("moe_intermediate_size", 0); err != nil {
+		return err
+	}
+	if c.SharedInter, err = tc.IntOr("shared_expert_intermediate_size", 0); err != nil {
+		return err
+	}
+	if c.NormTopK, err = tc.BoolOr("norm_topk_prob", true); err != nil {
+		return err
+	}
+	if experts == 0 {
+		return nil
+	}
+	if c.TopK <= 0 || c.TopK > experts {
+		return fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", tc.Path, c.TopK, experts)
+	}
+	if c.MoEInter <= 0 {
+		return fmt.Errorf("%s: moe_intermediate_size must be positive, got %d", tc.Path, c.MoEInter)
+	}
+	// mlx-lm always builds the shared expert; at width 0 its output is zero, which the
+	// block without one computes exactly, but its empty tensors would not load.
+	if c.SharedInter <= 0 {
+		return fmt.Errorf("%s: shared_expert_intermediate_size must be positive for qwen3_5_moe, got %d", tc.Path, c.SharedInter)
 	}
 	return nil
 }

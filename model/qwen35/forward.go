@@ -84,6 +84,9 @@ func (p *pass) layer(i int, h *mlxc.Array) *mlxc.Array {
 	} else {
 		h, post = model.OutAdd(nil, l.lin.out, p.deltaNet(l.lin, p.c.rec[i], x), h, l.postNorm, eps)
 	}
+	if l.moe != nil {
+		return mlxc.Add(h, mlxc.Reshape(l.moe.Apply(mlxc.Reshape(post.X(), -1, m.cfg.Hidden)), h.Shape()...))
+	}
 	h, _ = model.MLPAdd(nil, m.swiglu, nil, l.gate, l.up, l.down, post, h, nil, eps)
 	return h
 }

@@ -1,10 +1,13 @@
 // Package qwen35 is the Qwen3.5 family (model_type "qwen3_5"): a hybrid decoder whose
 // layers are GatedDeltaNet linear attention (model/deltanet) except every
 // full_attention_interval-th, which is gated full attention over a KV cache; the MLP is a
-// dense SwiGLU. The math follows mlx-lm's qwen3_5.py op for op.
+// dense SwiGLU. Its MoE sibling (model_type "qwen3_5_moe", Qwen3.5/3.6-35B-A3B) is the same
+// decoder with a sparse MoE MLP (model/moe) in every layer. The math follows mlx-lm's
+// qwen3_5.py and qwen3_5_moe.py op for op.
 package qwen35
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -12,10 +15,14 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/model/deltanet"
+	"github.com/dflash-mlx/dflash-mlx/model/moe"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
-func init() { model.Register("qwen3_5", Load) }
+func init() {
+	model.Register("qwen3_5", Load)
+	model.Register("qwen3_5_moe", LoadMoE)
+}
 
 // The hooks model.Load calls after the constructor.
 var (
@@ -39,9 +46,10 @@ type linear struct {
 
 type layer struct {
 	inputNorm, postNorm *mlxc.Array
-	attn                *attention // nil for a linear layer
-	lin                 *linear    // nil for an attention layer
-	gate, up, down      *model.Linear
+	attn                *attention    // nil for a linear layer
+	lin                 *linear       // nil for an attention layer
+	gate, up, down      *model.Linear // the dense MLP (nil when moe is set)
+	moe                 *moe.Block    // the sparse MoE MLP of a qwen3_5_moe model
 }
 
 // Model is a loaded Qwen3.5 text model.
@@ -61,15 +69,28 @@ type Model struct {
 	scaleArr *mlxc.Array
 	// delta (on a GPU) runs the GatedDeltaNet layers' recurrence and replays.
 	delta *deltanet.Kernels
+	// family is the model_type it was loaded as (qwen3_5 or qwen3_5_moe).
+	family string
 }
 
 // Load is the family's constructor (model.Family): config, sanitize, every weight checked;
 // model.Load then evaluates the weights (WeightArrays) and calls Prepare.
 func Load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
-	if mt, _ := raw.StringOr("model_type", ""); mt != "qwen3_5" {
-		return nil, fmt.Errorf("%s: model_type %q is not qwen3_5", raw.Path, mt)
+	return load(raw, w, q, s, "qwen3_5")
+}
+
+// LoadMoE is the qwen3_5_moe constructor: the same model with a sparse MoE MLP in every
+// layer (when num_experts > 0), whose raw HF fused expert tensors sanitize splits.
+func LoadMoE(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
+	return load(raw, w, q, s, "qwen3_5_moe")
+}
+
+func load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings, family string) (model.Model, error) {
+	if mt, _ := raw.StringOr("model_type", ""); mt != family {
+		return nil, fmt.Errorf("%s: model_type %q is not %s", raw.Path, mt, family)
 	}
-	c, err := ParseConfig(raw)
+	isMoE := family == "qwen3_5_moe"
+	c, err := parseConfig(raw, isMoE)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +98,17 @@ func Load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 	if err != nil {
 		return nil, err
 	}
+	if isMoE {
+		if err := splitExperts(w); err != nil {
+			return nil, err
+		}
+	}
 	sanitize(w, c.Tied)
-	m := &Model{cfg: c, rope: rope, scale: float32(math.Pow(float64(c.HeadDim), -0.5))}
-	if err := m.build(model.NewBuilder(w, q)); err != nil {
+	m := &Model{cfg: c, rope: rope, scale: float32(math.Pow(float64(c.HeadDim), -0.5)), family: family}
+	// The activation exists before build: the MoE blocks keep it in their config.
+	m.swiglu = model.NewSwiGLU()
+	if err := m.build(model.NewBuilder(w, q), w, q); err != nil {
+		m.swiglu.Free()
 		return nil, err
 	}
 	m.setArch(w)
@@ -94,7 +123,7 @@ const prefix = "language_model."
 
 // build takes every weight from b, checking names, shapes and dtypes, and fails on any
 // tensor missing or left over (mlx-lm loads strictly).
-func (m *Model) build(b *model.Builder) error {
+func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) error {
 	c := &m.cfg
 	H, hd, bias := c.Hidden, c.HeadDim, c.AttentionBias
 	vd := c.LinValueHeads * c.LinValueDim
@@ -133,6 +162,15 @@ func (m *Model) build(b *model.Builder) error {
 				kNorm: b.Float(a+"k_norm.weight", hd),
 			}
 		}
+		if c.Experts > 0 {
+			blk, err := moe.New(b, w, q, p+"mlp", moe.Config{Hidden: H, Experts: c.Experts, TopK: c.TopK,
+				Inter: c.MoEInter, SharedInter: c.SharedInter, NormTopK: c.NormTopK, SwiGLU: m.swiglu})
+			if err != nil {
+				return m.abandon(b, err)
+			}
+			l.moe = blk
+			continue
+		}
 		l.gate = b.Linear(p+"mlp.gate_proj", c.Inter, H, false)
 		l.up = b.Linear(p+"mlp.up_proj", c.Inter, H, false)
 		l.down = b.Linear(p+"mlp.down_proj", H, c.Inter, false)
@@ -141,17 +179,41 @@ func (m *Model) build(b *model.Builder) error {
 	if !c.Tied {
 		m.lmHead = b.Linear(prefix+"lm_head", c.Vocab, H, false)
 	}
-	return b.Finish(nil)
+	if err := b.Finish(nil); err != nil {
+		m.freeMoE() // the Builder freed what it gave out, but not the experts' stacks
+		return err
+	}
+	return nil
+}
+
+// abandon ends a build that a MoE block refused: everything taken so far is freed once
+// (by the Builder if it has problems of its own, else here) and both errors returned.
+func (m *Model) abandon(b *model.Builder, err error) error {
+	ferr := b.Finish(func(string) bool { return true })
+	if ferr == nil {
+		m.embed.Free()
+		m.freeLayers()
+	} else {
+		m.freeMoE()
+	}
+	return errors.Join(err, ferr)
+}
+
+func (m *Model) freeMoE() {
+	for i := range m.layers {
+		m.layers[i].moe.Free()
+	}
 }
 
 // setArch records what callers need to know, completed from the loaded weights.
 func (m *Model) setArch(w *model.Weights) {
 	c := &m.cfg
-	a := model.Arch{Family: "qwen3_5", HiddenSize: c.Hidden, NumLayers: c.Layers, VocabSize: c.Vocab,
+	a := model.Arch{Family: m.family, HiddenSize: c.Hidden, NumLayers: c.Layers, VocabSize: c.Vocab,
 		NumHeads: c.Heads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, MaxPositions: c.MaxPositions,
 		RMSNormEps: c.Eps, RopeTheta: c.RopeTheta, EOSTokenIDs: c.EOS, TiedEmbeddings: c.Tied,
 		WeightBytes: w.Bytes, TrimmableCache: false}
-	a.Quantized = m.embed.Q != nil || m.layers[0].gate.Q != nil
+	a.Quantized = m.embed.Q != nil || m.layers[0].attn != nil && m.layers[0].attn.q.Q != nil ||
+		m.layers[0].lin != nil && m.layers[0].lin.qkv.Q != nil
 	if m.embed.Q != nil {
 		a.Dtype = m.embed.Q.Scales.Dtype()
 	} else {
@@ -167,7 +229,9 @@ func (m *Model) bindKernels(s settings.Settings) error {
 	if m.skinny, err = model.NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
 		return err
 	}
-	m.swiglu = model.NewSwiGLU()
+	if m.swiglu == nil {
+		m.swiglu = model.NewSwiGLU()
+	}
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
@@ -187,10 +251,12 @@ func (m *Model) linears() []*model.Linear {
 		l := &m.layers[i]
 		if l.attn != nil {
 			ls = append(ls, l.attn.q, l.attn.k, l.attn.v, l.attn.o)
-		} else {
+		} else if l.lin != nil {
 			ls = append(ls, l.lin.qkv, l.lin.z, l.lin.b, l.lin.a, l.lin.out)
 		}
-		ls = append(ls, l.gate, l.up, l.down)
+		if l.moe == nil {
+			ls = append(ls, l.gate, l.up, l.down)
+		}
 	}
 	if m.lmHead != nil {
 		ls = append(ls, m.lmHead)
@@ -215,6 +281,7 @@ func (m *Model) WeightArrays() []*mlxc.Array {
 		} else {
 			ws = append(ws, l.lin.norm, l.lin.mixer.ConvW, l.lin.mixer.ALog, l.lin.mixer.DtBias)
 		}
+		ws = append(ws, l.moe.Arrays()...)
 	}
 	for _, x := range m.linears() {
 		ws = append(ws, x.Arrays()...)
@@ -229,6 +296,11 @@ func (m *Model) Prepare() {
 	for _, x := range m.linears() {
 		x.Prepare()
 		x.UseSkinny(m.skinny)
+	}
+	for i := range m.layers {
+		if b := m.layers[i].moe; b != nil {
+			b.Prepare()
+		}
 	}
 }
 
@@ -255,6 +327,19 @@ func (m *Model) FinalNorm(h *mlxc.Array) *model.Normed { return model.NormOf(h, 
 // Free releases all weights and kernels.
 func (m *Model) Free() {
 	m.embed.Free()
+	m.freeLayers()
+	m.norm.Free()
+	m.rope.Free()
+	m.swiglu.Free()
+	m.skinny.Free()
+	m.fqa.Free()
+	m.scaleArr.Free()
+	m.delta.Free()
+}
+
+// freeLayers releases the layers' weights and the head (the Builder's partial results on a
+// failed build included: Free is safe on nil).
+func (m *Model) freeLayers() {
 	for i := range m.layers {
 		l := &m.layers[i]
 		l.inputNorm.Free()
@@ -269,17 +354,11 @@ func (m *Model) Free() {
 			l.lin.mixer.ALog.Free()
 			l.lin.mixer.DtBias.Free()
 		}
+		l.moe.Free()
 	}
 	for _, x := range m.linears() {
 		x.Free()
 	}
-	m.norm.Free()
-	m.rope.Free()
-	m.swiglu.Free()
-	m.skinny.Free()
-	m.fqa.Free()
-	m.scaleArr.Free()
-	m.delta.Free()
 }
 
 // Cache is the model's per-sequence state: a recurrent layer cache for each GatedDeltaNet

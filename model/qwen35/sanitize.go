@@ -1,6 +1,7 @@
 package qwen35
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -108,4 +109,41 @@ func replace(w *model.Weights, name string, a *mlxc.Array, shape []int) {
 	info := w.Info[name]
 	info.Shape = shape
 	w.Info[name] = info
+}
+
+// splitExperts rewrites a raw HF qwen3_5_moe checkpoint's fused expert tensors into
+// mlx-lm's switch_mlp form: mlp.experts.gate_up_proj [E, 2·I, H] split in half along the
+// output axis into gate_proj and up_proj, and mlp.experts.down_proj renamed. Names are
+// matched in any of the stored prefixes, before sanitize moves them under language_model.
+func splitExperts(w *model.Weights) error {
+	for _, name := range names(w) {
+		base, ok := strings.CutSuffix(name, ".mlp.experts.gate_up_proj")
+		if !ok {
+			continue
+		}
+		info := w.Info[name]
+		if len(info.Shape) != 3 || info.Shape[1]%2 != 0 {
+			return fmt.Errorf("tensor %s has shape %v, want [experts, 2·moe_intermediate_size, hidden]", name, info.Shape)
+		}
+		down := base + ".mlp.experts.down_proj"
+		if !w.Has(down) {
+			return fmt.Errorf("tensor %s is missing from the checkpoint (its layer has %s)", down, name)
+		}
+		a, _ := w.Take(name)
+		E, I2, H := info.Shape[0], info.Shape[1], info.Shape[2]
+		sw := base + ".mlp.switch_mlp."
+		for j, part := range []string{"gate_proj", "up_proj"} {
+			to := sw + part + ".weight"
+			half := info
+			half.Name = to
+			w.Info[to] = half
+			w.File[to] = w.File[name]
+			replace(w, to, mlxc.Contiguous(mlxc.SliceAxis(a, 1, j*I2/2, (j+1)*I2/2)), []int{E, I2 / 2, H})
+		}
+		a.Free()
+		delete(w.Info, name)
+		delete(w.File, name)
+		rename(w, down, sw+"down_proj.weight")
+	}
+	return nil
 }
