@@ -81,9 +81,11 @@ func TestDownloadFlagsAfterID(t *testing.T) {
 }
 
 // A target whose model_type no family of this build loads is refused after its config.json
-// alone: one line on stderr, and neither its weights nor any drafter's are requested.
+// alone: one line on stderr, and neither its weights nor any drafter's are requested. The
+// name is a known pair's, so only the model_type (one nobody serves) stops it.
 func TestUnloadableFamilyRefusedBeforeDownload(t *testing.T) {
 	const target, drafter = "org/Qwen3.5-35B-A3B-4bit", "z-lab/Qwen3.5-35B-A3B-DFlash"
+	const unserved = "made_up_moe"
 	for _, args := range [][]string{
 		{"download", target},
 		{"download", target, "--no-draft"},
@@ -94,14 +96,14 @@ func TestUnloadableFamilyRefusedBeforeDownload(t *testing.T) {
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			srv := hubtest.New(t)
-			fakeModel(srv, target, "qwen3_5_moe")
+			fakeModel(srv, target, unserved)
 			fakeModel(srv, drafter, "qwen3")
 			_, errOut, code := hubCLI(t, srv, args...)
 			if code == 0 {
 				t.Fatal("exit 0")
 			}
 			lines := strings.Split(strings.TrimSpace(errOut), "\n")
-			if len(lines) != 1 || !strings.Contains(lines[0], `model_type "qwen3_5_moe"`) || !strings.Contains(lines[0], "cannot load") {
+			if len(lines) != 1 || !strings.Contains(lines[0], `model_type "`+unserved+`"`) || !strings.Contains(lines[0], "cannot load") {
 				t.Errorf("stderr is not one line naming the model_type:\n%s", errOut)
 			}
 			weights := srv.Count(func(r hubtest.Request) bool { return strings.HasSuffix(r.File, ".safetensors") })
@@ -151,6 +153,7 @@ func TestModelsListing(t *testing.T) {
 	cacheRepo(t, cache, "mlx-community/Qwen3-8B-4bit", "qwen3", []string{"config.json", "tokenizer.json"}, true)
 	cacheRepo(t, cache, "mlx-community/Qwen3.5-4B-bf16", "qwen3_5", whole, false)
 	cacheRepo(t, cache, "mlx-community/Qwen3.5-35B-A3B-4bit", "qwen3_5_moe", whole, false)
+	cacheRepo(t, cache, "org/Made-Up-MoE-4bit", "made_up_moe", whole, false)
 	run := func(args ...string) string {
 		cmd := cliCmd(t, append([]string{"models", "--drafts-file", filepath.Join(cache, "none.json")}, args...)...)
 		cmd.Env = append(cmd.Env, "HF_HUB_CACHE="+cache)
@@ -185,7 +188,8 @@ func TestModelsListing(t *testing.T) {
 		"z-lab/Qwen3-4B-DFlash-b16":          {"", true, false, false},
 		"mlx-community/Qwen3-8B-4bit":        {"z-lab/Qwen3-8B-DFlash-b16", false, true, false},
 		"mlx-community/Qwen3.5-4B-bf16":      {"z-lab/Qwen3.5-4B-DFlash", false, false, false},
-		"mlx-community/Qwen3.5-35B-A3B-4bit": {"", false, false, true},
+		"mlx-community/Qwen3.5-35B-A3B-4bit": {"z-lab/Qwen3.5-35B-A3B-DFlash", false, false, false},
+		"org/Made-Up-MoE-4bit":               {"", false, false, true},
 	}
 	if len(res.Cached) != len(want) {
 		t.Fatalf("cached rows %+v", res.Cached)
@@ -200,7 +204,7 @@ func TestModelsListing(t *testing.T) {
 	for _, p := range res.Pairs {
 		served[p.Target] = p.Served
 	}
-	if !served["Qwen3-4B"] || !served["Qwen3.5-4B"] || served["Qwen3.5-35B-A3B"] || len(served) < 8 {
+	if !served["Qwen3-4B"] || !served["Qwen3.5-4B"] || !served["Qwen3.5-35B-A3B"] || len(served) < 8 {
 		t.Errorf("pairs' served marks %v", served)
 	}
 	text := run()
@@ -214,9 +218,9 @@ func TestModelsListing(t *testing.T) {
 			t.Errorf("a complete download is marked incomplete: %q", line)
 		case strings.HasPrefix(strings.TrimSpace(line), "Qwen3.5-4B ") && strings.Contains(line, "not served"):
 			t.Errorf("a served pair is marked unserved: %q", line)
-		case strings.HasPrefix(strings.TrimSpace(line), "Qwen3.5-35B-A3B ") && !strings.Contains(line, "not served"):
-			t.Errorf("an unserved pair is not marked: %q", line)
-		case strings.Contains(line, "Qwen3.5-35B-A3B-4bit") && !strings.Contains(line, `cannot load model_type "qwen3_5_moe"`):
+		case strings.HasPrefix(strings.TrimSpace(line), "Qwen3.5-35B-A3B ") && strings.Contains(line, "not served"):
+			t.Errorf("the served MoE pair is marked unserved: %q", line)
+		case strings.Contains(line, "Made-Up-MoE-4bit") && !strings.Contains(line, `cannot load model_type "made_up_moe"`):
 			t.Errorf("a cached model of an unloadable family is not marked: %q", line)
 		case line != strings.TrimRight(line, " "):
 			t.Errorf("trailing spaces: %q", line)
