@@ -92,20 +92,28 @@ func TestHybridDFlashGreedyEqualsPlain(t *testing.T) {
 // decoding of the committed tokens (compareWithDecoding); the tokens are plain decoding's.
 func TestHybridScriptedRollbackMatchesFreshRun(t *testing.T) {
 	testenv.RequireShapeExact(t) // the scripted drafts are plain decoding's tokens
-	p := hybridPairs(t)["bf16"]
+	moe := decisiveHybrid(34)    // the hybrid with a sparse MoE MLP in every layer (qwen3_5_moe)
+	moe.Experts, moe.TopK, moe.MoEInter, moe.SharedInter, moe.NormTopK = 8, 2, 64, 64, true
+	scriptedRollback(t, "bf16", hybridPairs(t)["bf16"])
+	scriptedRollback(t, "moe", loadHybridPair(t, "hybrid-decisive-moe", moe, 2))
+}
+
+func scriptedRollback(t *testing.T, name string, p *pair) {
 	prompt := []int32{4, 8, 15, 16, 23, 42}
 	const N = 180 // one schedule of B = 16 (0..16 accepted) commits 153 tokens
 	want := plainGreedy(t, p, prompt, N)
 	ref := append(append([]int32(nil), prompt...), want...)
 	for _, B := range []int{4, 16} {
-		t.Run(fmt.Sprintf("B%d", B), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/B%d", name, B), func(t *testing.T) {
 			sched := func(cycle, n int) int { return cycle % (B + 1) } // 0..B−1 and "all"
 			sp := &verify.Scripted{Ref: ref, Correct: sched, Vocab: p.vocab, Block: B}
 			e := &Engine{Target: p.target, Proposer: sp}
 			checked := 0
+			ref := newDecodingRef(p, len(prompt))
+			defer ref.free()
 			e.afterCycle = func(c model.Cache, committed []int32) {
 				checked++
-				compareWithDecoding(t, p, c, committed, len(prompt))
+				ref.compare(t, c, committed)
 			}
 			res, _ := run(t, e, Request{Prompt: prompt, MaxTokens: N, BlockSize: B, IgnoreEOS: true})
 			if i, ok := eqTokens(res.Tokens, want); !ok {
@@ -167,30 +175,50 @@ func TestHybridRunAheadRollbackMatchesFreshRun(t *testing.T) {
 	}
 }
 
-// compareWithDecoding compares the caches c after a cycle with those of a fresh plain
-// decoding of the committed tokens: the prompt but its last token in one forward, then
-// one token per step, which is what a verify row computes in GPU-exact mode (on the CPU
-// always). A single long prefill is no reference on a GPU for a hybrid: its products and
-// its conv round otherwise, and the recurrent state carries the differences through
-// every later layer. On a GPU the bound is compareWithFresh's (1/32 of the reference's
-// largest magnitude).
-func compareWithDecoding(t *testing.T, p *pair, c model.Cache, committed []int32, promptLen int) {
+// decodingRef compares the caches after each cycle with those of a fresh plain decoding of
+// the committed tokens: the prompt but its last token in one forward, then one token per
+// step, which is what a verify row computes in GPU-exact mode (on the CPU always). The
+// reference decodes only the tokens committed since the last comparison (committed grows
+// by appending). A single long prefill is no reference on a GPU for a hybrid: its products
+// and its conv round otherwise, and the recurrent state carries the differences through
+// every later layer. On a GPU the bound is freshExceeds'.
+type decodingRef struct {
+	p         *pair
+	promptLen int
+	c         model.Cache // nil until the first comparison
+	done      int         // tokens the reference has taken
+}
+
+func newDecodingRef(p *pair, promptLen int) *decodingRef {
+	return &decodingRef{p: p, promptLen: promptLen}
+}
+
+// compare runs on the MLX thread (inside the loop's hook).
+func (r *decodingRef) compare(t *testing.T, c model.Cache, committed []int32) {
 	t.Helper()
 	s := mlxc.NewScope()
 	defer s.Close()
-	exceeds := freshExceeds()
 	if c.Offset() != len(committed) {
 		t.Errorf("target cache offset %d, committed %d", c.Offset(), len(committed))
 		return
 	}
-	fresh := p.target.NewCache()
-	defer fresh.Free()
-	if promptLen > 1 {
-		p.target.Forward(mlxc.FromSlice(committed[:promptLen-1], 1, promptLen-1), fresh, model.ForwardOptions{Logits: model.LogitsNone})
+	if r.c == nil {
+		r.c = r.p.target.NewCache()
+		if n := r.promptLen - 1; n > 0 {
+			r.p.target.Forward(mlxc.FromSlice(committed[:n], 1, n), r.c, model.ForwardOptions{Logits: model.LogitsNone})
+			r.done = n
+		}
 	}
-	for i := max(promptLen-1, 0); i < len(committed); i++ {
-		p.target.Forward(mlxc.FromSlice(committed[i:i+1], 1, 1), fresh, model.ForwardOptions{Logits: model.LogitsNone})
-		mlxc.Eval(fresh.Arrays()...)
+	for ; r.done < len(committed); r.done++ {
+		r.p.target.Forward(mlxc.FromSlice(committed[r.done:r.done+1], 1, 1), r.c, model.ForwardOptions{Logits: model.LogitsNone})
+		mlxc.Eval(r.c.Arrays()...)
 	}
-	compareCacheLayers(t, c, fresh, exceeds)
+	compareCacheLayers(t, c, r.c, freshExceeds())
+}
+
+// free releases the reference's caches (on the MLX thread).
+func (r *decodingRef) free() {
+	if r.c != nil {
+		_ = mlxc.Do(func() error { r.c.Free(); return nil })
+	}
 }

@@ -153,7 +153,7 @@ func TestSpeculativeSamplingMatchesTarget(t *testing.T) {
 			if cfg.hybrid {
 				spec := modelgen.TinyQwen35()
 				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
-				p = loadHybridPair(t, fmt.Sprintf("sampling-hybrid-v%d", cfg.vocab), spec, 1)
+				p = loadHybridPair(t, "sampling-"+cfg.name, spec, 1)
 			} else {
 				spec := modelgen.TinyQwen3()
 				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
