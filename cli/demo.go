@@ -89,8 +89,15 @@ func copyFile(src, dst string) error {
 // writePair writes target and drafter; the target gets the real tokenizer files and a
 // generation_config.json like the real checkpoints.
 func writePair(td, dd string, t modelgen.Qwen3Spec, d modelgen.DrafterSpec) error {
+	return writePairWith(td, dd, func() error { return modelgen.WriteQwen3(td, t) }, []int{qwen3ImEnd, qwen3EndOfText}, d)
+}
+
+// writePairWith writes a target with writeTarget (on the MLX thread) and the drafter d;
+// the target gets the Qwen3 tokenizer files and a generation_config.json with the end
+// tokens eos, like the real checkpoints.
+func writePairWith(td, dd string, writeTarget func() error, eos []int, d modelgen.DrafterSpec) error {
 	if err := mlxc.Do(func() error {
-		if err := modelgen.WriteQwen3(td, t); err != nil {
+		if err := writeTarget(); err != nil {
 			return err
 		}
 		return modelgen.WriteDrafter(dd, d)
@@ -106,7 +113,7 @@ func writePair(td, dd string, t modelgen.Qwen3Spec, d modelgen.DrafterSpec) erro
 			return fmt.Errorf("copy %s: %w", f, err)
 		}
 	}
-	gen, _ := json.MarshalIndent(map[string]any{"eos_token_id": []int{qwen3ImEnd, qwen3EndOfText}, "temperature": 0.6, "top_p": 0.95}, "", "  ")
+	gen, _ := json.MarshalIndent(map[string]any{"eos_token_id": eos, "temperature": 0.6, "top_p": 0.95}, "", "  ")
 	return os.WriteFile(filepath.Join(td, "generation_config.json"), gen, 0o644)
 }
 

@@ -1,11 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
-
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
@@ -58,23 +53,5 @@ func qwen35Shape(shape string) (t modelgen.Qwen35Spec, d modelgen.DrafterSpec, o
 // the Qwen3 tokenizer files (the bench's random prompts are token ids) and a
 // generation_config.json with Qwen3.5's end tokens.
 func writePair35(td, dd string, t modelgen.Qwen35Spec, d modelgen.DrafterSpec) error {
-	if err := mlxc.Do(func() error {
-		if err := modelgen.WriteQwen35(td, t); err != nil {
-			return err
-		}
-		return modelgen.WriteDrafter(dd, d)
-	}); err != nil {
-		return err
-	}
-	tokDir, err := tokenizerAssets()
-	if err != nil {
-		return err
-	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		if err := copyFile(filepath.Join(tokDir, f), filepath.Join(td, f)); err != nil {
-			return fmt.Errorf("copy %s: %w", f, err)
-		}
-	}
-	gen, _ := json.MarshalIndent(map[string]any{"eos_token_id": t.EOS, "temperature": 0.6, "top_p": 0.95}, "", "  ")
-	return os.WriteFile(filepath.Join(td, "generation_config.json"), gen, 0o644)
+	return writePairWith(td, dd, func() error { return modelgen.WriteQwen35(td, t) }, t.EOS, d)
 }
