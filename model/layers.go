@@ -209,6 +209,22 @@ func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 	return mlxc.Matmul(x, mlxc.Transpose(e.W))
 }
 
+// Dtype is the table's activation dtype: that of the scales when quantized.
+func (e *Embedding) Dtype() mlxc.Dtype {
+	if e.Q != nil {
+		return e.Q.Scales.Dtype()
+	}
+	return e.W.Dtype()
+}
+
+// Arrays lists the table's weight arrays (for evaluation at load).
+func (e *Embedding) Arrays() []*mlxc.Array {
+	if e.Q != nil {
+		return (&Linear{Q: e.Q}).Arrays()
+	}
+	return []*mlxc.Array{e.W}
+}
+
 func (e *Embedding) Free() {
 	if e == nil {
 		return

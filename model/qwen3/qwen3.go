@@ -145,11 +145,7 @@ func qwen3Ignored(tied bool) func(name string) bool {
 // dtype and size) and stores it as the model's architecture.
 func (m *Qwen3) setArch(a model.Arch, w *model.Weights) {
 	a.Quantized = m.embed.Q != nil || (len(m.layers) > 0 && m.layers[0].attn.q.Q != nil)
-	if m.embed.Q != nil {
-		a.Dtype = m.embed.Q.Scales.Dtype()
-	} else {
-		a.Dtype = m.embed.W.Dtype()
-	}
+	a.Dtype = m.embed.Dtype()
 	a.WeightBytes = w.Bytes
 	m.arch = a
 }
@@ -368,12 +364,7 @@ func (p *qwen3Pass) output(h *mlxc.Array, next *model.Normed) model.Output {
 
 // WeightArrays lists every weight, for Load to evaluate.
 func (m *Qwen3) WeightArrays() []*mlxc.Array {
-	var ws []*mlxc.Array
-	if m.embed.Q != nil {
-		ws = append(ws, (&model.Linear{Q: m.embed.Q}).Arrays()...)
-	} else {
-		ws = append(ws, m.embed.W)
-	}
+	ws := m.embed.Arrays()
 	for i := range m.layers {
 		l := &m.layers[i]
 		ws = append(ws, l.inputNorm, l.postNorm, l.attn.qNorm, l.attn.kNorm)

@@ -214,11 +214,7 @@ func (m *Model) setArch(w *model.Weights) {
 		WeightBytes: w.Bytes, TrimmableCache: false}
 	a.Quantized = m.embed.Q != nil || m.layers[0].attn != nil && m.layers[0].attn.q.Q != nil ||
 		m.layers[0].lin != nil && m.layers[0].lin.qkv.Q != nil
-	if m.embed.Q != nil {
-		a.Dtype = m.embed.Q.Scales.Dtype()
-	} else {
-		a.Dtype = m.embed.W.Dtype()
-	}
+	a.Dtype = m.embed.Dtype()
 	m.arch = a
 }
 
@@ -267,12 +263,7 @@ func (m *Model) linears() []*model.Linear {
 // WeightArrays lists every weight array, for model.Load to evaluate: the sanitized ones
 // are computed from the file's.
 func (m *Model) WeightArrays() []*mlxc.Array {
-	var ws []*mlxc.Array
-	if m.embed.Q != nil {
-		ws = append(ws, (&model.Linear{Q: m.embed.Q}).Arrays()...)
-	} else {
-		ws = append(ws, m.embed.W)
-	}
+	ws := m.embed.Arrays()
 	for i := range m.layers {
 		l := &m.layers[i]
 		ws = append(ws, l.inputNorm, l.postNorm)
