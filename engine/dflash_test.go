@@ -53,24 +53,9 @@ func TestDFlashGreedyEqualsPlain(t *testing.T) {
 						defer func() { p.drft.KeyBucket = 0 }()
 						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), KeyBucket: vr.bucket, RowwiseVerify: vr.rowwise}
 						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
-						if i, ok := eqTokens(res.Tokens, want); !ok {
-							t.Fatalf("DFlash diverges from plain at %d:\n dflash %v\n plain  %v", i, res.Tokens, want)
-						}
-						var streamed []int32
-						for _, ev := range evs {
-							streamed = append(streamed, ev.Tokens...)
-						}
-						if _, ok := eqTokens(streamed, res.Tokens); !ok {
-							t.Errorf("streamed tokens %v differ from result %v", streamed, res.Tokens)
-						}
-						st := res.Stats
-						if st.GeneratedTokens != len(res.Tokens) || res.FinishReason != FinishLength {
+						checkLossless(t, res, evs, want, B)
+						if st := res.Stats; st.GeneratedTokens != len(res.Tokens) || res.FinishReason != FinishLength {
 							t.Errorf("stats: generated %d, tokens %d, finish %q", st.GeneratedTokens, len(res.Tokens), res.FinishReason)
-						}
-						// Honest statistics: every committed token comes from a cycle (1 + accepted each),
-						// plus the first token from prefill; truncation only at the end.
-						if got := 1 + st.Cycles + st.Accepted; got < st.GeneratedTokens || got > st.GeneratedTokens+B {
-							t.Errorf("1 + cycles %d + accepted %d = %d, generated %d", st.Cycles, st.Accepted, got, st.GeneratedTokens)
 						}
 					})
 				}
@@ -206,6 +191,28 @@ func compareCacheLayers(t *testing.T, c, fresh model.Cache, exceeds func(a, b *m
 		if d, bad := exceeds(v1, v2); bad {
 			t.Errorf("layer %d (%T) values / state differ from a fresh run by %g", i, l, d)
 		}
+	}
+}
+
+// checkLossless checks a greedy DFlash run with block size B against plain decoding's tokens
+// want: the same tokens, streamed as returned, and honest statistics (every committed token
+// comes from a cycle, 1 + accepted each, plus the first token from prefill; truncation only
+// at the end).
+func checkLossless(t *testing.T, res Result, evs []Event, want []int32, B int) {
+	t.Helper()
+	if i, ok := eqTokens(res.Tokens, want); !ok {
+		t.Fatalf("DFlash diverges from plain at %d:\n dflash %v\n plain  %v", i, res.Tokens, want)
+	}
+	var streamed []int32
+	for _, ev := range evs {
+		streamed = append(streamed, ev.Tokens...)
+	}
+	if _, ok := eqTokens(streamed, res.Tokens); !ok {
+		t.Errorf("streamed tokens %v differ from result %v", streamed, res.Tokens)
+	}
+	st := res.Stats
+	if got := 1 + st.Cycles + st.Accepted; got < st.GeneratedTokens || got > st.GeneratedTokens+B {
+		t.Errorf("1 + cycles %d + accepted %d = %d, generated %d", st.Cycles, st.Accepted, got, st.GeneratedTokens)
 	}
 }
 
