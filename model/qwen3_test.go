@@ -101,26 +101,7 @@ func logprobGap(m model.Model, seq []int32, a, b int32) float64 {
 // tokens up to the first near-tie (a log-probability gap of at most 0.25, the largest seen
 // to flip between GPU kernels).
 func TestQwen3MatchesMLXLM(t *testing.T) {
-	py := reftest.Python(t)
-	exact := !testenv.GPU()
-	agree := func(got, want []float32) (float64, int, bool) {
-		d, at := maxAbsDiff(got, want)
-		if exact || d == 0 {
-			return d, at, d == 0
-		}
-		scale := 0.0
-		for _, w := range want {
-			scale = math.Max(scale, math.Abs(float64(w)))
-		}
-		return d, at, d <= scale/32
-	}
-	script := filepath.Join(reftest.RepoRoot(), "model", "testdata", "mlxlm_ref.py")
-	base := modelgen.TinyQwen3()
-	cases := []struct {
-		name        string
-		mod         func(*modelgen.Qwen3Spec)
-		bits, group int
-	}{
+	runParityCases(t, modelgen.TinyQwen3(), "qwen3", []parityCase{
 		{name: "bf16-tied-single", mod: func(s *modelgen.Qwen3Spec) {}},
 		{name: "bf16-untied-sharded-index", mod: func(s *modelgen.Qwen3Spec) { s.Tied = false; s.Shards = 3; s.Seed = 2 }},
 		{name: "bf16-sharded-noindex-headdim", mod: func(s *modelgen.Qwen3Spec) { s.Shards = 2; s.NoIndex = true; s.HeadDim = 48; s.Seed = 3 }},
@@ -134,7 +115,24 @@ func TestQwen3MatchesMLXLM(t *testing.T) {
 			s.Seed = 7
 			s.RopeScaling = map[string]any{"type": "linear", "factor": 2.0}
 		}},
-	}
+	})
+}
+
+// parityCase is one checkpoint of a parity table: base modified by mod, and converted by
+// mlx-lm to bits/group (bits 0: used as written).
+type parityCase struct {
+	name        string
+	mod         func(*modelgen.Qwen3Spec)
+	bits, group int
+}
+
+// runParityCases compares, for each case, the logits of one forward, every layer's hidden
+// rows and 64 greedy tokens with mlx-lm's (see TestQwen3MatchesMLXLM for the bounds),
+// and checks the loaded family.
+func runParityCases(t *testing.T, base modelgen.Qwen3Spec, family string, cases []parityCase) {
+	py := reftest.Python(t)
+	exact := !testenv.GPU()
+	script := filepath.Join(reftest.RepoRoot(), "model", "testdata", "mlxlm_ref.py")
 	prompt := []int32{5, 17, 99, 3, 250, 42, 7, 7, 128, 64, 11, 200, 1, 0, 33, 90, 45, 12, 8, 190}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,60 +154,77 @@ func TestQwen3MatchesMLXLM(t *testing.T) {
 			const nGreedy = 64
 			reftest.Run(t, py, script, "ref", dir, refPath, strings.Join(toks, ","), strconv.Itoa(nGreedy))
 			m := loadModel(t, dir)
-			a := m.Arch()
-			err := mlxc.Do(func() error {
-				s := mlxc.NewScope()
-				defer s.Close()
-				ref, _ := mlxc.LoadSafetensors(refPath)
-				taps := make([]int, a.NumLayers)
-				for i := range taps {
-					taps[i] = i
-				}
-				c := m.NewCache()
-				defer c.Free()
-				out := m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
-				got := out.Logits.Float32s()
-				want := ref["logits"].Float32s()
-				if d, at, ok := agree(got, want); !ok {
-					t.Errorf("logits differ from mlx-lm: max |Δ| = %g at %d (want bit-identical on CPU)", d, at)
-				} else if d != 0 {
-					t.Logf("logits differ from mlx-lm on the GPU by at most %g", d)
-				}
-				if d, _, ok := agree(ref["logits"].Float32s(), ref["logits_model"].Float32s()); !ok {
-					t.Errorf("reference layer loop disagrees with mlx-lm's own forward by %g", d)
-				}
-				hidden := out.Hidden.Float32s()
-				H, L := a.HiddenSize, len(prompt)
-				for i := 0; i < a.NumLayers; i++ {
-					w := ref[fmt.Sprintf("hidden_%d", i)].Float32s()
-					g := make([]float32, 0, L*H)
-					for p := 0; p < L; p++ {
-						row := hidden[p*len(taps)*H+i*H : p*len(taps)*H+(i+1)*H]
-						g = append(g, row...)
-					}
-					if d, at, ok := agree(g, w); !ok {
-						t.Errorf("hidden tap of layer %d differs: max |Δ| = %g at %d", i, d, at)
-					}
-				}
-				gen := greedy(m, prompt, nGreedy)
-				wantGen := ref["greedy"].Int32s()
-				for i := range wantGen {
-					if gen[i] != wantGen[i] {
-						if exact {
-							t.Errorf("greedy token %d = %d, mlx-lm %d (ours %v, ref %v)", i, gen[i], wantGen[i], gen, wantGen)
-						} else if gap := logprobGap(m, append(append([]int32(nil), prompt...), gen[:i]...), gen[i], wantGen[i]); gap > 0.25 {
-							t.Errorf("greedy token %d = %d, mlx-lm %d: a log-probability gap of %g is no near-tie (ours %v, ref %v)", i, gen[i], wantGen[i], gap, gen, wantGen)
-						} else {
-							t.Logf("greedy token %d = %d, mlx-lm %d: a near-tie (log-probability gap %g) flipped on the GPU; the rest is not compared", i, gen[i], wantGen[i], gap)
-						}
-						break
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			if got := m.Arch().Family; got != family {
+				t.Errorf("loaded as family %q, want %q", got, family)
+			}
+			if err := mlxc.Do(func() error { compareWithMLXLM(t, m, refPath, prompt, nGreedy, exact); return nil }); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// compareWithMLXLM checks m's logits, hidden taps and greedy tokens for prompt against
+// the reference file refPath (exact: bit for bit; else the GPU bounds). MLX thread only.
+func compareWithMLXLM(t *testing.T, m model.Model, refPath string, prompt []int32, nGreedy int, exact bool) {
+	t.Helper()
+	agree := func(got, want []float32) (float64, int, bool) {
+		d, at := maxAbsDiff(got, want)
+		if exact || d == 0 {
+			return d, at, d == 0
+		}
+		scale := 0.0
+		for _, w := range want {
+			scale = math.Max(scale, math.Abs(float64(w)))
+		}
+		return d, at, d <= scale/32
+	}
+	a := m.Arch()
+	s := mlxc.NewScope()
+	defer s.Close()
+	ref, _ := mlxc.LoadSafetensors(refPath)
+	taps := make([]int, a.NumLayers)
+	for i := range taps {
+		taps[i] = i
+	}
+	c := m.NewCache()
+	defer c.Free()
+	out := m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll})
+	got := mlxc.AsType(out.Logits, mlxc.Float32).Float32s()
+	want := ref["logits"].Float32s()
+	if d, at, ok := agree(got, want); !ok {
+		t.Errorf("logits differ from mlx-lm: max |Δ| = %g at %d (want bit-identical on CPU)", d, at)
+	} else if d != 0 {
+		t.Logf("logits differ from mlx-lm on the GPU by at most %g", d)
+	}
+	if d, _, ok := agree(ref["logits"].Float32s(), ref["logits_model"].Float32s()); !ok {
+		t.Errorf("reference layer loop disagrees with mlx-lm's own forward by %g", d)
+	}
+	hidden := mlxc.AsType(out.Hidden, mlxc.Float32).Float32s()
+	H, L := a.HiddenSize, len(prompt)
+	for i := 0; i < a.NumLayers; i++ {
+		w := ref[fmt.Sprintf("hidden_%d", i)].Float32s()
+		g := make([]float32, 0, L*H)
+		for p := 0; p < L; p++ {
+			row := hidden[p*len(taps)*H+i*H : p*len(taps)*H+(i+1)*H]
+			g = append(g, row...)
+		}
+		if d, at, ok := agree(g, w); !ok {
+			t.Errorf("hidden tap of layer %d differs: max |Δ| = %g at %d", i, d, at)
+		}
+	}
+	gen := greedy(m, prompt, nGreedy)
+	wantGen := ref["greedy"].Int32s()
+	for i := range wantGen {
+		if gen[i] != wantGen[i] {
+			if exact {
+				t.Errorf("greedy token %d = %d, mlx-lm %d (ours %v, ref %v)", i, gen[i], wantGen[i], gen, wantGen)
+			} else if gap := logprobGap(m, append(append([]int32(nil), prompt...), gen[:i]...), gen[i], wantGen[i]); gap > 0.25 {
+				t.Errorf("greedy token %d = %d, mlx-lm %d: a log-probability gap of %g is no near-tie (ours %v, ref %v)", i, gen[i], wantGen[i], gap, gen, wantGen)
+			} else {
+				t.Logf("greedy token %d = %d, mlx-lm %d: a near-tie (log-probability gap %g) flipped on the GPU; the rest is not compared", i, gen[i], wantGen[i], gap)
+			}
+			break
+		}
 	}
 }

@@ -171,3 +171,63 @@ func (w *Weights) fileOf(name string) string {
 	}
 	return "(no file)"
 }
+
+// The rewrites below are for the families' sanitize steps, which turn a checkpoint's
+// stored form into the one their modules load (mlx-lm's Model.sanitize). Each keeps Info,
+// File, Arrays and Bytes consistent, so that Builder's checks and the resident-size report
+// see the rewritten set.
+
+// Drop removes a tensor (header and array) from the set.
+func (w *Weights) Drop(name string) {
+	if a, ok := w.Take(name); ok {
+		a.Free()
+	}
+	info := w.Info[name]
+	w.Bytes -= info.End - info.Begin
+	delete(w.Info, name)
+	delete(w.File, name)
+}
+
+// Rename moves a tensor to a new name.
+func (w *Weights) Rename(from, to string) {
+	info := w.Info[from]
+	info.Name = to
+	w.Info[to] = info
+	w.File[to] = w.File[from]
+	delete(w.Info, from)
+	delete(w.File, from)
+	if a, ok := w.Take(from); ok {
+		w.Arrays[to] = a
+	}
+}
+
+// Replace swaps a tensor's array for a, a function of it of the given shape (same dtype
+// and size); a is detached like the arrays Load makes, and the old handle released.
+func (w *Weights) Replace(name string, a *mlxc.Array, shape []int) {
+	a.Detach()
+	if old, ok := w.Arrays[name]; ok {
+		old.Free()
+	}
+	w.Arrays[name] = a
+	info := w.Info[name]
+	info.Shape = shape
+	w.Info[name] = info
+}
+
+// Combine puts a, made from the tensors parts (same dtype; their arrays already taken
+// and owned by the caller), in their place under the name to: the parts' headers go, and
+// to's header takes a's shape and the parts' bytes, so Bytes does not change.
+func (w *Weights) Combine(to string, a *mlxc.Array, parts []string) {
+	info := TensorInfo{Name: to, Dtype: a.Dtype(), Shape: a.Shape()}
+	for _, p := range parts {
+		pi := w.Info[p]
+		info.End += pi.End - pi.Begin
+		if _, ok := w.File[to]; !ok {
+			w.File[to] = w.File[p]
+		}
+		delete(w.Info, p)
+		delete(w.File, p)
+	}
+	w.Info[to] = info
+	w.Arrays[to] = a.Detach()
+}

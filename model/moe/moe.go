@@ -230,8 +230,11 @@ func (e *Experts) free() {
 func (b *Block) Config() Config { return b.cfg }
 
 // Prepare makes the experts' transposed views once the weights are evaluated, and readies
-// the 2-D layers (MLX thread only).
+// the 2-D layers (MLX thread only; nil: nothing).
 func (b *Block) Prepare() {
+	if b == nil {
+		return
+	}
 	b.Gate.prepare()
 	b.Up.prepare()
 	b.Down.prepare()

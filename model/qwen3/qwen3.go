@@ -1,16 +1,20 @@
-// Package qwen3 is the dense Qwen3 family (config.json model_type "qwen3"): its config, its
+// Package qwen3 is the Qwen3 family (config.json model_type "qwen3"): its config, its
 // weights (HF and mlx-community layouts, bf16 or affine-quantized) and its forward pass,
 // which follows mlx-lm's models/qwen3.py op for op over model's shared layers and kernels.
-// It registers itself with model.Register from init.
+// Its MoE sibling (model_type "qwen3_moe": Qwen3-30B-A3B, Qwen3-Coder-30B-A3B) is the
+// same decoder with a sparse MoE MLP (model/moe) in the layers its config names, as in
+// mlx-lm's qwen3_moe.py. Both register themselves with model.Register from init.
 package qwen3
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/moe"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
@@ -24,7 +28,8 @@ type qwen3Attention struct {
 type qwen3Layer struct {
 	inputNorm, postNorm *mlxc.Array
 	attn                qwen3Attention
-	gate, up, down      *model.Linear
+	gate, up, down      *model.Linear // the dense MLP (nil when moe is set)
+	moe                 *moe.Block    // the sparse MLP of a qwen3_moe layer
 	// qkv and gateUp are set when the projections are merged (MergeProjectionsDefault).
 	qkv, gateUp *model.MergedLinear
 }
@@ -52,16 +57,27 @@ func loadQwen3(cfg *model.RawConfig, w *model.Weights, q *model.QuantConfig, s s
 	if err != nil {
 		return nil, err
 	}
+	return newQwen3(cfg, w, q, s, a, inter, nil)
+}
+
+// newQwen3 builds the decoder of architecture a (inter: the dense MLP width) whose
+// layers mc marks sparse have the MoE MLP (mc nil: none, the dense Qwen3).
+func newQwen3(cfg *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings, a model.Arch, inter int, mc *moeConfig) (model.Model, error) {
 	rope, err := model.ParseRope(cfg, a.HeadDim, a.RopeTheta, a.MaxPositions)
 	if err != nil {
 		return nil, err
 	}
 	m := &Qwen3{rope: rope, scale: float32(math.Pow(float64(a.HeadDim), -0.5))}
-	if err := m.build(model.NewBuilder(w, q), a, inter); err != nil {
+	// The activation exists before build: the MoE blocks keep it in their config.
+	m.swiglu = model.NewSwiGLU()
+	if err := m.build(model.NewBuilder(w, q), w, q, a, inter, mc); err != nil {
+		m.swiglu.Free()
+		m.rope.Free()
 		return nil, err
 	}
 	m.setArch(a, w)
 	if err := m.bindKernels(s); err != nil {
+		m.Free()
 		return nil, err
 	}
 	return m, nil
@@ -101,9 +117,10 @@ func parseQwen3Arch(cfg *model.RawConfig) (model.Arch, int, error) {
 	return a, inter, nil
 }
 
-// build takes the model's weights from b for architecture a (inter: the MLP width) and
-// fails on any tensor left over or missing, so a mismatched checkpoint is caught at load.
-func (m *Qwen3) build(b *model.Builder, a model.Arch, inter int) error {
+// build takes the model's weights from b for architecture a (inter: the dense MLP width;
+// mc: the sparse layers, or nil) and fails on any tensor left over or missing, so a
+// mismatched checkpoint is caught at load.
+func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, a model.Arch, inter int, mc *moeConfig) error {
 	H, hd := a.HiddenSize, a.HeadDim
 	m.embed = b.Embedding("model.embed_tokens", a.VocabSize, H)
 	m.layers = make([]qwen3Layer, a.NumLayers)
@@ -118,6 +135,14 @@ func (m *Qwen3) build(b *model.Builder, a model.Arch, inter int) error {
 		l.attn.o = b.Linear(p+"self_attn.o_proj", H, a.NumHeads*hd, false)
 		l.attn.qNorm = b.Float(p+"self_attn.q_norm.weight", hd)
 		l.attn.kNorm = b.Float(p+"self_attn.k_norm.weight", hd)
+		if mc.sparse(i) {
+			blk, err := newMoEBlock(b, w, q, p, H, mc, m.swiglu)
+			if err != nil {
+				return m.abandon(b, err)
+			}
+			l.moe = blk
+			continue
+		}
 		l.gate = b.Linear(p+"mlp.gate_proj", inter, H, false)
 		l.up = b.Linear(p+"mlp.up_proj", inter, H, false)
 		l.down = b.Linear(p+"mlp.down_proj", H, inter, false)
@@ -126,7 +151,30 @@ func (m *Qwen3) build(b *model.Builder, a model.Arch, inter int) error {
 	if !a.TiedEmbeddings {
 		m.lmHead = b.Linear("lm_head", a.VocabSize, H, false)
 	}
-	return b.Finish(qwen3Ignored(a.TiedEmbeddings))
+	if err := b.Finish(qwen3Ignored(a.TiedEmbeddings)); err != nil {
+		m.freeMoE() // the Builder freed what it gave out, but not the experts' stacks
+		return err
+	}
+	return nil
+}
+
+// abandon ends a build that a MoE block refused: everything taken so far is freed once
+// (by the Builder if it has problems of its own, else here) and both errors returned.
+func (m *Qwen3) abandon(b *model.Builder, err error) error {
+	ferr := b.Finish(func(string) bool { return true })
+	if ferr == nil {
+		m.freeWeights()
+	} else {
+		m.freeMoE()
+	}
+	return errors.Join(err, ferr)
+}
+
+// freeMoE frees the MoE blocks' expert stacks, which the Builder does not track.
+func (m *Qwen3) freeMoE() {
+	for i := range m.layers {
+		m.layers[i].moe.Free()
+	}
 }
 
 // qwen3Ignored names the checkpoint tensors Finish may leave unused: mlx-lm's sanitize
@@ -157,7 +205,6 @@ func (m *Qwen3) bindKernels(s settings.Settings) error {
 	if m.skinny, err = model.NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
 		return err
 	}
-	m.swiglu = model.NewSwiGLU()
 	m.fused = model.NewFused(m.rope, m.arch.HeadDim, m.arch.RMSNormEps, s.Kernels)
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
@@ -178,9 +225,12 @@ func (m *Qwen3) Prepare() {
 			x.Prepare()
 			x.UseSkinny(m.skinny)
 		}
+		l.moe.Prepare()
 		if merge {
 			l.qkv = model.MergeLinears(l.attn.q, l.attn.k, l.attn.v)
-			l.gateUp = model.MergeLinears(l.gate, l.up)
+			if l.moe == nil {
+				l.gateUp = model.MergeLinears(l.gate, l.up)
+			}
 		}
 	}
 }
@@ -278,6 +328,13 @@ func (p *qwen3Pass) layer(i int, h *mlxc.Array, next *model.Normed) (*mlxc.Array
 	case p.opt.Logits != model.LogitsNone:
 		nextNorm = m.norm // the last layer's rows go through the final norm
 	}
+	if l.moe != nil {
+		h = mlxc.Add(h, l.moe.Apply(x.X()))
+		if nextNorm == nil {
+			return h, nil
+		}
+		return h, model.NormOf(h, nextNorm, a.RMSNormEps)
+	}
 	return model.MLPAdd(m.fused, m.swiglu, l.gateUp, l.gate, l.up, l.down, x, h, nextNorm, a.RMSNormEps)
 }
 
@@ -371,13 +428,25 @@ func (m *Qwen3) WeightArrays() []*mlxc.Array {
 		for _, x := range []*model.Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			ws = append(ws, x.Arrays()...)
 		}
+		ws = append(ws, l.moe.Arrays()...)
 	}
 	ws = append(ws, m.norm)
 	return append(ws, m.lmHead.Arrays()...)
 }
 
-// Free releases all weights.
+// Free releases all weights and kernels.
 func (m *Qwen3) Free() {
+	m.freeWeights()
+	m.rope.Free()
+	m.swiglu.Free()
+	m.skinny.Free()
+	m.fqa.Free()
+	m.scaleArr.Free()
+	m.fused.Free()
+}
+
+// freeWeights releases the weights taken so far (safe on a partly built model).
+func (m *Qwen3) freeWeights() {
 	m.embed.Free()
 	for i := range m.layers {
 		l := &m.layers[i]
@@ -388,17 +457,12 @@ func (m *Qwen3) Free() {
 		for _, x := range []*model.Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			x.Free()
 		}
+		l.moe.Free()
 		l.qkv.Free()
 		l.gateUp.Free()
 	}
 	m.norm.Free()
 	m.lmHead.Free()
-	m.rope.Free()
-	m.swiglu.Free()
-	m.skinny.Free()
-	m.fqa.Free()
-	m.scaleArr.Free()
-	m.fused.Free()
 }
 
 // headPrep runs the fused head preparation on one layer's projections of rows x (B = 1):

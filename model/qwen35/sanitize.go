@@ -20,12 +20,12 @@ func sanitize(w *model.Weights, tied bool) {
 	for _, name := range names(w) {
 		switch {
 		case strings.HasPrefix(name, "vision_tower"), strings.HasPrefix(name, "model.visual"):
-			drop(w, name)
+			w.Drop(name)
 		case strings.HasPrefix(name, "model.language_model"):
-			rename(w, name, "language_model.model"+strings.TrimPrefix(name, "model.language_model"))
+			w.Rename(name, "language_model.model"+strings.TrimPrefix(name, "model.language_model"))
 		case strings.HasPrefix(name, "language_model."):
 		default:
-			rename(w, name, "language_model."+name)
+			w.Rename(name, "language_model."+name)
 		}
 	}
 	raw := false
@@ -36,13 +36,13 @@ func sanitize(w *model.Weights, tied bool) {
 	}
 	for _, name := range names(w) {
 		if strings.Contains(name, "mtp.") {
-			drop(w, name)
+			w.Drop(name)
 		}
 	}
 	if tied {
 		for _, sfx := range []string{"weight", "scales", "biases"} {
 			if name := "language_model.lm_head." + sfx; w.Has(name) {
-				drop(w, name)
+				w.Drop(name)
 			}
 		}
 	}
@@ -50,10 +50,10 @@ func sanitize(w *model.Weights, tied bool) {
 		info := w.Info[name]
 		switch {
 		case strings.Contains(name, "conv1d.weight") && len(info.Shape) == 3 && info.Shape[2] != 1:
-			replace(w, name, mlxc.SwapAxes(w.Arrays[name], 1, 2), []int{info.Shape[0], info.Shape[2], info.Shape[1]})
+			w.Replace(name, mlxc.SwapAxes(w.Arrays[name], 1, 2), []int{info.Shape[0], info.Shape[2], info.Shape[1]})
 		case raw && len(info.Shape) == 1 && hasAnySuffix(name, shiftedNorms):
 			a := w.Arrays[name]
-			replace(w, name, mlxc.Add(a, mlxc.Scalar(1, a.Dtype())), info.Shape)
+			w.Replace(name, mlxc.Add(a, mlxc.Scalar(1, a.Dtype())), info.Shape)
 		}
 	}
 }
@@ -74,41 +74,6 @@ func names(w *model.Weights) []string {
 		out = append(out, n)
 	}
 	return out
-}
-
-func drop(w *model.Weights, name string) {
-	if a, ok := w.Take(name); ok {
-		a.Free()
-	}
-	info := w.Info[name]
-	w.Bytes -= info.End - info.Begin
-	delete(w.Info, name)
-	delete(w.File, name)
-}
-
-func rename(w *model.Weights, from, to string) {
-	info := w.Info[from]
-	info.Name = to
-	w.Info[to] = info
-	w.File[to] = w.File[from]
-	delete(w.Info, from)
-	delete(w.File, from)
-	if a, ok := w.Take(from); ok {
-		w.Arrays[to] = a
-	}
-}
-
-// replace swaps a tensor's array for a, a function of it with the given shape; a is
-// detached like the arrays Weights.Load makes, and the old handle released.
-func replace(w *model.Weights, name string, a *mlxc.Array, shape []int) {
-	a.Detach()
-	if old, ok := w.Arrays[name]; ok {
-		old.Free()
-	}
-	w.Arrays[name] = a
-	info := w.Info[name]
-	info.Shape = shape
-	w.Info[name] = info
 }
 
 // splitExperts rewrites a raw HF qwen3_5_moe checkpoint's fused expert tensors into
@@ -138,12 +103,12 @@ func splitExperts(w *model.Weights) error {
 			half.Name = to
 			w.Info[to] = half
 			w.File[to] = w.File[name]
-			replace(w, to, mlxc.Contiguous(mlxc.SliceAxis(a, 1, j*I2/2, (j+1)*I2/2)), []int{E, I2 / 2, H})
+			w.Replace(to, mlxc.Contiguous(mlxc.SliceAxis(a, 1, j*I2/2, (j+1)*I2/2)), []int{E, I2 / 2, H})
 		}
 		a.Free()
 		delete(w.Info, name)
 		delete(w.File, name)
-		rename(w, down, sw+"down_proj.weight")
+		w.Rename(down, sw+"down_proj.weight")
 	}
 	return nil
 }
