@@ -60,6 +60,17 @@ func TestLoadErrors(t *testing.T) {
 	spec.Shards = 0
 	spec.QuantBits, spec.QuantGroup = 4, 64
 	writeModel(t, quant, spec)
+	moeHF := filepath.Join(base, "moe-hf")
+	moeMLX := filepath.Join(base, "moe-mlx")
+	moeSpec := modelgen.TinyQwen3MoE()
+	writeModel(t, moeHF, moeSpec)
+	moeSpec.PerExpert = false
+	writeModel(t, moeMLX, moeSpec)
+	setKey := func(key string, v any) func(t *testing.T, d string) {
+		return func(t *testing.T, d string) {
+			editJSON(t, filepath.Join(d, "config.json"), func(m map[string]any) { m[key] = v })
+		}
+	}
 
 	cases := []struct {
 		name   string
@@ -111,6 +122,27 @@ func TestLoadErrors(t *testing.T) {
 				m["quantization"] = map[string]any{"group_size": 64.0, "bits": 7.0}
 			})
 		}, []string{"config.json", "bits 7"}},
+		// qwen3_moe: the expert count and the expert tensors, in both layouts.
+		{"moe: more experts in the config (per expert)", moeHF, setKey("num_experts", 16.0),
+			[]string{"expert tensor model.layers.1.mlp.experts.8.down_proj.weight is missing", "num_experts 16"}},
+		{"moe: fewer experts in the config (per expert)", moeHF, setKey("num_experts", 4.0),
+			[]string{"the checkpoint has 8 experts (model.layers.1.mlp.experts.7.down_proj.weight) but the config has num_experts 4"}},
+		{"moe: expert count (stacked)", moeMLX, setKey("num_experts", 16.0),
+			[]string{"model.layers.1.mlp.gate.weight has 8 experts but the config has num_experts 16"}},
+		{"moe: missing expert tensor (per expert)", moeHF, func(t *testing.T, d string) {
+			dropTensor(t, d, "model.layers.2.mlp.experts.5.down_proj.weight")
+		}, []string{"expert tensor model.layers.2.mlp.experts.5.down_proj.weight is missing"}},
+		{"moe: missing expert tensor (stacked)", moeMLX, func(t *testing.T, d string) {
+			dropTensor(t, d, "model.layers.3.mlp.switch_mlp.up_proj.weight")
+		}, []string{"expert tensor model.layers.3.mlp.switch_mlp.up_proj.weight is missing"}},
+		{"moe: top-k above the expert count", moeHF, setKey("num_experts_per_tok", 9.0),
+			[]string{"config.json", "num_experts_per_tok 9 must be at most num_experts 8"}},
+		{"moe: dense-only layer out of range", moeHF, setKey("mlp_only_layers", []any{0.0, 4.0}),
+			[]string{"config.json", "mlp_only_layers lists layer 4"}},
+		{"moe: sparse step zero", moeHF, setKey("decoder_sparse_step", 0.0),
+			[]string{"config.json", "decoder_sparse_step must be positive"}},
+		{"moe: a dense layer's MLP where the config puts experts", moeHF, setKey("mlp_only_layers", []any{}),
+			[]string{"expert tensor model.layers.0.mlp.switch_mlp.gate_proj.weight is missing"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,5 +172,25 @@ func TestLoadErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// dropTensor rewrites dir's model.safetensors without tensor name.
+func dropTensor(t *testing.T, dir, name string) {
+	t.Helper()
+	p := filepath.Join(dir, "model.safetensors")
+	err := mlxc.Do(func() error {
+		s := mlxc.NewScope()
+		defer s.Close()
+		m, meta := mlxc.LoadSafetensors(p)
+		if _, ok := m[name]; !ok {
+			t.Fatalf("%s has no tensor %s", p, name)
+		}
+		delete(m, name)
+		mlxc.SaveSafetensors(p, m, meta)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package qwen3
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -84,28 +85,34 @@ var perExpert = regexp.MustCompile(`^(model\.layers\.\d+\.mlp\.)experts\.(\d+)\.
 // (mlp.experts.{e}.{gate,up,down}_proj.weight) into mlx-lm's stacked
 // mlp.switch_mlp.{…}.weight [E, out, in], as its sanitize does. Every expert 0..E-1 of
 // each projection must be there with one shape and dtype; an expert index of E or more
-// means the config's num_experts is wrong.
+// means the config's num_experts is wrong, and the error says so with both counts.
 func stackExperts(w *model.Weights, experts int) error {
-	groups := map[string][]string{} // stacked name → per-expert names by index
+	groups := map[string]map[int]string{} // stacked name → expert index → per-expert name
 	for name := range w.Info {
 		m := perExpert.FindStringSubmatch(name)
 		if m == nil {
 			continue
 		}
 		e, _ := strconv.Atoi(m[2])
-		if e >= experts {
-			return fmt.Errorf("tensor %s names expert %d but the config has num_experts %d", name, e, experts)
-		}
 		to := m[1] + "switch_mlp." + m[3] + ".weight"
 		if groups[to] == nil {
-			groups[to] = make([]string, experts)
+			groups[to] = map[int]string{}
 		}
 		groups[to][e] = name
 	}
-	for to, parts := range groups {
-		first := w.Info[parts[slices.IndexFunc(parts, func(s string) bool { return s != "" })]]
-		for e, name := range parts {
-			if name == "" {
+	// In name order, so that the error for a checkpoint is always the same one.
+	stacked := slices.Sorted(maps.Keys(groups))
+	for _, to := range stacked {
+		if n := slices.Max(slices.Collect(maps.Keys(groups[to]))) + 1; n > experts {
+			return fmt.Errorf("the checkpoint has %d experts (%s) but the config has num_experts %d", n, groups[to][n-1], experts)
+		}
+	}
+	for _, to := range stacked {
+		parts := groups[to]
+		first := w.Info[parts[slices.Min(slices.Collect(maps.Keys(parts)))]]
+		for e := range experts {
+			name, ok := parts[e]
+			if !ok {
 				return fmt.Errorf("expert tensor %s is missing from the checkpoint (num_experts %d)", expertTensor(to, e), experts)
 			}
 			if info := w.Info[name]; !slices.Equal(info.Shape, first.Shape) || info.Dtype != first.Dtype {
@@ -113,16 +120,18 @@ func stackExperts(w *model.Weights, experts int) error {
 			}
 		}
 	}
-	for to, parts := range groups {
-		arrs := make([]*mlxc.Array, len(parts))
-		for e, name := range parts {
-			arrs[e], _ = w.Take(name)
+	for _, to := range stacked {
+		names := make([]string, experts)
+		arrs := make([]*mlxc.Array, experts)
+		for e := range experts {
+			names[e] = groups[to][e]
+			arrs[e], _ = w.Take(names[e])
 		}
-		stacked := mlxc.Stack(arrs, 0)
-		for _, a := range arrs {
-			a.Free() // the stack holds what it needs of them
+		a := mlxc.Stack(arrs, 0)
+		for _, part := range arrs {
+			part.Free() // the stack holds what it needs of them
 		}
-		w.Combine(to, stacked, parts)
+		w.Combine(to, a, names)
 	}
 	return nil
 }
