@@ -122,9 +122,19 @@ func scriptedRollback(t *testing.T, name string, p *pair) {
 // caches are compared: replayed acceptance counts (every length 0..B−1 and full, committed
 // whatever the drafts were, as bench --replay-drafts does) leave the target caches and the
 // draft cache equal to a fresh run's over the committed tokens, and the serial loop
-// commits the same tokens with the same statistics.
+// commits the same tokens with the same statistics. The hybrid, its MoE sibling and the
+// qwen3_moe target run it.
 func TestHybridRunAheadRollbackMatchesFreshRun(t *testing.T) {
-	p := hybridPairs(t)["bf16"]
+	moe := moePairs(t)
+	for _, c := range []struct {
+		name string
+		p    *pair
+	}{{"qwen3_5-bf16", hybridPairs(t)["bf16"]}, {"qwen3_5_moe", moe["qwen3_5_moe-bf16"]}, {"qwen3_moe", moe["qwen3_moe-e16k4"]}} {
+		t.Run(c.name, func(t *testing.T) { runAheadRollback(t, c.p) })
+	}
+}
+
+func runAheadRollback(t *testing.T, p *pair) {
 	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
 	const B, N = 8, 90
 	replay := func() func(n int) int {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -134,37 +135,51 @@ func TestSpeculativeSamplingMatchesTarget(t *testing.T) {
 	// The 6-token vocabulary enumerates every cell; the 1 024-token one runs the filters'
 	// sorts and sums at a size where low-precision sums go wrong, with decisive weights and
 	// top-p so that the kept sets (and the enumeration) stay small.
-	// The hybrid target (Qwen3.5: recurrent layers rolled back by tape replay) runs the
-	// same test at the 6-token vocabulary.
+	// The hybrid target (Qwen3.5: recurrent layers rolled back by tape replay) and a MoE
+	// target (qwen3_moe: routing per verify row) run the same test at the 6-token
+	// vocabulary; the MoE one only the two DFlash variants, the ones its routing touches
+	// (plain sampling and the test's power are the dense targets' cases).
+	const (
+		dense = iota
+		hybrid
+		moe
+	)
 	configs := []struct {
-		name   string
-		vocab  int
-		std    float32
-		sp     sample.Params
-		hybrid bool
+		name       string
+		vocab      int
+		std        float32
+		sp         sample.Params
+		kind       int
+		dflashOnly bool
 	}{
-		{"v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, false},
-		{"v1024", 1024, 0.5, sample.Params{Temperature: 0.9, TopP: 0.9}, false},
-		{"hybrid-v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, true},
+		{"v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, dense, false},
+		{"v1024", 1024, 0.5, sample.Params{Temperature: 0.9, TopP: 0.9}, dense, false},
+		{"hybrid-v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, hybrid, false},
+		{"moe-v6", 6, 0.1, sample.Params{Temperature: 0.9, TopP: 0.97}, moe, true},
 	}
 	for _, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {
 			var p *pair
-			if cfg.hybrid {
+			switch cfg.kind {
+			case hybrid:
 				spec := modelgen.TinyQwen35()
 				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
 				p = loadHybridPair(t, "sampling-"+cfg.name, spec, 1)
-			} else {
+			case moe:
+				spec := modelgen.TinyQwen3MoE()
+				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
+				p = loadPair(t, "sampling-"+cfg.name, spec, 1)
+			default:
 				spec := modelgen.TinyQwen3()
 				spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = cfg.vocab, 21, cfg.std, []int{-1}
 				p = loadPair(t, fmt.Sprintf("sampling-v%d", cfg.vocab), spec, 1)
 			}
-			speculativeMatchesTarget(t, p, cfg.sp)
+			speculativeMatchesTarget(t, p, cfg.sp, cfg.dflashOnly)
 		})
 	}
 }
 
-func speculativeMatchesTarget(t *testing.T, p *pair, sp sample.Params) {
+func speculativeMatchesTarget(t *testing.T, p *pair, sp sample.Params, dflashOnly bool) {
 	vocab := p.vocab
 	prompt := []int32{1, 3, 5}
 	exp := exactJoint(t, p.target, prompt, vocab, sp)
@@ -190,6 +205,9 @@ func speculativeMatchesTarget(t *testing.T, p *pair, sp sample.Params) {
 		{"wrong-rule-accept-all", wrong, true},
 	}
 	for _, v := range variants {
+		if dflashOnly && !strings.HasPrefix(v.name, "dflash-") {
+			continue
+		}
 		t.Run(v.name, func(t *testing.T) {
 			obs := sampleJoint(t, v.engine, prompt, sp, N, 4)
 			stat, df := chiSquare(obs, exp, N)
