@@ -29,7 +29,7 @@ var benchPrompts = []string{
 func benchCommand() *cli.Command {
 	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
-		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, qwen3.5-4b, qwen3.5-27b (hybrid GatedDeltaNet targets), tiny, or qwen3-4b-thin and qwen3.5-4b-thin (the 4B graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 one runs on a CPU in seconds)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, qwen3.5-4b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, or qwen3-4b-thin, qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
 		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
 		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},
@@ -60,7 +60,8 @@ Examples:
   dflash-mlx bench --target-model mlx-community/Qwen3-4B-bf16 --json
   dflash-mlx bench --random qwen3-4b --replay-drafts 0.08 -n 256
   dflash-mlx bench --random qwen3.5-4b --replay-drafts 0.08 -n 256
-  dflash-mlx bench --random qwen3.5-4b-thin --replay-drafts 0.1 -n 32 --repeats 1 --prompt-tokens 32`,
+  dflash-mlx bench --random qwen3.5-4b-thin --replay-drafts 0.1 -n 32 --repeats 1 --prompt-tokens 32
+  dflash-mlx bench --random qwen3.5-35b-a3b-thin --replay-drafts 0.1 -n 32 --repeats 1 --dir /tmp/moe-thin`,
 		Flags:  flags,
 		Action: benchAction,
 	}
@@ -158,7 +159,13 @@ type benchReport struct {
 	Settings settings.Settings `json:"settings"`
 	// Roofline: plain decoding reads every weight once per token, so copy bandwidth over
 	// weight bytes bounds its tok/s.
-	WeightBytes      int64   `json:"weight_bytes"`
+	WeightBytes int64 `json:"weight_bytes"`
+	// ResidentBytes is the device memory the loaded target and drafter hold, and
+	// CheckpointBytes their checkpoints' tensor bytes (Session): a ratio near 1 means no
+	// weight is held twice, e.g. no dequantized copy of a quantized expert stack.
+	ResidentBytes    int64   `json:"resident_bytes"`
+	CheckpointBytes  int64   `json:"checkpoint_bytes"`
+	ResidentOverCkpt float64 `json:"resident_over_checkpoint"`
 	CopyBandwidthGBs float64 `json:"copy_bandwidth_gb_s,omitempty"`
 	RooflineTPS      float64 `json:"roofline_plain_tok_s,omitempty"`
 	PlainOfRoofline  float64 `json:"plain_fraction_of_roofline,omitempty"`
@@ -398,6 +405,10 @@ func benchAction(c *cli.Context) error {
 	}
 	rep.MedianPlain, rep.MedianDFl, rep.MedianSpeed, rep.MedianTau = median(pl), median(df), median(sp), median(ta)
 	rep.WeightBytes = s.Engine.Target.Arch().WeightBytes
+	rep.ResidentBytes, rep.CheckpointBytes = s.ResidentBytes, s.CheckpointBytes
+	if s.CheckpointBytes > 0 {
+		rep.ResidentOverCkpt = float64(s.ResidentBytes) / float64(s.CheckpointBytes)
+	}
 	if c.Bool("bandwidth") {
 		bw, err := copyBandwidth()
 		if err != nil {
@@ -484,6 +495,7 @@ func printBench(r benchReport) {
 		fmt.Printf(", both loops agree: %v", *r.AllLoopsAgree)
 	}
 	fmt.Println()
+	fmt.Printf("memory: the loaded models hold %s; their checkpoints' tensors are %s (%.3f×)\n", human(r.ResidentBytes), human(r.CheckpointBytes), r.ResidentOverCkpt)
 	if r.CopyBandwidthGBs > 0 {
 		fmt.Printf("roofline: weights %s, copy bandwidth %.0f GB/s → plain ≤ %.1f tok/s; measured plain is %.0f%% of it\n", human(r.WeightBytes), r.CopyBandwidthGBs, r.RooflineTPS, 100*r.PlainOfRoofline)
 	}

@@ -32,7 +32,7 @@ func TestPairShapeThin(t *testing.T) {
 	if !reflect.DeepEqual(thinD, fullD) {
 		t.Errorf("thin drafter %+v differs from the 4B drafter beyond its widths %+v", thinD, fullD)
 	}
-	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b)` {
+	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
 		t.Errorf("unknown shape: error %v", err)
 	}
 }
@@ -81,7 +81,7 @@ func TestBenchQwen35ThinRollback(t *testing.T) {
 // vocabulary, taps inside its layers), and qwen3.5-4b-thin differs from qwen3.5-4b only in
 // its widths.
 func TestQwen35Shapes(t *testing.T) {
-	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-27b"} {
+	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin"} {
 		tg, d, ok := qwen35Shape(shape)
 		if !ok {
 			t.Fatalf("%s: not a Qwen3.5 shape", shape)

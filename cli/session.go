@@ -56,6 +56,11 @@ type Session struct {
 	DraftDir  string
 	drafter   *draft.Drafter
 	LoadTime  time.Duration
+	// ResidentBytes is the device memory the loaded models hold (MLX's active memory
+	// after loading, less what was active before), and CheckpointBytes the tensor bytes
+	// of their checkpoints as loaded (the target's after its sanitize drops unused
+	// tensors): equal when no weight is held twice (no dequantized or transposed copies).
+	ResidentBytes, CheckpointBytes int64
 	// Settings are the ones the session was loaded with (LoadConfig.Settings).
 	Settings settings.Settings
 	log      io.Writer
@@ -148,6 +153,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			opt.Progress = bar.update
 		}
 		mlxc.ResetPeakMemory()
+		before := mlxc.ActiveMemory()
 		m, err := model.Load(tm.Dir, opt)
 		if err != nil {
 			if bar != nil {
@@ -176,7 +182,12 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			s.drafter = d
 			s.DraftDir = dm.Dir
 			s.Engine.Proposer = verify.NewDFlash(d)
+			if w, err := model.ReadWeightHeaders(dm.Dir); err == nil {
+				s.CheckpointBytes += w.Bytes
+			}
 		}
+		s.CheckpointBytes += m.Arch().WeightBytes
+		s.ResidentBytes = int64(mlxc.ActiveMemory()) - int64(before)
 		return nil
 	})
 	if err != nil {

@@ -42,6 +42,25 @@ func qwen35Shape(shape string) (t modelgen.Qwen35Spec, d modelgen.DrafterSpec, o
 		// 128), untied; its drafter's shape is z-lab's (DFLASH.md §3.1).
 		t.Hidden, t.Layers, t.Inter, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads = 5120, 64, 17408, 24, 4, 256, 48
 		d.Inter, d.TargetLayerIDs = 17408, []int{1, 16, 31, 46, 61}
+	case "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin":
+		// Qwen3.5-35B-A3B as mlx-community's 4-bit (MODELS.md §3.1): 40 layers of 2048, 16
+		// query and 2 KV heads of 256, GatedDeltaNet 16 key and 32 value heads of 128; a
+		// sparse MLP of 256 experts of 512, 8 per token, and a shared expert of 512;
+		// untied; the routers and shared-expert gates at 8 bits, the rest 4-bit, group 64.
+		// The drafter is assumed Qwen3-shaped like z-lab's others (5 layers, 32 and 8
+		// heads of 128, MLP 6144), reading 5 layers spread from 1 to N−3.
+		t.Hidden, t.Layers, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads = 2048, 40, 16, 2, 256, 32
+		t.Experts, t.TopK, t.MoEInter, t.SharedInter, t.NormTopK = 256, 8, 512, 512, true
+		t.Inter, t.QuantBits, t.QuantGroup = 512, 4, 64
+		d.Inter, d.TargetLayerIDs = 6144, []int{1, 10, 19, 28, 37}
+		if shape == "qwen3.5-35b-a3b-thin" {
+			// The same layers, pattern, heads, vocabulary and routing (256 experts, 8 per
+			// token: a verify block of 16 rows reads up to 128 experts a layer) around
+			// 256-wide hidden rows, 64-wide experts and 32-wide recurrent heads: how
+			// verify cost grows with the block, at a size a CPU runs.
+			t.Hidden, t.MoEInter, t.SharedInter, t.Inter, t.LinKeyDim, t.LinValueDim = 256, 64, 64, 64, 32, 32
+			d.Inter = 256
+		}
 	default:
 		return t, d, false
 	}

@@ -104,7 +104,8 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	r := &ahead{e: e, req: req, p: e.Proposer.(aheadProposer), sp: req.Sampling}
 	r.B = blockSize(r.p, req)
 	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
-	r.st = Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B)}
+	r.st = Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{}}
+	r.policy = newBlockPolicy(e.BlockCosts, r.B)
 	if req.MaxTokens == 0 {
 		r.o.end(FinishLength)
 		return Result{FinishReason: r.o.finish, Stats: r.st}, nil
@@ -161,7 +162,8 @@ type ahead struct {
 	e      *Engine
 	req    Request
 	p      aheadProposer
-	B      int
+	B      int          // the largest block
+	policy *blockPolicy // the adaptive block size (nil: always B)
 	o      *output
 	st     Stats
 	c      model.Cache
@@ -189,7 +191,9 @@ func (r *ahead) verdict(logits, drafts, probs *mlxc.Array) verify.Verdict {
 }
 
 // draftsAfter is the draft count of a cycle that follows `emitted` emitted tokens.
-func (r *ahead) draftsAfter(emitted int) int { return min(r.B-1, r.req.MaxTokens-emitted-1) }
+func (r *ahead) draftsAfter(emitted int) int {
+	return min(r.policy.size(r.B)-1, r.req.MaxTokens-emitted-1)
+}
 
 // firstCycle runs the last prompt token alone, like plain decoding: a cycle of its own
 // with no drafts, whose hidden row is the first cycle's new context.
@@ -273,7 +277,7 @@ func (r *ahead) enqueue(cy *aheadCycle, built time.Duration) {
 // it too).
 func (r *ahead) buildAhead() {
 	tb := time.Now()
-	if n := r.draftsAfter(len(r.o.tokens) + r.pending.n + 1); n >= r.B-1 && n >= 1 && r.e.aheadMode != "late" {
+	if n := r.draftsAfter(len(r.o.tokens) + r.pending.n + 1); n >= r.policy.size(r.B)-1 && n >= 1 && r.e.aheadMode != "late" {
 		r.next = r.build(r.pending, -1, n)
 	}
 	r.st.BuildTime += time.Since(tb)
@@ -304,6 +308,8 @@ func (r *ahead) commit(a int, tok int32, dtoks []int32, emit func(Event) error) 
 	st.Drafted += pending.n
 	st.Accepted += a
 	st.AcceptHist[a]++
+	st.BlockSizes[pending.n+1]++
+	r.policy.observe(pending.n, a)
 	if err := r.placed.SetOffset(pending.pos + a + 1); err != nil {
 		return false, err
 	}

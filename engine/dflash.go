@@ -35,7 +35,8 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r := &serial{e: e, req: req, p: e.Proposer, sp: req.Sampling}
 	r.B = blockSize(r.p, req)
 	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
-	r.st = Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B)}
+	r.st = Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{}}
+	r.policy = newBlockPolicy(e.BlockCosts, r.B)
 	if req.MaxTokens == 0 {
 		r.o.end(FinishLength)
 		return Result{FinishReason: r.o.finish, Stats: r.st}, nil
@@ -91,7 +92,8 @@ type serial struct {
 	e       *Engine
 	req     Request
 	p       verify.Proposer
-	B       int
+	B       int          // the largest block
+	policy  *blockPolicy // the adaptive block size (nil: always B)
 	o       *output
 	st      Stats
 	c       model.Cache
@@ -172,7 +174,7 @@ func (r *serial) draft(staged int32, n int) pendingDraft {
 func (r *serial) prefetch(staged int32, committed int) time.Duration {
 	tb := time.Now()
 	r.draftEval = 0
-	r.next = r.draft(staged, min(r.B-1, r.req.MaxTokens-committed-1))
+	r.next = r.draft(staged, min(r.policy.size(r.B)-1, r.req.MaxTokens-committed-1))
 	took := time.Since(tb)
 	r.st.BuildTime += took - r.draftEval
 	return took
@@ -274,6 +276,8 @@ func (r *serial) commit(a int, tok int32, dtoks []int32, th time.Time, emit func
 	st.Drafted += len(dtoks)
 	st.Accepted += a
 	st.AcceptHist[a]++
+	st.BlockSizes[len(dtoks)+1]++
+	r.policy.observe(len(dtoks), a)
 	committed := append(dtoks[:a:a], tok)
 
 	// Start the next draft before streaming, unless this cycle certainly ends the

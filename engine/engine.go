@@ -42,6 +42,12 @@ type Engine struct {
 	// without repetition penalty. Same tokens, more overlap of host and device.
 	RunAhead bool
 
+	// BlockCosts, when set, makes the DFlash block size adaptive: each cycle drafts the
+	// block (up to the request's) whose expected tokens per cycle over its measured cost
+	// is largest (blockPolicy). MeasureBlockCosts measures them. nil: every cycle drafts
+	// the full block.
+	BlockCosts *BlockCosts
+
 	// afterCycle, when set (tests), sees the target cache after each DFlash cycle's
 	// rollback together with the tokens committed so far (prompt + output − staged).
 	afterCycle func(c model.Cache, committed []int32)

@@ -70,6 +70,10 @@ type Stats struct {
 	Tau float64 `json:"tau"`
 	// AcceptHist[a] counts cycles that accepted a drafts.
 	AcceptHist []int `json:"accept_hist,omitempty"`
+	// BlockSizes counts the cycles per block size (staged token + drafts) they verified:
+	// the full block but near the token budget, unless the block size is adaptive
+	// (Engine.BlockCosts).
+	BlockSizes map[int]int `json:"block_sizes,omitempty"`
 	// Drafted and Accepted count draft tokens proposed and accepted.
 	Drafted  int `json:"drafted"`
 	Accepted int `json:"accepted"`

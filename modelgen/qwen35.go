@@ -369,9 +369,13 @@ func (s Qwen35Spec) store(out map[string]*mlxc.Array, name string, a *mlxc.Array
 	if bits > 0 && canQuantize && isWeight && (a.Ndim() == 2 || a.Ndim() == 3) && a.Dim(-1)%group == 0 {
 		q := mlxc.Quantize(mlxc.Contiguous(a), group, bits, "affine")
 		out[name], out[base+".scales"], out[base+".biases"] = q.W, q.Scales, q.Biases
+		// One tensor at a time: the float32 draws of a large model's expert stacks would
+		// not all fit in memory at once.
+		mlxc.Eval(q.W, q.Scales, q.Biases)
 		return
 	}
 	out[name] = mlxc.Contiguous(a)
+	mlxc.Eval(out[name])
 }
 
 // eightBit reports whether a quantized MoE checkpoint stores tensor name at 8 bits, group
