@@ -29,7 +29,7 @@ var benchPrompts = []string{
 func benchCommand() *cli.Command {
 	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
-		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, qwen3.5-4b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, or qwen3-4b-thin, qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-8b, qwen3.5-4b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
 		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
 		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},
@@ -41,6 +41,7 @@ func benchCommand() *cli.Command {
 		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "fix the acceptance: each draft counts as right with probability 1−ERR (0 = all right), while drafting, verification and rollback run for real; measures the engine's cycle cost at a known τ on random weights. Numbers are labelled 'replayed'"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
+		&cli.BoolFlag{Name: "block-sweep", Usage: "also run DFlash at each fixed block size of the τ-vs-cost curve (block_curve), beside the table's runs, which use the adaptive block where it is on (DFLASH_ADAPTIVE_BLOCK; on by default for MoE targets)"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
 		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
 	)
@@ -84,13 +85,18 @@ type benchRow struct {
 	// Exact: every DFlash run gave plain decoding's tokens; null when not checked (replayed
 	// acceptance commits drafts the target may not have chosen). LoopsAgree: with
 	// --compare-run-ahead, both loops gave the same tokens.
-	Exact      *bool   `json:"exact"`
-	LoopsAgree *bool   `json:"loops_agree,omitempty"`
-	CycleMS    float64 `json:"cycle_ms"`
-	DraftMS    float64 `json:"draft_ms_per_cycle"`
-	VerifyMS   float64 `json:"verify_ms_per_cycle"`
-	BuildMS    float64 `json:"build_ms_per_cycle"`
-	RollbackMS float64 `json:"rollback_ms_per_cycle"`
+	// AdaptiveBlock: the table's DFlash runs chose their block per cycle; BlockSizes counts
+	// the last run's cycles per block size; BlockCurve is the τ-vs-cost curve.
+	AdaptiveBlock bool         `json:"adaptive_block"`
+	BlockSizes    map[int]int  `json:"block_sizes,omitempty"`
+	BlockCurve    []blockPoint `json:"block_curve,omitempty"`
+	Exact         *bool        `json:"exact"`
+	LoopsAgree    *bool        `json:"loops_agree,omitempty"`
+	CycleMS       float64      `json:"cycle_ms"`
+	DraftMS       float64      `json:"draft_ms_per_cycle"`
+	VerifyMS      float64      `json:"verify_ms_per_cycle"`
+	BuildMS       float64      `json:"build_ms_per_cycle"`
+	RollbackMS    float64      `json:"rollback_ms_per_cycle"`
 	// The rollback of a cycle that keeps round(τ) rows, evaluated on its own (rollbackProbe:
 	// restore and tape replay in recurrent layers; in the loop it runs inside the next
 	// cycle's graphs), and its share of the timed cycle.
@@ -243,8 +249,13 @@ func benchAction(c *cli.Context) error {
 		rep.Note = strings.TrimSpace(rep.Note + "; replayed acceptance (τ set by the error rate; draft, verify and rollback run for real; exactness not checked)")
 	}
 	dfl := s.Engine.Proposer
+	blockOverride := 0 // > 0: the block of the --block-sweep runs
 	gen := func(prompt []int32, noDraft, profile bool) (engine.Result, error) {
-		req := engine.Request{Prompt: prompt, MaxTokens: n, IgnoreEOS: true, NoDraft: noDraft, BlockSize: c.Int("block-size"), Profile: profile}
+		bs := c.Int("block-size")
+		if blockOverride > 0 {
+			bs = blockOverride
+		}
+		req := engine.Request{Prompt: prompt, MaxTokens: n, IgnoreEOS: true, NoDraft: noDraft, BlockSize: bs, Profile: profile}
 		return s.Generate(ctx, req, nil)
 	}
 	// dflash runs DFlash; with --replay-drafts, run (of prompt i) picks the acceptance pattern.
@@ -373,6 +384,20 @@ func benchAction(c *cli.Context) error {
 		if row.CycleMS > 0 {
 			row.RollbackShare = row.RollbackEvalMS / row.CycleMS
 		}
+		row.AdaptiveBlock, row.BlockSizes = s.Engine.BlockCosts != nil, last.Stats.BlockSizes
+		if row.BlockCurve, err = blockCurve(ctx, s, prompt, last.Stats); err != nil {
+			return fmt.Errorf("block costs: %w", err)
+		}
+		if c.Bool("block-sweep") {
+			if err := sweepBlocks(row.BlockCurve, func(b int) (engine.Result, error) {
+				saved := s.Engine.BlockCosts
+				s.Engine.BlockCosts, blockOverride = nil, b
+				defer func() { s.Engine.BlockCosts, blockOverride = saved, 0 }()
+				return dflash(prompt, i, repeats+1, false)
+			}); err != nil {
+				return err
+			}
+		}
 		if len(otherTPS) > 0 {
 			row.OtherLoopTPS, row.OtherLoopRuns, row.OtherLoop = median(otherTPS), otherTPS, "run-ahead"
 			if s.Engine.RunAhead {
@@ -476,6 +501,7 @@ func printBench(r benchReport) {
 		} else {
 			fmt.Printf("host encoding (profiled): plain step %.2f ms, draft %.2f ms, verify %.2f ms per cycle\n", x.PlainEncodeMS, x.DraftEncodeMS, x.VerifyEncodeMS)
 		}
+		printBlockCurve(x)
 		if x.OtherLoop != "" {
 			fmt.Printf("dflash with the %s: %.1f tok/s (this table: %.1f)\n", x.OtherLoop, x.OtherLoopTPS, x.DFlashTPS)
 		}

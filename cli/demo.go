@@ -25,14 +25,19 @@ const (
 )
 
 // randomShapes lists the shapes --random and pairShape know.
-const randomShapes = "demo, tiny, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
+const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
 
 func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	var t modelgen.Qwen3Spec
 	switch shape {
-	case "demo", "tiny":
+	case "demo", "tiny", "tiny-moe":
 		t = modelgen.Qwen3Spec{Hidden: 64, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 32, Inter: 128, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.08}
+		if shape == "tiny-moe" {
+			// A qwen3_moe target: eight experts of 64, two per token, in every layer but
+			// the first (Hugging Face's per-expert tensors).
+			t.Experts, t.TopK, t.MoEInter, t.NormTopK, t.MLPOnly, t.PerExpert = 8, 2, 64, true, []int{0}, true
+		}
 	case "qwen3-4b", "qwen3-4b-thin":
 		t = modelgen.Qwen3Spec{Hidden: 2560, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 9728, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
@@ -61,10 +62,13 @@ type Session struct {
 	// of their checkpoints as loaded (the target's after its sanitize drops unused
 	// tensors): equal when no weight is held twice (no dequantized or transposed copies).
 	ResidentBytes, CheckpointBytes int64
+	// BlockCostsTime is how long measuring the adaptive block's costs took (0: not adaptive).
+	BlockCostsTime time.Duration
 	// Settings are the ones the session was loaded with (LoadConfig.Settings).
 	Settings settings.Settings
 	log      io.Writer
 	logger   *slog.Logger
+	quiet    bool
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -142,7 +146,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
 	}
-	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, Settings: st}
+	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, quiet: cfg.Quiet, Settings: st}
 	var bar *progressBar
 	if !cfg.Quiet && cfg.Logger == nil {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
@@ -199,7 +203,50 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		return nil, fmt.Errorf("%s: tokenizer has %d tokens but the model's vocab_size is %d", cfg.Target, tok.VocabSize(), v)
 	}
 	s.LoadTime = time.Since(start)
+	if err := s.measureBlockCosts(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// blockProbeTokens is the context the adaptive block's cycle costs are measured after.
+const blockProbeTokens = 64
+
+// measureBlockCosts makes the DFlash block adaptive when the settings ask for it (by
+// default on MoE targets): it times a cycle per block size once, here, so that requests
+// do not pay for it, and reports the costs on the load log.
+func (s *Session) measureBlockCosts(ctx context.Context) error {
+	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock, s.Engine.Target.Arch()) {
+		return nil
+	}
+	V := s.Engine.Target.Arch().VocabSize
+	prompt := make([]int32, blockProbeTokens)
+	for i := range prompt {
+		prompt[i] = int32((i*7919 + 13) % min(V, 150000)) // any tokens: only the cost is kept
+	}
+	start := time.Now()
+	var bc engine.BlockCosts
+	err := mlxc.Do(func() error {
+		var err error
+		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, engine.ProbeBlockSizes, 2)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("adaptive block size: %w", err)
+	}
+	s.Engine.BlockCosts = &bc
+	s.BlockCostsTime = time.Since(start)
+	parts := make([]string, len(bc.Sizes))
+	for i, B := range bc.Sizes {
+		parts[i] = fmt.Sprintf("%d: %.1f", B, bc.MS[i])
+	}
+	if s.logger != nil {
+		s.logger.Info("adaptive block size", "block_sizes", bc.Sizes, "cycle_ms", bc.MS)
+	} else if !s.quiet {
+		fmt.Fprintf(s.log, "adaptive block size: a cycle costs (block: ms) %s, measured in %.1fs\n", strings.Join(parts, ", "), s.BlockCostsTime.Seconds())
+	}
+	return nil
 }
 
 // BlockSizeNote says how a requested --block-size will be used when that differs from what

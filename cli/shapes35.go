@@ -58,7 +58,10 @@ func qwen35Shape(shape string) (t modelgen.Qwen35Spec, d modelgen.DrafterSpec, o
 			// token: a verify block of 16 rows reads up to 128 experts a layer) around
 			// 256-wide hidden rows, 64-wide experts and 32-wide recurrent heads: how
 			// verify cost grows with the block, at a size a CPU runs.
+			// In bf16: MLX's CPU quantized products run at a small fraction of its float
+			// ones (the 248k-row head alone would take most of a 4-bit step).
 			t.Hidden, t.MoEInter, t.SharedInter, t.Inter, t.LinKeyDim, t.LinValueDim = 256, 64, 64, 64, 32, 32
+			t.QuantBits, t.QuantGroup = 0, 0
 			d.Inter = 256
 		}
 	default:

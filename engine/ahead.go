@@ -104,7 +104,8 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	r := &ahead{e: e, req: req, p: e.Proposer.(aheadProposer), sp: req.Sampling}
 	r.B = blockSize(r.p, req)
 	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
-	r.st = Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{}}
+	r.st = Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{},
+		DraftTries: make([]int, r.B-1), DraftHits: make([]int, r.B-1)}
 	r.policy = newBlockPolicy(e.BlockCosts, r.B)
 	if req.MaxTokens == 0 {
 		r.o.end(FinishLength)
@@ -308,7 +309,7 @@ func (r *ahead) commit(a int, tok int32, dtoks []int32, emit func(Event) error) 
 	st.Drafted += pending.n
 	st.Accepted += a
 	st.AcceptHist[a]++
-	st.BlockSizes[pending.n+1]++
+	countDrafts(st, pending.n, a)
 	r.policy.observe(pending.n, a)
 	if err := r.placed.SetOffset(pending.pos + a + 1); err != nil {
 		return false, err

@@ -10,6 +10,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // BlockCosts are the measured costs of one DFlash cycle per block size B (the staged
@@ -19,6 +20,18 @@ type BlockCosts struct {
 	Sizes []int     `json:"sizes"`        // ascending
 	MS    []float64 `json:"cycle_ms"`     // median milliseconds per cycle at Sizes[i]
 	Probe int       `json:"probe_tokens"` // context the cycles ran after
+}
+
+// AdaptiveBlockFor resolves settings.Loop.AdaptiveBlock for a target: Auto adapts on
+// MoE targets, whose verify cost grows with the block.
+func AdaptiveBlockFor(sw settings.Switch, a model.Arch) bool {
+	switch sw {
+	case settings.On:
+		return true
+	case settings.Off:
+		return false
+	}
+	return a.Experts > 0
 }
 
 // ProbeBlockSizes are the block sizes MeasureBlockCosts times by default (those up to the
@@ -226,4 +239,35 @@ func (p *blockPolicy) observe(n, a int) {
 			p.hits[i]++
 		}
 	}
+}
+
+// countDrafts records a cycle that drafted n tokens and accepted the first a in st's
+// per-position counts.
+func countDrafts(st *Stats, n, a int) {
+	st.BlockSizes[n+1]++
+	for i := 0; i < min(n, a+1, len(st.DraftTries)); i++ {
+		st.DraftTries[i]++
+		if i < a {
+			st.DraftHits[i]++
+		}
+	}
+}
+
+// EstimatedTau is the tokens per cycle a fixed block of b would commit, from st's
+// per-position acceptance: 1 + Σ over the first b−1 positions of the chance that they
+// and all before them are accepted. Positions never tried count as never accepted. It
+// is 0 when st has no counts.
+func EstimatedTau(st Stats, b int) float64 {
+	if len(st.DraftTries) == 0 || st.DraftTries[0] == 0 {
+		return 0
+	}
+	tau, surv := 1.0, 1.0
+	for i := 0; i < min(b-1, len(st.DraftTries)); i++ {
+		if st.DraftTries[i] == 0 {
+			break
+		}
+		surv *= float64(st.DraftHits[i]) / float64(st.DraftTries[i])
+		tau += surv
+	}
+	return tau
 }

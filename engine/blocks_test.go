@@ -143,3 +143,33 @@ func TestMeasureBlockCosts(t *testing.T) {
 		t.Error("a one-token probe prompt was accepted")
 	}
 }
+
+// The per-position counts and the τ estimated from them, by hand: cycles of (drafts,
+// accepted) (7, 2), (7, 7), (3, 3) (cut by the budget), (7, 0).
+func TestEstimatedTau(t *testing.T) {
+	st := Stats{BlockSizes: map[int]int{}, DraftTries: make([]int, 7), DraftHits: make([]int, 7)}
+	for _, c := range [][2]int{{7, 2}, {7, 7}, {3, 3}, {7, 0}} {
+		countDrafts(&st, c[0], c[1])
+	}
+	wantTries := []int{4, 3, 3, 1, 1, 1, 1}
+	wantHits := []int{3, 3, 2, 1, 1, 1, 1}
+	if fmt.Sprint(st.DraftTries) != fmt.Sprint(wantTries) || fmt.Sprint(st.DraftHits) != fmt.Sprint(wantHits) {
+		t.Fatalf("tries %v hits %v, want %v %v", st.DraftTries, st.DraftHits, wantTries, wantHits)
+	}
+	if st.BlockSizes[8] != 3 || st.BlockSizes[4] != 1 {
+		t.Errorf("block sizes %v", st.BlockSizes)
+	}
+	for _, c := range []struct {
+		b    int
+		want float64
+	}{
+		{1, 1}, {2, 1 + 0.75}, {3, 1 + 0.75 + 0.75}, {4, 1 + 0.75 + 0.75 + 0.5}, {8, 1 + 0.75 + 0.75 + 0.5*5}, {16, 1 + 0.75 + 0.75 + 0.5*5},
+	} {
+		if got := EstimatedTau(st, c.b); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("EstimatedTau(%d) = %g, want %g", c.b, got, c.want)
+		}
+	}
+	if EstimatedTau(Stats{}, 8) != 0 {
+		t.Error("a τ from no counts")
+	}
+}

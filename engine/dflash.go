@@ -35,7 +35,8 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r := &serial{e: e, req: req, p: e.Proposer, sp: req.Sampling}
 	r.B = blockSize(r.p, req)
 	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
-	r.st = Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{}}
+	r.st = Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{},
+		DraftTries: make([]int, r.B-1), DraftHits: make([]int, r.B-1)}
 	r.policy = newBlockPolicy(e.BlockCosts, r.B)
 	if req.MaxTokens == 0 {
 		r.o.end(FinishLength)
@@ -276,7 +277,7 @@ func (r *serial) commit(a int, tok int32, dtoks []int32, th time.Time, emit func
 	st.Drafted += len(dtoks)
 	st.Accepted += a
 	st.AcceptHist[a]++
-	st.BlockSizes[len(dtoks)+1]++
+	countDrafts(st, len(dtoks), a)
 	r.policy.observe(len(dtoks), a)
 	committed := append(dtoks[:a:a], tok)
 

@@ -74,6 +74,11 @@ type Stats struct {
 	// the full block but near the token budget, unless the block size is adaptive
 	// (Engine.BlockCosts).
 	BlockSizes map[int]int `json:"block_sizes,omitempty"`
+	// DraftTries[i] counts the cycles that drafted position i+1 with every draft before it
+	// accepted, and DraftHits[i] those of them that accepted it too: each position's
+	// acceptance, whatever block sizes the cycles had (EstimatedTau uses them).
+	DraftTries []int `json:"draft_tries,omitempty"`
+	DraftHits  []int `json:"draft_hits,omitempty"`
 	// Drafted and Accepted count draft tokens proposed and accepted.
 	Drafted  int `json:"drafted"`
 	Accepted int `json:"accepted"`

@@ -28,6 +28,9 @@ type Arch struct {
 	Quantized      bool
 	WeightBytes    int64
 	TrimmableCache bool // false for recurrent families (rewind by replay)
+	// Experts and ExpertsPerToken describe a MoE target's routed experts (0 for a dense
+	// model): a verify block of B rows reads up to B·ExpertsPerToken of them per layer.
+	Experts, ExpertsPerToken int
 }
 
 // LogitsMode selects which positions get logits.

@@ -37,6 +37,11 @@ type Runtime struct {
 type Loop struct {
 	// RunAhead (DFLASH_RUN_AHEAD): the run-ahead DFlash loop; Auto uses it on CUDA GPUs.
 	RunAhead Switch `json:"run_ahead"`
+	// AdaptiveBlock (DFLASH_ADAPTIVE_BLOCK): each DFlash cycle picks its block size from
+	// the acceptance so far and cycle costs measured after loading; Auto on MoE targets,
+	// whose verify cost grows with the block (experts read per row). Speed only: the
+	// output is the same whatever the block.
+	AdaptiveBlock Switch `json:"adaptive_block"`
 	// GPUExact makes verify blocks round every row as a one-token step does, so DFlash
 	// equals plain decoding bit for bit on a GPU too (slower plain decoding). A semantic
 	// choice, so it is the --gpu-exact option of run, bench and serve, not a variable.
@@ -186,6 +191,8 @@ var variables = []variable{
 	{"DFLASH_KERNEL_DIR", func(s *Settings, v string) error { s.Runtime.KernelDir = v; return nil }},
 	{"DFLASH_RUN_AHEAD", switchVar(func(s *Settings) *Switch { return &s.Loop.RunAhead },
 		"want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)")},
+	{"DFLASH_ADAPTIVE_BLOCK", switchVar(func(s *Settings) *Switch { return &s.Loop.AdaptiveBlock },
+		"want 0 (the full block every cycle), 1 (an adaptive block) or unset (adaptive on MoE targets)")},
 	{"DFLASH_SKINNY_GEMM", func(s *Settings, v string) error {
 		switch v {
 		case "", "tc":
@@ -361,7 +368,7 @@ func (s Settings) Validate() error {
 	for _, sw := range []struct {
 		name string
 		v    Switch
-	}{{"run_ahead", s.Loop.RunAhead}, {"tc_tiled", s.Kernels.TCTiled}} {
+	}{{"run_ahead", s.Loop.RunAhead}, {"adaptive_block", s.Loop.AdaptiveBlock}, {"tc_tiled", s.Kernels.TCTiled}} {
 		if sw.v < Auto || sw.v > Off {
 			errs = append(errs, fmt.Errorf("settings: %s %d: want Auto, On or Off", sw.name, sw.v))
 		}

@@ -12,8 +12,8 @@
 //     so inputs and weights are cast to float32 (exactly: every half value is a float32
 //     value), multiplied with gather_mm and the product rounded back to the input type.
 //     The GPU kernel also accumulates in float32 and rounds once, so the two paths differ
-//     only in summation order. The cast of the expert stack is made per call (its cost
-//     is E·I·H elements per projection), which is acceptable for tests and small models.
+//     only in summation order. Each call casts the chosen experts' matrices only (or the
+//     whole stack when a block routes to more pairs than there are experts).
 package moe
 
 import (
@@ -189,7 +189,15 @@ func (e *Experts) apply(x, idx *mlxc.Array, sorted bool) *mlxc.Array {
 		wT = mlxc.SwapAxes(e.W, -1, -2)
 	}
 	if dt := x.Dtype(); dt != mlxc.Float32 && !mlxc.CurrentDevice().GPU {
-		// MLX's CPU gather_mm runs float32 only (see the package comment).
+		// MLX's CPU gather_mm runs float32 only (see the package comment). Fewer pairs
+		// than experts: only the chosen experts' matrices are cast, and the product runs
+		// on that gathered stack with each pair pointing at its own copy, the same kernel
+		// on the same values as over the whole cast stack.
+		if pairs := idx.Size(); pairs < wT.Dim(0) {
+			own := mlxc.Reshape(mlxc.Arange(0, float64(pairs), 1, mlxc.Uint32), idx.Shape()...)
+			w := mlxc.AsType(mlxc.Take(wT, mlxc.Reshape(idx, pairs), 0), mlxc.Float32)
+			return mlxc.AsType(mlxc.GatherMM(mlxc.AsType(x, mlxc.Float32), w, nil, own, sorted), dt)
+		}
 		y := mlxc.GatherMM(mlxc.AsType(x, mlxc.Float32), mlxc.AsType(wT, mlxc.Float32), nil, idx, sorted)
 		return mlxc.AsType(y, dt)
 	}

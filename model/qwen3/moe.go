@@ -72,6 +72,7 @@ func loadQwen3MoE(cfg *model.RawConfig, w *model.Weights, q *model.QuantConfig, 
 	if err != nil {
 		return nil, err
 	}
+	a.Experts, a.ExpertsPerToken = mc.experts, mc.topK
 	if err := stackExperts(w, mc.experts); err != nil {
 		return nil, err
 	}

@@ -211,7 +211,7 @@ func (m *Model) setArch(w *model.Weights) {
 	a := model.Arch{Family: m.family, HiddenSize: c.Hidden, NumLayers: c.Layers, VocabSize: c.Vocab,
 		NumHeads: c.Heads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, MaxPositions: c.MaxPositions,
 		RMSNormEps: c.Eps, RopeTheta: c.RopeTheta, EOSTokenIDs: c.EOS, TiedEmbeddings: c.Tied,
-		WeightBytes: w.Bytes, TrimmableCache: false}
+		WeightBytes: w.Bytes, TrimmableCache: false, Experts: c.Experts, ExpertsPerToken: c.TopK}
 	a.Quantized = m.embed.Q != nil || m.layers[0].attn != nil && m.layers[0].attn.q.Q != nil ||
 		m.layers[0].lin != nil && m.layers[0].lin.qkv.Q != nil
 	a.Dtype = m.embed.Dtype()
