@@ -179,6 +179,11 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	if err := w.Load(opt.Progress); err != nil {
 		return nil, err
 	}
+	// What the family makes on the way (sanitize's intermediates, slices of fused
+	// tensors) dies with this scope: the model keeps only the arrays it detached, and an
+	// intermediate view left in the caller's scope would hold its source's memory.
+	sc := mlxc.NewScope()
+	defer sc.Close()
 	m, err := fam(cfg, w, q, s)
 	if err != nil {
 		w.Free()

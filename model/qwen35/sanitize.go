@@ -17,6 +17,10 @@ var shiftedNorms = []string{".input_layernorm.weight", ".post_attention_layernor
 // names under language_model., conv weights [C, K, 1], and (raw HF only, recognised by
 // its conv layout) the five norm families shifted by one in their stored dtype.
 func sanitize(w *model.Weights, tied bool) {
+	// Intermediate arrays (the added constant) die with this scope; the rewritten
+	// tensors are detached from it.
+	sc := mlxc.NewScope()
+	defer sc.Close()
 	for _, name := range names(w) {
 		switch {
 		case strings.HasPrefix(name, "vision_tower"), strings.HasPrefix(name, "model.visual"):
@@ -81,6 +85,10 @@ func names(w *model.Weights) []string {
 // output axis into gate_proj and up_proj, and mlp.experts.down_proj renamed. Names are
 // matched in any of the stored prefixes, before sanitize moves them under language_model.
 func splitExperts(w *model.Weights) error {
+	// The slices between the fused tensor and its contiguous halves die with this scope:
+	// a slice left alive in a caller's scope would keep the whole fused tensor's memory.
+	sc := mlxc.NewScope()
+	defer sc.Close()
 	for _, name := range names(w) {
 		base, ok := strings.CutSuffix(name, ".mlp.experts.gate_up_proj")
 		if !ok {
