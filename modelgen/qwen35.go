@@ -307,7 +307,7 @@ func (s Qwen35Spec) draw(out map[string]*mlxc.Array, ts []q35Tensor, seed uint64
 		var a *mlxc.Array
 		switch t.kind {
 		case q35Matrix:
-			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, s.WeightStd, k), dt)
+			a = normalIn(t.shape, s.WeightStd, k, dt)
 		case q35Norm:
 			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 0.1, k), dt)
 			if s.Layout == Qwen35MLX {
@@ -367,7 +367,7 @@ func (s Qwen35Spec) store(out map[string]*mlxc.Array, name string, a *mlxc.Array
 	}
 	base, isWeight := strings.CutSuffix(name, ".weight")
 	if bits > 0 && canQuantize && isWeight && (a.Ndim() == 2 || a.Ndim() == 3) && a.Dim(-1)%group == 0 {
-		q := mlxc.Quantize(mlxc.Contiguous(a), group, bits, "affine")
+		q := quantizeInSlices(a, group, bits)
 		out[name], out[base+".scales"], out[base+".biases"] = q.W, q.Scales, q.Biases
 		// One tensor at a time: the float32 draws of a large model's expert stacks would
 		// not all fit in memory at once.
@@ -391,4 +391,54 @@ func (s Qwen35Spec) eightBit(name string) bool {
 // the converter never quantizes (it drops them).
 func qwen35Extra(name string) bool {
 	return len(name) >= 4 && (name[:4] == "mtp." || (len(name) > 13 && name[:13] == "model.visual."))
+}
+
+// normalIn draws N(0, std) values of shape in dtype dt. A tensor of 2^28 elements or more
+// (a large model's expert stack) is drawn in slices along its first axis, each from its
+// own key and cast before they are joined: no float32 buffer of 2^31 bytes or more is
+// made, which MLX's CUDA allocator refuses.
+func normalIn(shape []int, std float32, key *mlxc.Array, dt mlxc.Dtype) *mlxc.Array {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	const limit = 1 << 28
+	if n < limit || len(shape) < 2 || shape[0] < 2 {
+		return mlxc.AsType(mlxc.Normal(shape, mlxc.Float32, 0, std, key), dt)
+	}
+	per := max(1, limit/(n/shape[0])) // rows of the first axis per slice
+	slices := (shape[0] + per - 1) / per
+	keys := mlxc.RandomSplit(key, slices)
+	parts := make([]*mlxc.Array, slices)
+	for i := range parts {
+		sh := append([]int{min(per, shape[0]-i*per)}, shape[1:]...)
+		k := mlxc.Reshape(mlxc.SliceAxis(keys, 0, i, i+1), 2)
+		parts[i] = mlxc.AsType(mlxc.Normal(sh, mlxc.Float32, 0, std, k), dt)
+		mlxc.Eval(parts[i])
+	}
+	return mlxc.Concatenate(parts, 0)
+}
+
+// quantizeInSlices quantizes a (affine, along its last axis) like mlxc.Quantize; a large
+// 3-D stack goes in slices along its first axis (the result is the same, each row being
+// quantized on its own), so that no intermediate reaches the sizes MLX's CUDA allocator
+// refuses.
+func quantizeInSlices(a *mlxc.Array, group, bits int) mlxc.Quantized {
+	return quantizeInSlicesOf(a, group, bits, 1<<27)
+}
+
+// quantizeInSlicesOf is quantizeInSlices with slices of about limit elements.
+func quantizeInSlicesOf(a *mlxc.Array, group, bits, limit int) mlxc.Quantized {
+	if a.Ndim() != 3 || a.Size() < limit || a.Dim(0) < 2 {
+		return mlxc.Quantize(mlxc.Contiguous(a), group, bits, "affine")
+	}
+	per := max(1, limit/(a.Size()/a.Dim(0)))
+	var ws, ss, bs []*mlxc.Array
+	for lo := 0; lo < a.Dim(0); lo += per {
+		q := mlxc.Quantize(mlxc.Contiguous(mlxc.SliceAxis(a, 0, lo, min(lo+per, a.Dim(0)))), group, bits, "affine")
+		mlxc.Eval(q.W, q.Scales, q.Biases)
+		ws, ss, bs = append(ws, q.W), append(ss, q.Scales), append(bs, q.Biases)
+	}
+	return mlxc.Quantized{W: mlxc.Concatenate(ws, 0), Scales: mlxc.Concatenate(ss, 0), Biases: mlxc.Concatenate(bs, 0),
+		GroupSize: group, Bits: bits, Mode: "affine"}
 }
