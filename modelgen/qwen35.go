@@ -420,7 +420,7 @@ func normalIn(shape []int, std float32, key *mlxc.Array, dt mlxc.Dtype) *mlxc.Ar
 }
 
 // quantizeInSlices quantizes a (affine, along its last axis) like mlxc.Quantize; a large
-// 3-D stack goes in slices along its first axis (the result is the same, each row being
+// matrix or stack goes in slices along its first axis (the result is the same, each row being
 // quantized on its own), so that no intermediate reaches the sizes MLX's CUDA allocator
 // refuses.
 func quantizeInSlices(a *mlxc.Array, group, bits int) mlxc.Quantized {
@@ -429,7 +429,7 @@ func quantizeInSlices(a *mlxc.Array, group, bits int) mlxc.Quantized {
 
 // quantizeInSlicesOf is quantizeInSlices with slices of about limit elements.
 func quantizeInSlicesOf(a *mlxc.Array, group, bits, limit int) mlxc.Quantized {
-	if a.Ndim() != 3 || a.Size() < limit || a.Dim(0) < 2 {
+	if a.Ndim() < 2 || a.Size() < limit || a.Dim(0) < 2 {
 		return mlxc.Quantize(mlxc.Contiguous(a), group, bits, "affine")
 	}
 	per := max(1, limit/(a.Size()/a.Dim(0)))
