@@ -289,6 +289,11 @@ func WriteQwen35(dir string, s Qwen35Spec) error {
 		sc := mlxc.NewScope()
 		defer sc.Close()
 		out := map[string]*mlxc.Array{}
+		defer func() {
+			for _, a := range out {
+				a.Free() // drawOne detached them
+			}
+		}()
 		s.draw(out, s.tensors(), s.Seed, s.storedName)
 		if s.Layout == Qwen35HF {
 			s.draw(out, s.hfExtras(), s.Seed+7919, func(n string) string { return n })
@@ -302,8 +307,19 @@ func (s Qwen35Spec) draw(out map[string]*mlxc.Array, ts []q35Tensor, seed uint64
 	dt := s.Dtype
 	keys := mlxc.RandomSplit(mlxc.RandomKey(seed), len(ts))
 	for i, t := range ts {
-		k := mlxc.Reshape(mlxc.SliceAxis(keys, 0, i, i+1), 2)
-		name := stored(t.name)
+		s.drawOne(out, t, mlxc.Reshape(mlxc.SliceAxis(keys, 0, i, i+1), 2), dt, stored)
+	}
+}
+
+// drawOne draws tensor t with key k into out. Its intermediates (the float32 draw, the
+// cast, the halves of a fused stack) die with its own scope once the stored arrays,
+// detached from it, are evaluated: a large model's draws would not all fit in memory at
+// once. The caller frees what out holds.
+func (s Qwen35Spec) drawOne(out map[string]*mlxc.Array, t q35Tensor, k *mlxc.Array, dt mlxc.Dtype, stored func(string) string) {
+	sc := mlxc.NewScope()
+	defer sc.Close()
+	name := stored(t.name)
+	{
 		var a *mlxc.Array
 		switch t.kind {
 		case q35Matrix:
@@ -328,7 +344,9 @@ func (s Qwen35Spec) draw(out map[string]*mlxc.Array, ts []q35Tensor, seed uint64
 			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 3/float32(math.Sqrt(float64(s.Hidden))), k), dt)
 		}
 		for _, part := range s.expertParts(name, a) {
-			s.store(out, part.name, part.a, quantizable(t.kind) && !qwen35Extra(t.name))
+			for _, key := range s.store(out, part.name, part.a, quantizable(t.kind) && !qwen35Extra(t.name)) {
+				out[key].Detach()
+			}
 		}
 	}
 }
@@ -358,9 +376,9 @@ func (s Qwen35Spec) expertParts(name string, a *mlxc.Array) []namedArray {
 
 func quantizable(k q35Kind) bool { return k == q35Matrix || k == q35Router }
 
-// store puts a into out under name, quantized (with its scales and biases) when the spec
+// store puts a into out under name (returning the names it wrote), quantized (with its scales and biases) when the spec
 // quantizes and the tensor is a .weight whose input width the group divides.
-func (s Qwen35Spec) store(out map[string]*mlxc.Array, name string, a *mlxc.Array, canQuantize bool) {
+func (s Qwen35Spec) store(out map[string]*mlxc.Array, name string, a *mlxc.Array, canQuantize bool) []string {
 	bits, group := s.QuantBits, s.QuantGroup
 	if s.eightBit(name) {
 		bits, group = 8, 64
@@ -372,10 +390,11 @@ func (s Qwen35Spec) store(out map[string]*mlxc.Array, name string, a *mlxc.Array
 		// One tensor at a time: the float32 draws of a large model's expert stacks would
 		// not all fit in memory at once.
 		mlxc.Eval(q.W, q.Scales, q.Biases)
-		return
+		return []string{name, base + ".scales", base + ".biases"}
 	}
 	out[name] = mlxc.Contiguous(a)
 	mlxc.Eval(out[name])
+	return []string{name}
 }
 
 // eightBit reports whether a quantized MoE checkpoint stores tensor name at 8 bits, group
