@@ -389,7 +389,7 @@ func benchAction(c *cli.Context) error {
 			return fmt.Errorf("block costs: %w", err)
 		}
 		if c.Bool("block-sweep") {
-			if err := sweepBlocks(row.BlockCurve, func(b int) (engine.Result, error) {
+			if err := sweepBlocks(row.BlockCurve, c.Int("warmup"), func(b int) (engine.Result, error) {
 				saved := s.Engine.BlockCosts
 				s.Engine.BlockCosts, blockOverride = nil, b
 				defer func() { s.Engine.BlockCosts, blockOverride = saved, 0 }()

@@ -57,10 +57,16 @@ func formatBlockSizes(h map[int]int) string {
 	return strings.TrimSpace(b.String())
 }
 
-// sweepBlocks runs DFlash at each point's fixed block (run), filling the measured τ and
-// tok/s.
-func sweepBlocks(pts []blockPoint, run func(b int) (engine.Result, error)) error {
+// sweepBlocks runs DFlash at each point's fixed block (run), after warm untimed runs of
+// it (a block size's first run pays for compiling its kernels), filling the measured τ
+// and tok/s.
+func sweepBlocks(pts []blockPoint, warm int, run func(b int) (engine.Result, error)) error {
 	for i := range pts {
+		for w := 0; w < warm; w++ {
+			if _, err := run(pts[i].Block); err != nil {
+				return fmt.Errorf("block %d: %w", pts[i].Block, err)
+			}
+		}
 		res, err := run(pts[i].Block)
 		if err != nil {
 			return fmt.Errorf("block %d: %w", pts[i].Block, err)

@@ -57,6 +57,11 @@ type Block struct {
 	SharedUp         *model.Linear
 	SharedDown       *model.Linear
 	SharedExpertGate *model.Linear // mlp.shared_expert_gate [1, H]
+	// Rowwise runs a block of rows one row at a time, each through the graph of a
+	// one-token step (the unsorted gathered products of k pairs), so that a verify block
+	// rounds every row as decoding does on a GPU, where the sorted products and the
+	// multi-row kernels round otherwise (GPU-exact mode).
+	Rowwise bool
 }
 
 // New takes the block at prefix (e.g. "model.layers.3.mlp") out of w. The routed experts'
@@ -296,8 +301,30 @@ func (b *Block) Route(x *mlxc.Array) (inds, scores *mlxc.Array) {
 	return inds, scores
 }
 
+// UseSkinny gives the router and the shared expert's products the model's few-row
+// product (GPU-exact mode makes it run them row by row; nil: MLX's).
+func (b *Block) UseSkinny(s *model.SkinnyGEMM) {
+	if b == nil {
+		return
+	}
+	for _, l := range []*model.Linear{b.Router, b.SharedGate, b.SharedUp, b.SharedDown, b.SharedExpertGate} {
+		l.UseSkinny(s)
+	}
+}
+
 // Apply runs the block on rows x [N, H] and returns [N, H] in x's type.
 func (b *Block) Apply(x *mlxc.Array) *mlxc.Array {
+	if N := x.Dim(0); b.Rowwise && N > 1 {
+		rows := make([]*mlxc.Array, N)
+		for i := range rows {
+			rows[i] = b.apply(mlxc.SliceAxis(x, 0, i, i+1))
+		}
+		return mlxc.Concatenate(rows, 0)
+	}
+	return b.apply(x)
+}
+
+func (b *Block) apply(x *mlxc.Array) *mlxc.Array {
 	inds, scores := b.Route(x)
 	y := b.Experts(x, inds)                                                       // [N, k, H]
 	y = mlxc.Sum(mlxc.Multiply(y, mlxc.ExpandDims(scores, -1)), []int{-2}, false) // over k in inds' order

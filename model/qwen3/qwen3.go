@@ -50,6 +50,9 @@ type Qwen3 struct {
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
 	fused    *model.Fused // on CUDA: per-layer kernels for head prep and the MLP gate
+	// gpuExact: verify blocks round every row as a one-token step (the MoE blocks run
+	// row by row).
+	gpuExact bool
 }
 
 func loadQwen3(cfg *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
@@ -202,6 +205,7 @@ func (m *Qwen3) setArch(a model.Arch, w *model.Weights) {
 // head prep and gate, few-query attention); the activation is always made.
 func (m *Qwen3) bindKernels(s settings.Settings) error {
 	var err error
+	m.gpuExact = s.Loop.GPUExact
 	if m.skinny, err = model.NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
 		return err
 	}
@@ -225,7 +229,11 @@ func (m *Qwen3) Prepare() {
 			x.Prepare()
 			x.UseSkinny(m.skinny)
 		}
-		l.moe.Prepare()
+		if l.moe != nil {
+			l.moe.Prepare()
+			l.moe.UseSkinny(m.skinny)
+			l.moe.Rowwise = m.gpuExact
+		}
 		if merge {
 			l.qkv = model.MergeLinears(l.attn.q, l.attn.k, l.attn.v)
 			if l.moe == nil {

@@ -71,6 +71,9 @@ type Model struct {
 	delta *deltanet.Kernels
 	// family is the model_type it was loaded as (qwen3_5 or qwen3_5_moe).
 	family string
+	// gpuExact: verify blocks round every row as a one-token step (the MoE blocks run
+	// row by row).
+	gpuExact bool
 }
 
 // Load is the family's constructor (model.Family): config, sanitize, every weight checked;
@@ -222,6 +225,7 @@ func (m *Model) setArch(w *model.Weights) {
 // off CUDA) and the activation.
 func (m *Model) bindKernels(s settings.Settings) error {
 	var err error
+	m.gpuExact = s.Loop.GPUExact
 	if m.skinny, err = model.NewSkinnyGEMM(s.Kernels, s.Loop.GPUExact); err != nil {
 		return err
 	}
@@ -291,6 +295,8 @@ func (m *Model) Prepare() {
 	for i := range m.layers {
 		if b := m.layers[i].moe; b != nil {
 			b.Prepare()
+			b.UseSkinny(m.skinny)
+			b.Rowwise = m.gpuExact
 		}
 	}
 }
