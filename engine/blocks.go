@@ -171,6 +171,13 @@ func newBlockPolicy(costs *BlockCosts, maxB int) *blockPolicy {
 		}
 	}
 	p.sizes, p.ms = append(p.sizes, maxB), append(p.ms, costAt(costs, maxB))
+	// A larger block never costs less than a smaller one: measured costs that say so are
+	// noise (flat costs, as a host-bound cycle has, measure a few percent up and down), and
+	// taken literally they would make a middle size look cheap. Each cost is raised to the
+	// largest before it.
+	for i := 1; i < len(p.ms); i++ {
+		p.ms[i] = max(p.ms[i], p.ms[i-1])
+	}
 	return p
 }
 

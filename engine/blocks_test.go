@@ -30,6 +30,9 @@ func TestBlockPolicyChooses(t *testing.T) {
 		{"steep costs, high acceptance", steep, 0.95, 16},
 		// At 0.7: B=4 commits 2.53 for 9 ms (0.281/ms), B=8 3.12 for 13 (0.240/ms).
 		{"steep costs, middle acceptance", steep, 0.7, 4},
+		// Flat costs measured with noise (the H200's 35B-A3B cycle): the dip at 4 is
+		// raised to the cost before it, and the largest block wins.
+		{"noisy flat costs", &BlockCosts{Sizes: []int{2, 4, 8, 12, 16}, MS: []float64{28.9, 24.4, 31.6, 32.0, 31.97}}, 0.92, 16},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
