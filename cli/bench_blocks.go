@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
-	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
 // blockPoint is one block size of a prompt's τ-vs-cost curve: what a cycle of that block
@@ -27,12 +26,7 @@ type blockPoint struct {
 // blockCurve measures the cycle cost per block size after prompt and estimates each
 // size's τ and tok/s from st, the per-position acceptance of the table's runs.
 func blockCurve(ctx context.Context, s *Session, prompt []int32, st engine.Stats) ([]blockPoint, error) {
-	var bc engine.BlockCosts
-	err := mlxc.Do(func() error {
-		var err error
-		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, engine.ProbeBlockSizes, 2)
-		return err
-	})
+	bc, err := s.blockCosts(ctx, prompt)
 	if err != nil {
 		return nil, err
 	}

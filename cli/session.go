@@ -226,12 +226,7 @@ func (s *Session) measureBlockCosts(ctx context.Context) error {
 		prompt[i] = int32((i*7919 + 13) % min(V, 150000)) // any tokens: only the cost is kept
 	}
 	start := time.Now()
-	var bc engine.BlockCosts
-	err := mlxc.Do(func() error {
-		var err error
-		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, engine.ProbeBlockSizes, 2)
-		return err
-	})
+	bc, err := s.blockCosts(ctx, prompt)
 	if err != nil {
 		return fmt.Errorf("adaptive block size: %w", err)
 	}
@@ -339,4 +334,15 @@ func (s *Session) ChatPrompt(msgs []tokenizer.Message, opts tokenizer.ChatOption
 		return nil, err
 	}
 	return s.Tok.Encode(text, false)
+}
+
+// blockCosts measures a DFlash cycle's cost per probed block size after prompt.
+func (s *Session) blockCosts(ctx context.Context, prompt []int32) (engine.BlockCosts, error) {
+	var bc engine.BlockCosts
+	err := mlxc.Do(func() error {
+		var err error
+		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, engine.ProbeBlockSizes, 2)
+		return err
+	})
+	return bc, err
 }

@@ -53,20 +53,27 @@ func hybridPairs(t *testing.T) map[string]*pair {
 func TestHybridDFlashGreedyEqualsPlain(t *testing.T) {
 	testenv.RequireShapeExact(t)
 	for name, p := range hybridPairs(t) {
-		for pi, prompt := range prompts(p.vocab) {
-			for _, maxTok := range []int{1, 5, 37} {
-				want := plainGreedy(t, p, prompt, maxTok)
-				for _, B := range []int{2, 4, 8, 16} {
-					for _, ahead := range []bool{false, true} {
-						t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/ahead%v", name, pi, maxTok, B, ahead), func(t *testing.T) {
-							e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
-							res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
-							checkLossless(t, res, evs, want, B)
-							if st := res.Stats; st.RunAhead != ahead || st.RunAheadFallback != "" {
-								t.Errorf("run ahead %v (fallback %q), asked %v", st.RunAhead, st.RunAheadFallback, ahead)
-							}
-						})
-					}
+		greedyBothLoops(t, name, p, prompts(p.vocab), []int{1, 5, 37}, []int{2, 4, 8, 16})
+	}
+}
+
+// greedyBothLoops checks that greedy DFlash on p emits plain decoding's tokens in the
+// serial and the run-ahead loop (which must really run ahead), for each prompt, length
+// and block size.
+func greedyBothLoops(t *testing.T, name string, p *pair, ps [][]int32, lengths, blocks []int) {
+	for pi, prompt := range ps {
+		for _, maxTok := range lengths {
+			want := plainGreedy(t, p, prompt, maxTok)
+			for _, B := range blocks {
+				for _, ahead := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/ahead%v", name, pi, maxTok, B, ahead), func(t *testing.T) {
+						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
+						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
+						checkLossless(t, res, evs, want, B)
+						if st := res.Stats; st.RunAhead != ahead || st.RunAheadFallback != "" {
+							t.Errorf("run ahead %v (fallback %q), asked %v", st.RunAhead, st.RunAheadFallback, ahead)
+						}
+					})
 				}
 			}
 		}

@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
-	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
 // decisiveQwen3MoE is a tiny qwen3_moe target (dense first layer, eight experts, top-2)
@@ -46,23 +44,7 @@ func moePairs(t *testing.T) map[string]*pair {
 func TestMoEDFlashGreedyEqualsPlain(t *testing.T) {
 	testenv.RequireShapeExact(t)
 	for name, p := range moePairs(t) {
-		for pi, prompt := range prompts(p.vocab)[:2] {
-			for _, maxTok := range []int{5, 37} {
-				want := plainGreedy(t, p, prompt, maxTok)
-				for _, B := range []int{4, 16} {
-					for _, ahead := range []bool{false, true} {
-						t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/ahead%v", name, pi, maxTok, B, ahead), func(t *testing.T) {
-							e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
-							res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
-							checkLossless(t, res, evs, want, B)
-							if st := res.Stats; st.RunAhead != ahead || st.RunAheadFallback != "" {
-								t.Errorf("run ahead %v (fallback %q), asked %v", st.RunAhead, st.RunAheadFallback, ahead)
-							}
-						})
-					}
-				}
-			}
-		}
+		greedyBothLoops(t, name, p, prompts(p.vocab)[:2], []int{5, 37}, []int{4, 16})
 	}
 }
 

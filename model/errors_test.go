@@ -178,19 +178,7 @@ func TestLoadErrors(t *testing.T) {
 // dropTensor rewrites dir's model.safetensors without tensor name.
 func dropTensor(t *testing.T, dir, name string) {
 	t.Helper()
-	p := filepath.Join(dir, "model.safetensors")
-	err := mlxc.Do(func() error {
-		s := mlxc.NewScope()
-		defer s.Close()
-		m, meta := mlxc.LoadSafetensors(p)
-		if _, ok := m[name]; !ok {
-			t.Fatalf("%s has no tensor %s", p, name)
-		}
-		delete(m, name)
-		mlxc.SaveSafetensors(p, m, meta)
-		return nil
-	})
-	if err != nil {
+	if err := mlxc.Do(func() error { return modelgen.DropTensors(dir, name) }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
 
 // TestBlockErrors checks the load errors a family's user sees for a bad checkpoint.
@@ -91,19 +92,7 @@ func TestBlockErrors(t *testing.T) {
 // dropTensor rewrites dir/model.safetensors without name.
 func dropTensor(t *testing.T, dir, name string) {
 	t.Helper()
-	p := filepath.Join(dir, "model.safetensors")
-	err := mlxc.Do(func() error {
-		s := mlxc.NewScope()
-		defer s.Close()
-		m, meta := mlxc.LoadSafetensors(p)
-		if _, ok := m[name]; !ok {
-			t.Fatalf("%s has no tensor %s", p, name)
-		}
-		delete(m, name)
-		mlxc.SaveSafetensors(p, m, meta)
-		return nil
-	})
-	if err != nil {
+	if err := mlxc.Do(func() error { return modelgen.DropTensors(dir, name) }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -264,21 +264,7 @@ func editConfig(t *testing.T, dir string, f func(map[string]any)) {
 // dropTensors rewrites dir/model.safetensors without the named tensors.
 func dropTensors(t *testing.T, dir string, names ...string) {
 	t.Helper()
-	p := filepath.Join(dir, "model.safetensors")
-	err := mlxc.Do(func() error {
-		s := mlxc.NewScope()
-		defer s.Close()
-		m, meta := mlxc.LoadSafetensors(p)
-		for _, n := range names {
-			if _, ok := m[n]; !ok {
-				t.Fatalf("%s has no tensor %s", p, n)
-			}
-			delete(m, n)
-		}
-		mlxc.SaveSafetensors(p, m, meta)
-		return nil
-	})
-	if err != nil {
+	if err := mlxc.Do(func() error { return modelgen.DropTensors(dir, names...) }); err != nil {
 		t.Fatal(err)
 	}
 }
