@@ -104,8 +104,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	r := &ahead{e: e, req: req, p: e.Proposer.(aheadProposer), sp: req.Sampling}
 	r.B = blockSize(r.p, req)
 	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
-	r.st = Stats{Mode: "dflash", RunAhead: true, PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{},
-		DraftTries: make([]int, r.B-1), DraftHits: make([]int, r.B-1)}
+	r.st = newDFlashStats(true, len(req.Prompt), r.B)
 	r.policy = newBlockPolicy(e.BlockCosts, r.B)
 	if req.MaxTokens == 0 {
 		r.o.end(FinishLength)

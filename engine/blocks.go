@@ -240,10 +240,17 @@ func (p *blockPolicy) observe(n, a int) {
 		p.tries[i] *= policyDecay
 		p.hits[i] *= policyDecay
 	}
-	for i := 0; i < min(n, a+1, len(p.tries)); i++ {
-		p.tries[i]++
+	countPositions(p.tries, p.hits, n, a)
+}
+
+// countPositions adds a cycle that drafted n tokens and accepted the first a to
+// per-position counts: position i+1 was tried when every draft before it was accepted
+// (i ≤ a, i < n) and hit when it was accepted too (i < a).
+func countPositions[T int | float64](tries, hits []T, n, a int) {
+	for i := 0; i < min(n, a+1, len(tries)); i++ {
+		tries[i]++
 		if i < a {
-			p.hits[i]++
+			hits[i]++
 		}
 	}
 }
@@ -252,12 +259,13 @@ func (p *blockPolicy) observe(n, a int) {
 // per-position counts.
 func countDrafts(st *Stats, n, a int) {
 	st.BlockSizes[n+1]++
-	for i := 0; i < min(n, a+1, len(st.DraftTries)); i++ {
-		st.DraftTries[i]++
-		if i < a {
-			st.DraftHits[i]++
-		}
-	}
+	countPositions(st.DraftTries, st.DraftHits, n, a)
+}
+
+// newDFlashStats are the statistics a DFlash loop starts from, for blocks up to B.
+func newDFlashStats(runAhead bool, promptTokens, B int) Stats {
+	return Stats{Mode: "dflash", RunAhead: runAhead, PromptTokens: promptTokens, AcceptHist: make([]int, B),
+		BlockSizes: map[int]int{}, DraftTries: make([]int, B-1), DraftHits: make([]int, B-1)}
 }
 
 // EstimatedTau is the tokens per cycle a fixed block of b would commit, from st's

@@ -35,8 +35,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r := &serial{e: e, req: req, p: e.Proposer, sp: req.Sampling}
 	r.B = blockSize(r.p, req)
 	r.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
-	r.st = Stats{Mode: "dflash", PromptTokens: len(req.Prompt), AcceptHist: make([]int, r.B), BlockSizes: map[int]int{},
-		DraftTries: make([]int, r.B-1), DraftHits: make([]int, r.B-1)}
+	r.st = newDFlashStats(false, len(req.Prompt), r.B)
 	r.policy = newBlockPolicy(e.BlockCosts, r.B)
 	if req.MaxTokens == 0 {
 		r.o.end(FinishLength)
