@@ -360,6 +360,19 @@ func (b *Builder) Embedding(path string, vocab, dim int) *Embedding {
 	return e
 }
 
+// Adopt makes arrays a family took from the Weights itself (tensors the Builder's
+// modules do not describe, such as stacked experts) the Builder's to free when the build
+// fails, like the ones it gave out.
+func (b *Builder) Adopt(arrs ...*mlxc.Array) { b.taken = append(b.taken, arrs...) }
+
+// Abandon ends a build that cannot go on because of err: err is reported first, then the
+// problems found so far, but not the tensors left over (the build stopped before taking
+// them), and everything taken or adopted is freed.
+func (b *Builder) Abandon(err error) error {
+	b.errs = append([]error{err}, b.errs...)
+	return b.Finish(func(string) bool { return true })
+}
+
 // finish checks that no tensor was left unused (mlx-lm loads strictly) and returns all
 // problems as one error; on error everything taken is freed.
 func (b *Builder) Finish(ignore func(name string) bool) error {

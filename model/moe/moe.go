@@ -68,7 +68,8 @@ type Block struct {
 // stacks are checked and taken here (the Builder handles only 2-D modules); the router and
 // the shared expert go through b, whose problems surface at b.Finish. An error from New
 // names each bad tensor (for an expert-count mismatch, one error with both counts); on
-// error nothing was taken. The caller frees the block if b.Finish then fails.
+// error nothing was taken. The expert stacks are adopted by b, which frees them with the
+// rest if the build fails (b.Finish or b.Abandon).
 func New(b *model.Builder, w *model.Weights, q *model.QuantConfig, prefix string, c Config) (*Block, error) {
 	if c.Hidden <= 0 || c.Experts <= 0 || c.Inter <= 0 || c.SharedInter < 0 || c.TopK <= 0 || c.TopK > c.Experts {
 		return nil, fmt.Errorf("%s: invalid MoE config (hidden %d, experts %d, top-k %d, moe intermediate %d, shared %d)",
@@ -102,6 +103,9 @@ func New(b *model.Builder, w *model.Weights, q *model.QuantConfig, prefix string
 	if len(errs) > 0 {
 		bl.Free()
 		return nil, errors.Join(errs...)
+	}
+	for _, e := range []*Experts{bl.Gate, bl.Up, bl.Down} {
+		b.Adopt(e.arrays()...) // freed by the Builder if the build fails
 	}
 	bl.Router = b.Linear(router, E, H, false)
 	if c.SharedInter > 0 {

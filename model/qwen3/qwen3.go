@@ -7,7 +7,6 @@
 package qwen3
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -141,7 +140,7 @@ func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, 
 		if mc.sparse(i) {
 			blk, err := newMoEBlock(b, w, q, p, H, mc, m.swiglu)
 			if err != nil {
-				return m.abandon(b, err)
+				return b.Abandon(err)
 			}
 			l.moe = blk
 			continue
@@ -154,30 +153,7 @@ func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, 
 	if !a.TiedEmbeddings {
 		m.lmHead = b.Linear("lm_head", a.VocabSize, H, false)
 	}
-	if err := b.Finish(qwen3Ignored(a.TiedEmbeddings)); err != nil {
-		m.freeMoE() // the Builder freed what it gave out, but not the experts' stacks
-		return err
-	}
-	return nil
-}
-
-// abandon ends a build that a MoE block refused: everything taken so far is freed once
-// (by the Builder if it has problems of its own, else here) and both errors returned.
-func (m *Qwen3) abandon(b *model.Builder, err error) error {
-	ferr := b.Finish(func(string) bool { return true })
-	if ferr == nil {
-		m.freeWeights()
-	} else {
-		m.freeMoE()
-	}
-	return errors.Join(err, ferr)
-}
-
-// freeMoE frees the MoE blocks' expert stacks, which the Builder does not track.
-func (m *Qwen3) freeMoE() {
-	for i := range m.layers {
-		m.layers[i].moe.Free()
-	}
+	return b.Finish(qwen3Ignored(a.TiedEmbeddings))
 }
 
 // qwen3Ignored names the checkpoint tensors Finish may leave unused: mlx-lm's sanitize

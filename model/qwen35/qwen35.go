@@ -7,7 +7,6 @@
 package qwen35
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
@@ -169,7 +168,7 @@ func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) 
 			blk, err := moe.New(b, w, q, p+"mlp", moe.Config{Hidden: H, Experts: c.Experts, TopK: c.TopK,
 				Inter: c.MoEInter, SharedInter: c.SharedInter, NormTopK: c.NormTopK, SwiGLU: m.swiglu})
 			if err != nil {
-				return m.abandon(b, err)
+				return b.Abandon(err)
 			}
 			l.moe = blk
 			continue
@@ -182,30 +181,7 @@ func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) 
 	if !c.Tied {
 		m.lmHead = b.Linear(prefix+"lm_head", c.Vocab, H, false)
 	}
-	if err := b.Finish(nil); err != nil {
-		m.freeMoE() // the Builder freed what it gave out, but not the experts' stacks
-		return err
-	}
-	return nil
-}
-
-// abandon ends a build that a MoE block refused: everything taken so far is freed once
-// (by the Builder if it has problems of its own, else here) and both errors returned.
-func (m *Model) abandon(b *model.Builder, err error) error {
-	ferr := b.Finish(func(string) bool { return true })
-	if ferr == nil {
-		m.embed.Free()
-		m.freeLayers()
-	} else {
-		m.freeMoE()
-	}
-	return errors.Join(err, ferr)
-}
-
-func (m *Model) freeMoE() {
-	for i := range m.layers {
-		m.layers[i].moe.Free()
-	}
+	return b.Finish(nil)
 }
 
 // setArch records what callers need to know, completed from the loaded weights.
