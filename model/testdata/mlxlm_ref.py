@@ -23,18 +23,11 @@ _device = os.environ.get("DFLASH_DEVICE", "").lower()
 if _device in ("cpu", "gpu"):
     mx.set_default_device(mx.cpu if _device == "cpu" else mx.gpu)
 
-# MLX's CPU gather_mm takes only float32, so on the CPU the MoE experts' products of
-# bfloat16/float16 inputs run on float32 casts, rounded back to the input type: the same
-# cast the Go side makes there (exact for half inputs; float32 ones pass through as is).
-if not mx.default_device() == mx.gpu:
-    _gather_mm = mx.gather_mm
+# On the CPU the MoE experts' products run as the Go side runs them there (float32 casts).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "internal" / "reftest"))
+import mlx_cpu_gather  # noqa: E402
 
-    def _gather_mm_f32(a, b, lhs_indices=None, rhs_indices=None, sorted_indices=False):
-        y = _gather_mm(a.astype(mx.float32), b.astype(mx.float32), lhs_indices=lhs_indices,
-                       rhs_indices=rhs_indices, sorted_indices=sorted_indices)
-        return y.astype(a.dtype)
-
-    mx.gather_mm = _gather_mm_f32
+mlx_cpu_gather.patch_on_cpu()
 
 from mlx_lm.generate import generate_step  # noqa: E402
 from mlx_lm.models.base import create_attention_mask  # noqa: E402

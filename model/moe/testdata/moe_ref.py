@@ -29,6 +29,9 @@ _gpu = os.environ.get("DFLASH_DEVICE", "cpu").lower() == "gpu"
 mx.set_default_device(mx.gpu if _gpu else mx.cpu)
 
 import mlx.nn as nn  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "internal" / "reftest"))
+import mlx_cpu_gather  # noqa: E402
 from mlx.utils import tree_flatten, tree_map  # noqa: E402
 from mlx_lm.models.qwen3_moe import Qwen3MoeSparseMoeBlock  # noqa: E402
 from mlx_lm.models.qwen3_next import Qwen3NextSparseMoeBlock  # noqa: E402
@@ -84,11 +87,7 @@ def main():
         block32 = build(family, E, K, H, IM, IS, norm)
         block32.update(tree_map(lambda p: p.astype(mx.float32), block.parameters()))
         orig = mx.gather_mm
-
-        def gather_mm_f32(a, b, lhs_indices=None, rhs_indices=None, sorted_indices=False):
-            y = orig(a.astype(mx.float32), b.astype(mx.float32), lhs_indices=lhs_indices,
-                     rhs_indices=rhs_indices, sorted_indices=sorted_indices)
-            return y.astype(a.dtype)
+        gather_mm_f32 = mlx_cpu_gather.float32_gather_mm(orig)
 
     out = {}
     for n in ns:
