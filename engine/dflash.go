@@ -46,7 +46,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens + r.B)
 	r.p.Begin()
 	defer r.p.End()
-	if err := e.prefill(ctx, req.Prompt, r.c, r.p); err != nil {
+	if err := e.prefillPrompt(ctx, req.Prompt, r.c, r.p, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
 	r.keys = newKeys(r.sp)
@@ -54,6 +54,9 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r.argmax = model.NewRowArgmax(e.settings().Kernels) // the greedy verdict's kernels on a CUDA GPU
 	defer r.argmax.Free()
 	r.history = []int32{req.Prompt[len(req.Prompt)-1]}
+	if e.Prefix != nil {
+		r.fed = append([]int32(nil), req.Prompt...)
+	}
 
 	r.firstToken()
 	defer func() { r.ctxRows.Free() }()
@@ -82,6 +85,9 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	}
 	r.st.GeneratedTokens = len(r.o.tokens)
 	finishStats(&r.st, firstTok, time.Now())
+	if e.Prefix != nil {
+		e.saveCommitted(r.fed, r.c, r.p, r.ctxRows)
+	}
 	// HostTime above includes rollback; report them separately.
 	r.st.HostTime -= r.st.RollbackTime
 	return Result{Tokens: r.o.tokens, Text: r.o.text.String(), FinishReason: r.o.finish, Stats: r.st}, nil
@@ -104,7 +110,10 @@ type serial struct {
 	history []int32
 	// ctxRows are the hidden rows the next draft takes as new context (detached).
 	ctxRows *mlxc.Array
-	staged  int32
+	// fed are the tokens whose positions the target's caches hold, in order (kept for
+	// the prefix cache: past a stop token too).
+	fed    []int32
+	staged int32
 	// next is the draft prefetched for the next cycle.
 	next pendingDraft
 	// draftEval is the time spent waiting for a draft inside draft (profile mode).
@@ -287,12 +296,16 @@ func (r *serial) commit(a int, tok int32, dtoks []int32, th time.Time, emit func
 	for _, t := range committed {
 		ends = ends || o.stopTokens[t]
 	}
+	if r.fed != nil {
+		r.fed = append(append(r.fed, r.staged), dtoks[:a]...)
+	}
 	var prefetch time.Duration
 	if !ends {
 		prefetch = r.prefetch(tok, len(o.tokens)+len(committed))
+		r.ctxRows.Free()
+		r.ctxRows = nil
 	}
-	r.ctxRows.Free()
-	r.ctxRows = nil
+	// A last cycle's rows stay for the prefix cache (taken in when the loop ends).
 
 	cont := true
 	for _, t := range committed {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/prefixcache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
@@ -41,6 +42,11 @@ type Engine struct {
 	// on the device, reading a cycle only after the next is enqueued (ahead.go); requests
 	// without repetition penalty. Same tokens, more overlap of host and device.
 	RunAhead bool
+
+	// Prefix, when set, resumes each request from the longest prefix of its prompt that the
+	// cache holds, and adds what the request computed to it: the prompt, and in the plain
+	// and serial DFlash loops the tokens committed (prefix.go).
+	Prefix *prefixcache.Cache
 
 	// BlockCosts, when set, makes the DFlash block size adaptive: each cycle drafts the
 	// block (up to the request's) whose expected tokens per cycle over its measured cost
@@ -110,27 +116,39 @@ func (e *Engine) budget(req *Request) {
 }
 
 // prefill runs all prompt tokens but the last through the target in chunks (no logits),
-// feeding tapped hidden rows to the proposer chunk by chunk. It returns the last prompt
-// token, which the caller runs as the first decode-shaped step (as mlx-lm does).
+// feeding tapped hidden rows to the proposer chunk by chunk. The caller runs the last
+// prompt token as the first decode-shaped step (as mlx-lm does).
 func (e *Engine) prefill(ctx context.Context, prompt []int32, c model.Cache, p verify.Proposer) error {
+	return e.prefillFrom(ctx, prompt, 0, c, p, 0, nil)
+}
+
+// prefillFrom is prefill from position from on (the caches hold the positions before it).
+// With every > 0, chunks also end at the multiples of every, where mark is called.
+func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c model.Cache, p verify.Proposer, every int, mark func(pos int)) error {
 	var taps []int
 	if p != nil {
 		taps = p.TapLayers()
 	}
-	rest := prompt[:len(prompt)-1]
-	for len(rest) > 0 {
+	end := len(prompt) - 1
+	for pos := from; pos < end; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := min(PrefillChunk, len(rest))
+		k := min(PrefillChunk, end-pos)
+		if every > 0 {
+			k = min(k, (pos/every+1)*every-pos)
+		}
 		s := mlxc.NewScope()
-		out := e.Target.Forward(mlxc.FromSlice(rest[:k], 1, k), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
+		out := e.Target.Forward(mlxc.FromSlice(prompt[pos:pos+k], 1, k), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
 		if p != nil {
 			p.Context(out.Hidden)
 		}
 		evalCache(c, out.Hidden)
 		s.Close()
-		rest = rest[k:]
+		pos += k
+		if every > 0 && pos%every == 0 && pos < end && mark != nil {
+			mark(pos)
+		}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 	r.c = e.Target.NewCache()
 	defer r.c.Free()
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens)
-	if err := e.prefill(ctx, req.Prompt, r.c, nil); err != nil {
+	if err := e.prefillPrompt(ctx, req.Prompt, r.c, nil, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
 	r.keys = newKeys(r.sp)
@@ -49,6 +49,12 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 	}
 	r.st.GeneratedTokens = len(r.o.tokens)
 	finishStats(&r.st, r.firstTok, time.Now())
+	if e.Prefix != nil && r.c.Offset() > len(req.Prompt) {
+		// The caches hold the prompt and the first read tokens (history after the last
+		// prompt token), the step in flight included.
+		fed := append(append([]int32(nil), req.Prompt...), r.history[1:]...)
+		e.saveCommitted(fed[:min(len(fed), r.c.Offset())], r.c, nil, nil)
+	}
 	return Result{Tokens: r.o.tokens, Text: r.o.text.String(), FinishReason: r.o.finish, Stats: r.st}, nil
 }
 

@@ -83,6 +83,12 @@ type Stats struct {
 	Drafted  int `json:"drafted"`
 	Accepted int `json:"accepted"`
 
+	// PromptCacheTokens are the prompt positions resumed from the prefix cache
+	// (Engine.Prefix), PrefillTokens those run through the target (the last prompt token
+	// always is: it gives the first logits).
+	PromptCacheTokens int `json:"prompt_cache_tokens"`
+	PrefillTokens     int `json:"prefill_tokens"`
+
 	PrefillTime time.Duration `json:"prefill_ns"`
 	// FirstTokenTime is from the start to the first token (TTFT).
 	FirstTokenTime time.Duration `json:"first_token_ns"`

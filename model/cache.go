@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
@@ -327,4 +328,71 @@ func (c *KVCaches) Restore(cp int) error {
 		return fmt.Errorf("kv cache: checkpoint %d is past the current offset %d", cp, c.Offset())
 	}
 	return c.Rewind(c.Offset() - cp)
+}
+
+// kvKind names the KV layer's saved states.
+const kvKind = "kv"
+
+var _ cache.Saver = (*KVCache)(nil)
+
+// Save copies the first n rows of keys and values into buffers of their own: a kernel may
+// later write rows of the live buffers in place (Fused.HeadPrepInto), so a view would not
+// stay what it was.
+func (c *KVCache) Save(n int) (cache.Saved, error) {
+	if c.tentative {
+		return cache.Saved{}, errors.New("kv cache: cannot save during a speculation")
+	}
+	if n < 0 || n > c.offset {
+		return cache.Saved{}, fmt.Errorf("kv cache: cannot save %d of %d rows", n, c.offset)
+	}
+	s := cache.Saved{Kind: kvKind, Offset: n, Trimmable: true}
+	if n == 0 {
+		return s, nil
+	}
+	for _, b := range []*mlxc.Array{c.keys, c.values} {
+		sh := b.Shape()
+		sh[2] = n
+		s.Arrays = append(s.Arrays, copyRows(b, sh, n).Detach())
+	}
+	return s, nil
+}
+
+// Load makes the empty layer hold the first n rows of s, in buffers laid out as the first
+// write of a fresh cache would allocate them (Reserve's capacity in steps of kvStep).
+func (c *KVCache) Load(s cache.Saved, n int) error {
+	if s.Kind != kvKind {
+		return fmt.Errorf("kv cache: cannot load a %q layer's state", s.Kind)
+	}
+	if c.keys != nil || c.offset != 0 {
+		return errors.New("kv cache: load into a layer that holds rows")
+	}
+	if n < 0 || n > s.Offset {
+		return fmt.Errorf("kv cache: cannot load %d of %d saved rows", n, s.Offset)
+	}
+	if n == 0 {
+		return nil
+	}
+	if len(s.Arrays) != 2 || s.Arrays[0].Ndim() != 4 || s.Arrays[1].Ndim() != 4 ||
+		s.Arrays[0].Dim(2) != s.Offset || s.Arrays[1].Dim(2) != s.Offset {
+		return fmt.Errorf("kv cache: saved state is not keys and values of %d rows", s.Offset)
+	}
+	steps := (max(n, c.reserve) + kvStep - 1) / kvStep
+	var bufs [2]*mlxc.Array
+	for i, a := range s.Arrays {
+		sh := a.Shape()
+		sh[2] = steps * kvStep
+		bufs[i] = copyRows(a, sh, n)
+	}
+	c.replace(bufs[0], bufs[1])
+	c.offset = n
+	return nil
+}
+
+// copyRows writes the first n rows (axis 2) of src into a new zero buffer of the given
+// shape: always a buffer of its own (MLX's copy may share its input's).
+func copyRows(src *mlxc.Array, shape []int, n int) *mlxc.Array {
+	rows := mlxc.SliceAxis(src, 2, 0, n)
+	stop := slices.Clone(shape)
+	stop[2] = n
+	return mlxc.SliceUpdate(mlxc.Zeros(shape, src.Dtype()), rows, make([]int, len(shape)), stop)
 }

@@ -1,9 +1,12 @@
 package verify
 
 import (
+	"errors"
+
 	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 )
 
@@ -113,6 +116,22 @@ func (p *DFlash) End() {
 	p.maskRow = nil
 	p.argmax.Free()
 	p.argmax = nil
+}
+
+// SaveContext keeps the first n context rows of the draft cache (the prefix cache).
+func (p *DFlash) SaveContext(n int) ([]cache.Saved, error) {
+	if p.cache == nil {
+		return nil, errors.New("dflash proposer: no sequence begun")
+	}
+	return p.cache.Save(n)
+}
+
+// LoadContext makes the draft cache of a sequence just begun hold the first n rows of s.
+func (p *DFlash) LoadContext(s []cache.Saved, n int) error {
+	if p.cache == nil {
+		return errors.New("dflash proposer: no sequence begun")
+	}
+	return p.cache.Load(s, n)
 }
 
 // CacheOffset is the number of context positions in the draft cache (for tests).

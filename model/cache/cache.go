@@ -72,6 +72,14 @@ type Caches interface {
 	// RunAhead is the run-ahead capability of all layers, or nil when a layer lacks it:
 	// the loop then runs serially.
 	RunAhead() Placed
+	// Save and Load keep every layer's state apart from the caches and resume an empty
+	// list from it (Saver, per layer): the prefix cache.
+	Save(n int) ([]Saved, error)
+	Load(s []Saved, n int) error
+	// Trimmable reports whether every layer can drop positions (all Trimmers); SaveFixed
+	// saves only the layers that cannot (a prefix cache's mark).
+	Trimmable() bool
+	SaveFixed(n int) ([]Saved, error)
 }
 
 // Prefix is the keep list of a chain that accepted the first n rows: 0..n-1.
@@ -236,4 +244,132 @@ func (l *List) Restore(s ListSnapshot) error {
 		}
 	}
 	return nil
+}
+
+// Saved is one layer's state after Offset positions in arrays that no live cache writes
+// into: what a prefix cache keeps, and what an empty layer of the same kind resumes from.
+type Saved struct {
+	// Kind names the layer kind that made it ("kv", "recurrent"); Load refuses another.
+	Kind string
+	// Offset is the number of positions the state holds.
+	Offset int
+	// Trimmable: the layer can resume at any position up to Offset (KV rows); otherwise
+	// only at Offset (a recurrent state cannot drop positions).
+	Trimmable bool
+	// Arrays are the state's buffers, owned by the Saved (detached); none for Offset 0.
+	Arrays []*mlxc.Array
+}
+
+// Free releases the arrays.
+func (s Saved) Free() {
+	for _, a := range s.Arrays {
+		a.Free()
+	}
+}
+
+// Bytes is the memory the arrays hold.
+func (s Saved) Bytes() int64 {
+	var n int64
+	for _, a := range s.Arrays {
+		n += int64(a.NBytes())
+	}
+	return n
+}
+
+// Saver is a layer whose state can be kept apart from it and resumed by an empty layer.
+type Saver interface {
+	// Save returns the state after the first n positions (n ≤ Offset; only n = Offset
+	// for a layer that cannot trim), outside any speculation. The arrays may be lazy: the
+	// caller evaluates them.
+	Save(n int) (Saved, error)
+	// Load makes an empty layer hold the first n positions of s.
+	Load(s Saved, n int) error
+}
+
+// CanResume reports whether a layer saved as s can resume at position n.
+func (s Saved) CanResume(n int) bool {
+	return n >= 0 && (n == s.Offset || (s.Trimmable && n < s.Offset))
+}
+
+// Save saves every layer after its first n positions; on an error nothing is kept.
+func (l *List) Save(n int) ([]Saved, error) {
+	out := make([]Saved, 0, len(l.layers))
+	for i, c := range l.layers {
+		sv, ok := c.(Saver)
+		if !ok {
+			FreeSaved(out)
+			return nil, fmt.Errorf("cache: layer %d cannot be saved", i)
+		}
+		s, err := sv.Save(n)
+		if err != nil {
+			FreeSaved(out)
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Load makes every (empty) layer hold the first n positions of its saved state; on an
+// error the list is left empty.
+func (l *List) Load(s []Saved, n int) error {
+	if len(s) != len(l.layers) {
+		return fmt.Errorf("cache: %d saved layers for a list of %d", len(s), len(l.layers))
+	}
+	for i, c := range l.layers {
+		sv, ok := c.(Saver)
+		if !ok {
+			l.Free()
+			return fmt.Errorf("cache: layer %d cannot be loaded", i)
+		}
+		if c.Offset() != 0 {
+			l.Free()
+			return fmt.Errorf("cache: layer %d holds %d positions, a load needs an empty layer", i, c.Offset())
+		}
+		if err := sv.Load(s[i], n); err != nil {
+			l.Free()
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// FreeSaved releases a list of saved layers.
+func FreeSaved(s []Saved) {
+	for _, x := range s {
+		x.Free()
+	}
+}
+
+// Trimmable reports whether every layer is a Trimmer.
+func (l *List) Trimmable() bool {
+	for _, c := range l.layers {
+		if _, ok := c.(Trimmer); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// SaveFixed saves the layers that are no Trimmer after their first n positions, leaving
+// the zero Saved at the others: their state at n is any longer saved state's prefix.
+func (l *List) SaveFixed(n int) ([]Saved, error) {
+	out := make([]Saved, len(l.layers))
+	for i, c := range l.layers {
+		if _, ok := c.(Trimmer); ok {
+			continue
+		}
+		sv, ok := c.(Saver)
+		if !ok {
+			FreeSaved(out)
+			return nil, fmt.Errorf("cache: layer %d cannot be saved", i)
+		}
+		s, err := sv.Save(n)
+		if err != nil {
+			FreeSaved(out)
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		out[i] = s
+	}
+	return out, nil
 }

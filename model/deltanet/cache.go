@@ -369,3 +369,48 @@ func (c *Cache) Restore(s cache.Snapshot) error {
 	c.offset = ds.offset
 	return nil
 }
+
+// recurrentKind names the recurrent layer's saved states.
+const recurrentKind = "recurrent"
+
+var _ cache.Saver = (*Cache)(nil)
+
+// Save keeps the state and tail after all Offset positions (the committed ones in the
+// run-ahead loop): a recurrent state cannot be had at an earlier position. It shares the
+// buffers, which no forward writes in place.
+func (c *Cache) Save(n int) (cache.Saved, error) {
+	if c.tentative {
+		return cache.Saved{}, errors.New("deltanet cache: cannot save during a speculation")
+	}
+	if n != c.offset {
+		return cache.Saved{}, fmt.Errorf("deltanet cache: a recurrent state is saved only at its offset %d, not %d", c.offset, n)
+	}
+	s := cache.Saved{Kind: recurrentKind, Offset: n}
+	if c.state != nil {
+		s.Arrays = []*mlxc.Array{c.state.Ref(), c.tail.Ref()}
+	}
+	return s, nil
+}
+
+// Load makes the empty layer hold s, whose offset n must be (the next forward checks the
+// shapes against the layer's).
+func (c *Cache) Load(s cache.Saved, n int) error {
+	if s.Kind != recurrentKind {
+		return fmt.Errorf("deltanet cache: cannot load a %q layer's state", s.Kind)
+	}
+	if c.state != nil || c.offset != 0 {
+		return errors.New("deltanet cache: load into a layer that holds a state")
+	}
+	if n != s.Offset {
+		return fmt.Errorf("deltanet cache: a recurrent state resumes only at its offset %d, not %d", s.Offset, n)
+	}
+	switch {
+	case len(s.Arrays) == 2 && s.Arrays[0].Dtype() == mlxc.Float32 && s.Arrays[0].Ndim() == 4 && s.Arrays[1].Ndim() == 3:
+		c.state, c.tail = s.Arrays[0].Ref(), s.Arrays[1].Ref()
+	case len(s.Arrays) == 0 && n == 0:
+	default:
+		return errors.New("deltanet cache: saved state is not a float32 state [B, Hv, Dv, Dk] and a tail [B, K-1, C]")
+	}
+	c.offset = n
+	return nil
+}

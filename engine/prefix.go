@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
+	"github.com/dflash-mlx/dflash-mlx/prefixcache"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// The prefix cache in the loops (Engine.Prefix). A request looks up the longest cached
+// prefix of its prompt (never the last prompt token, which the first step runs to give
+// the first logits), loads the target's layers and the drafter's context there, and
+// prefills only the rest; the prompt's state then goes into the cache, and the plain and
+// serial DFlash loops add the state after the tokens they committed when they end. On
+// the CPU (and wherever rows round alike whatever the chunking) a resumed request is the
+// uncached one bit for bit; elsewhere it is as exact as a different prefill chunking.
+
+// contextSaver is a proposer whose per-sequence context can be saved and resumed.
+type contextSaver interface {
+	SaveContext(n int) ([]cache.Saved, error)
+	LoadContext(s []cache.Saved, n int) error
+}
+
+// prefixSaver returns the proposer's saver and whether the prefix cache serves requests
+// with this proposer (nil: plain decoding); a proposer that cannot save its context
+// (a scripted one in tests) gets no prefix cache.
+func (e *Engine) prefixSaver(p verify.Proposer) (contextSaver, bool) {
+	if e.Prefix == nil {
+		return nil, false
+	}
+	if p == nil {
+		return nil, true
+	}
+	s, ok := p.(contextSaver)
+	return s, ok
+}
+
+// prefillPrompt is prefill through the prefix cache: it resumes from the longest cached
+// prefix, prefills the rest (marking the recurrent layers' states on the way for a target
+// that has them), puts the prompt's state into the cache and counts the reused and the
+// computed positions in st.
+func (e *Engine) prefillPrompt(ctx context.Context, prompt []int32, c model.Cache, p verify.Proposer, st *Stats) error {
+	saver, ok := e.prefixSaver(p)
+	end := len(prompt) - 1
+	st.PrefillTokens = len(prompt)
+	if !ok {
+		return e.prefill(ctx, prompt, c, p)
+	}
+	from := e.resume(prompt, c, p, saver)
+	st.PromptCacheTokens, st.PrefillTokens = from, len(prompt)-from
+	var marks []prefixcache.Mark
+	every := 0
+	if !c.Trimmable() {
+		every = e.Prefix.MarkEvery()
+	}
+	defer func() {
+		for _, m := range marks {
+			cache.FreeSaved(m.Target)
+		}
+	}()
+	err := e.prefillFrom(ctx, prompt, from, c, p, every, func(pos int) {
+		if s, err := c.SaveFixed(pos); err == nil {
+			mlxc.Eval(savedArrays(s)...)
+			marks = append(marks, prefixcache.Mark{Pos: pos, Target: s})
+		}
+	})
+	if err != nil || end <= from {
+		return err
+	}
+	ent := e.entry(prompt[:end], c, saver, p != nil)
+	if ent == nil {
+		return nil
+	}
+	ent.Marks, marks = marks, nil
+	e.Prefix.Insert(ent)
+	return nil
+}
+
+// resume loads the longest cached prefix of prompt into the empty caches and returns its
+// length (0 on a miss, or when loading fails: the caches are then empty again).
+func (e *Engine) resume(prompt []int32, c model.Cache, p verify.Proposer, saver contextSaver) int {
+	h := e.Prefix.Lookup(prompt, len(prompt)-1, p != nil)
+	if h == nil {
+		return 0
+	}
+	defer h.Release()
+	if err := c.Load(h.Target, h.N); err != nil {
+		c.Free()
+		return 0
+	}
+	if saver != nil {
+		if err := saver.LoadContext(h.Draft, h.N); err != nil {
+			c.Free()
+			p.End()
+			p.Begin()
+			return 0
+		}
+	}
+	return h.N
+}
+
+// entry saves the target's layers (and the proposer's context when withDraft) after the
+// tokens the caches hold, evaluated; nil when a layer cannot be saved there.
+func (e *Engine) entry(tokens []int32, c model.Cache, saver contextSaver, withDraft bool) *prefixcache.Entry {
+	n := len(tokens)
+	if c.Offset() != n {
+		return nil
+	}
+	t, err := c.Save(n)
+	if err != nil {
+		return nil
+	}
+	ent := &prefixcache.Entry{Tokens: append([]int32(nil), tokens...), Target: t}
+	if withDraft {
+		d, err := saver.SaveContext(n)
+		if err != nil {
+			cache.FreeSaved(t)
+			return nil
+		}
+		ent.Draft = d
+	}
+	ent.Eval()
+	return ent
+}
+
+// saveCommitted puts the state after the committed tokens fed (the caches' positions, in
+// order) into the prefix cache when a loop ends; pending, when set, are the tapped rows
+// of the last committed positions that the proposer has not taken in yet.
+func (e *Engine) saveCommitted(fed []int32, c model.Cache, p verify.Proposer, pending *mlxc.Array) {
+	saver, ok := e.prefixSaver(p)
+	if !ok || c.Offset() != len(fed) {
+		return
+	}
+	s := mlxc.NewScope()
+	defer s.Close()
+	if p != nil && pending != nil {
+		p.Context(pending)
+	}
+	if ent := e.entry(fed, c, saver, p != nil); ent != nil {
+		e.Prefix.Insert(ent)
+	}
+}
+
+func savedArrays(s []cache.Saved) []*mlxc.Array {
+	var out []*mlxc.Array
+	for _, x := range s {
+		out = append(out, x.Arrays...)
+	}
+	return out
+}
