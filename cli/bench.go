@@ -41,6 +41,7 @@ func benchCommand() *cli.Command {
 		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "fix the acceptance: each draft counts as right with probability 1−ERR (0 = all right), while drafting, verification and rollback run for real; measures the engine's cycle cost at a known τ on random weights. Numbers are labelled 'replayed'"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
+		&cli.IntFlag{Name: "multi-turn", Usage: "instead: a chat of N turns, each turn's time to first token without and with the prompt cache side by side (the history through the chat template; random token ids for --random shapes)"},
 		&cli.BoolFlag{Name: "block-sweep", Usage: "also run DFlash at each fixed block size of the τ-vs-cost curve (block_curve), beside the table's runs, which use the adaptive block where it is on (DFLASH_ADAPTIVE_BLOCK; on by default for MoE targets)"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
 		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
@@ -230,6 +231,12 @@ func benchAction(c *cli.Context) error {
 	}
 	if c.Bool("flips") {
 		return benchFlips(c, s, prompts)
+	}
+	if k := c.Int("multi-turn"); k != 0 {
+		if k < 1 {
+			return cli.Exit(fmt.Sprintf("--multi-turn needs at least 1 turn, got %d", k), 2)
+		}
+		return benchMultiTurn(c, s, k, note)
 	}
 	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
 	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, Note: note, Settings: s.Settings}

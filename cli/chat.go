@@ -18,6 +18,7 @@ import (
 
 func chatCommand() *cli.Command {
 	flags := append(modelFlags(), samplingFlags()...)
+	flags = append(flags, promptCacheFlags(true)...)
 	flags = append(flags,
 		&cli.StringFlag{Name: "system", Usage: "system message"},
 		&cli.BoolFlag{Name: "enable-thinking", Usage: "let Qwen3 think before answering"},
@@ -62,7 +63,11 @@ func chatAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	s, err := Open(context.Background(), loadConfig(c))
+	cfg := loadConfig(c)
+	if cfg.PromptCache, err = promptCacheConfig(c); err != nil {
+		return err
+	}
+	s, err := Open(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
@@ -186,6 +191,7 @@ func (cs *chatSession) turn(ctx context.Context, user string) error {
 	cs.lastSize = len(ids)
 	req := cs.sp()
 	req.Prompt = ids
+	req.PrefixMarks = cs.s.PrefixMarks(ids)
 	req.Detok = cs.s.Tok.NewStreamDecoder(true)
 	res, err := cs.s.Generate(ctx, req, func(ev engine.Event) error {
 		fmt.Fprint(cs.out, ev.Text)

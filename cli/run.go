@@ -17,6 +17,7 @@ import (
 
 func runCommand() *cli.Command {
 	flags := append(modelFlags(), samplingFlags()...)
+	flags = append(flags, promptCacheFlags(false)...)
 	flags = append(flags, gpuExactFlag(),
 		&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "the prompt; without it, stdin is read"},
 		&cli.StringFlag{Name: "system", Usage: "system message"},
@@ -74,7 +75,11 @@ func runAction(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	s, err := Open(ctx, loadConfig(c))
+	cfg := loadConfig(c)
+	if cfg.PromptCache, err = promptCacheConfig(c); err != nil {
+		return err
+	}
+	s, err := Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -96,14 +101,15 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	req := engine.Request{
-		Prompt:     ids,
-		MaxTokens:  c.Int("max-new-tokens"),
-		Sampling:   sp,
-		StopTokens: s.StopTokens(),
-		BlockSize:  c.Int("block-size"),
-		Detok:      s.Tok.NewStreamDecoder(true),
-		Profile:    c.Bool("profile"),
-		IgnoreEOS:  c.Bool("ignore-eos"),
+		Prompt:      ids,
+		PrefixMarks: s.PrefixMarks(ids),
+		MaxTokens:   c.Int("max-new-tokens"),
+		Sampling:    sp,
+		StopTokens:  s.StopTokens(),
+		BlockSize:   c.Int("block-size"),
+		Detok:       s.Tok.NewStreamDecoder(true),
+		Profile:     c.Bool("profile"),
+		IgnoreEOS:   c.Bool("ignore-eos"),
 	}
 	if req.IgnoreEOS {
 		req.StopTokens = nil
@@ -167,6 +173,9 @@ func printRunStats(w io.Writer, o runOutput) {
 		fmt.Fprintf(w, "(target %s)", o.TargetModel)
 	}
 	fmt.Fprintf(w, "\nprompt:     %d tokens, %.1f tok/s (time to first token %.0f ms)\n", st.PromptTokens, st.PromptTPS, ms(st.FirstTokenTime))
+	if st.PromptCacheTokens > 0 {
+		fmt.Fprintf(w, "            %d resumed from the prompt cache, %d prefilled\n", st.PromptCacheTokens, st.PrefillTokens)
+	}
 	fmt.Fprintf(w, "generation: %d tokens, %.1f tok/s, finish %s\n", st.GeneratedTokens, st.GenerationTPS, o.FinishReason)
 	if st.Mode == "dflash" && st.Cycles > 0 {
 		fmt.Fprintf(w, "dflash:     %d cycles, τ = %.2f tokens/cycle, %d/%d drafts accepted\n", st.Cycles, st.Tau, st.Accepted, st.Drafted)

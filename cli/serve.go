@@ -21,7 +21,7 @@ import (
 )
 
 func serveCommand() *cli.Command {
-	flags := append(modelFlags(), gpuExactFlag(),
+	flags := append(append(modelFlags(), promptCacheFlags(true)...), gpuExactFlag(),
 		&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on (0.0.0.0 exposes the server to your network)"},
 		&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on"},
 		&cli.StringFlag{Name: "model-id", Usage: "id reported by /v1/models (default: the target model name)"},
@@ -70,6 +70,9 @@ func serveAction(c *cli.Context) error {
 	defer stop()
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 	lc := loadConfig(c)
+	if lc.PromptCache, err = promptCacheConfig(c); err != nil {
+		return err
+	}
 	if c.Bool("log-json") {
 		handler = slog.NewJSONHandler(os.Stderr, nil)
 		// Start-up goes through the JSON log too, so every line on stderr is a record.
@@ -218,8 +221,9 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		seed = uint64(*req.Seed)
 	}
 	er := engine.Request{
-		Prompt:    req.Prompt,
-		MaxTokens: req.MaxTokens,
+		Prompt:      req.Prompt,
+		PrefixMarks: b.s.PrefixMarks(req.Prompt),
+		MaxTokens:   req.MaxTokens,
 		Sampling: sample.Params{Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP,
 			Seed: seed},
 		Stop:       req.Stop,
@@ -237,7 +241,7 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 	st := res.Stats
 	out := server.GenerateResult{
 		FinishReason: server.FinishReason(res.FinishReason), PromptTokens: len(req.Prompt),
-		CompletionTokens: len(res.Tokens), Cycles: st.Cycles, PrefillTime: st.PrefillTime,
+		CompletionTokens: len(res.Tokens), CachedPromptTokens: st.PromptCacheTokens, Cycles: st.Cycles, PrefillTime: st.PrefillTime,
 		DecodeTime: st.DecodeTime, DraftTime: st.DraftTime, VerifyTime: st.VerifyTime, TokensPerSecond: st.GenerationTPS,
 	}
 	if st.Cycles > 0 {
@@ -247,4 +251,15 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		out.FinishReason = server.FinishCancelled
 	}
 	return out, err
+}
+
+// PromptCacheState reports the session's prefix cache to /metrics.
+func (b *backend) PromptCacheState() (server.PromptCacheState, bool) {
+	st := b.s.PromptCacheStats()
+	if st == nil {
+		return server.PromptCacheState{}, false
+	}
+	return server.PromptCacheState{Lookups: st.Lookups, Hits: st.Hits, ReusedTokens: st.ReusedTokens,
+		Evictions: st.Evictions, Rejected: st.Rejected, DiskHits: st.DiskHits, DiskErrors: st.DiskErrors,
+		Entries: st.Entries, Bytes: st.Bytes, BudgetBytes: st.Budget, PeakBytes: st.PeakBytes}, true
 }

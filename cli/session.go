@@ -45,6 +45,8 @@ type LoadConfig struct {
 	// Settings for the loaders and the engine; nil: the settings resolved from the
 	// environment when the program started.
 	Settings *settings.Settings
+	// PromptCache is the prefix cache to keep (none by default).
+	PromptCache PromptCacheConfig
 }
 
 // Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
@@ -207,6 +209,10 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.openPromptCache(cfg.PromptCache); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -281,6 +287,9 @@ func (s *Session) Close() {
 		return
 	}
 	_ = mlxc.Do(func() error {
+		if s.Engine != nil && s.Engine.Prefix != nil {
+			s.Engine.Prefix.Free()
+		}
 		if s.drafter != nil {
 			s.drafter.Free()
 		}

@@ -116,7 +116,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens + 2*r.B)
 	r.p.Begin()
 	defer r.p.End()
-	if err := e.prefillPrompt(ctx, req.Prompt, r.c, r.p, &r.st); err != nil {
+	if err := e.prefillPrompt(ctx, req.Prompt, req.PrefixMarks, r.c, r.p, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
 	r.taps = r.p.TapLayers()

@@ -46,7 +46,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens + r.B)
 	r.p.Begin()
 	defer r.p.End()
-	if err := e.prefillPrompt(ctx, req.Prompt, r.c, r.p, &r.st); err != nil {
+	if err := e.prefillPrompt(ctx, req.Prompt, req.PrefixMarks, r.c, r.p, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
 	r.keys = newKeys(r.sp)

@@ -119,12 +119,13 @@ func (e *Engine) budget(req *Request) {
 // feeding tapped hidden rows to the proposer chunk by chunk. The caller runs the last
 // prompt token as the first decode-shaped step (as mlx-lm does).
 func (e *Engine) prefill(ctx context.Context, prompt []int32, c model.Cache, p verify.Proposer) error {
-	return e.prefillFrom(ctx, prompt, 0, c, p, 0, nil)
+	return e.prefillFrom(ctx, prompt, 0, c, p, 0, nil, nil)
 }
 
 // prefillFrom is prefill from position from on (the caches hold the positions before it).
-// With every > 0, chunks also end at the multiples of every, where mark is called.
-func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c model.Cache, p verify.Proposer, every int, mark func(pos int)) error {
+// With every > 0, chunks also end at the multiples of every and at the positions of
+// marks (increasing), where mark is called.
+func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c model.Cache, p verify.Proposer, every int, marks []int, mark func(pos int)) error {
 	var taps []int
 	if p != nil {
 		taps = p.TapLayers()
@@ -137,6 +138,12 @@ func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c mo
 		k := min(PrefillChunk, end-pos)
 		if every > 0 {
 			k = min(k, (pos/every+1)*every-pos)
+			for len(marks) > 0 && marks[0] <= pos {
+				marks = marks[1:]
+			}
+			if len(marks) > 0 {
+				k = min(k, marks[0]-pos)
+			}
 		}
 		s := mlxc.NewScope()
 		out := e.Target.Forward(mlxc.FromSlice(prompt[pos:pos+k], 1, k), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
@@ -146,7 +153,7 @@ func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c mo
 		evalCache(c, out.Hidden)
 		s.Close()
 		pos += k
-		if every > 0 && pos%every == 0 && pos < end && mark != nil {
+		if every > 0 && pos < end && mark != nil && (pos%every == 0 || (len(marks) > 0 && marks[0] == pos)) {
 			mark(pos)
 		}
 	}
@@ -167,7 +174,12 @@ func evalCache(c model.Cache, extra ...*mlxc.Array) {
 func finishStats(st *Stats, firstTok, end time.Time) {
 	st.DecodeTime = end.Sub(firstTok)
 	if st.PrefillTime > 0 {
-		st.PromptTPS = float64(st.PromptTokens) / st.FirstTokenTime.Seconds()
+		// The positions computed, not those resumed from the prefix cache.
+		n := st.PromptTokens
+		if st.PrefillTokens > 0 {
+			n = st.PrefillTokens
+		}
+		st.PromptTPS = float64(n) / st.FirstTokenTime.Seconds()
 	}
 	if st.DecodeTime > 0 && st.GeneratedTokens > 1 {
 		// Tokens after the first over the time after the first: no overstatement.

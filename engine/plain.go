@@ -26,7 +26,7 @@ func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error)
 	r.c = e.Target.NewCache()
 	defer r.c.Free()
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens)
-	if err := e.prefillPrompt(ctx, req.Prompt, r.c, nil, &r.st); err != nil {
+	if err := e.prefillPrompt(ctx, req.Prompt, req.PrefixMarks, r.c, nil, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}
 	r.keys = newKeys(r.sp)

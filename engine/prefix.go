@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
@@ -40,9 +41,9 @@ func (e *Engine) prefixSaver(p verify.Proposer) (contextSaver, bool) {
 
 // prefillPrompt is prefill through the prefix cache: it resumes from the longest cached
 // prefix, prefills the rest (marking the recurrent layers' states on the way for a target
-// that has them), puts the prompt's state into the cache and counts the reused and the
+// that has them: every MarkEvery positions and at marksAt), puts the prompt's state into the cache and counts the reused and the
 // computed positions in st.
-func (e *Engine) prefillPrompt(ctx context.Context, prompt []int32, c model.Cache, p verify.Proposer, st *Stats) error {
+func (e *Engine) prefillPrompt(ctx context.Context, prompt []int32, marksAt []int, c model.Cache, p verify.Proposer, st *Stats) error {
 	saver, ok := e.prefixSaver(p)
 	end := len(prompt) - 1
 	st.PrefillTokens = len(prompt)
@@ -61,7 +62,7 @@ func (e *Engine) prefillPrompt(ctx context.Context, prompt []int32, c model.Cach
 			cache.FreeSaved(m.Target)
 		}
 	}()
-	err := e.prefillFrom(ctx, prompt, from, c, p, every, func(pos int) {
+	err := e.prefillFrom(ctx, prompt, from, c, p, every, sortedMarks(marksAt), func(pos int) {
 		if s, err := c.SaveFixed(pos); err == nil {
 			mlxc.Eval(savedArrays(s)...)
 			marks = append(marks, prefixcache.Mark{Pos: pos, Target: s})
@@ -142,6 +143,13 @@ func (e *Engine) saveCommitted(fed []int32, c model.Cache, p verify.Proposer, pe
 	if ent := e.entry(fed, c, saver, p != nil); ent != nil {
 		e.Prefix.Insert(ent)
 	}
+}
+
+// sortedMarks is a sorted copy of the requested mark positions.
+func sortedMarks(m []int) []int {
+	out := slices.Clone(m)
+	slices.Sort(out)
+	return out
 }
 
 func savedArrays(s []cache.Saved) []*mlxc.Array {

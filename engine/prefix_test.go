@@ -64,7 +64,8 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 					}
 					uncached := newEngine(nil)
 					req := func(prompt []int32, n int) Request {
-						return Request{Prompt: prompt, MaxTokens: n, Sampling: sp, IgnoreEOS: true, BlockSize: 4}
+						// A mark at 10 (a message start, as the CLI marks them) besides every 4.
+						return Request{Prompt: prompt, MaxTokens: n, Sampling: sp, IgnoreEOS: true, BlockSize: 4, PrefixMarks: []int{10}}
 					}
 					pcache := newPrefixCache(t, 0, every)
 					defer pcache.Free()
@@ -97,14 +98,16 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 					}
 					check("turn 3", turn3, 6, reused)
 					check("same prompt", turn1, 12, len(turn1)-1)
-					// 10 common tokens: attention layers resume there, recurrent layers at the
-					// last mark of turn 1's prefill before it.
+					// 10 common tokens: every layer resumes there (a requested mark); 7: attention
+					// layers resume there, recurrent layers at the last mark before it.
 					branch := append(append([]int32(nil), turn1[:10]...), 100, 101, 102, 103)
-					partial := 10
+					check("branch at a mark", branch, 7, 10)
+					branch7 := append(append([]int32(nil), turn1[:7]...), 100, 101, 102, 103)
+					partial := 7
 					if pc.recurrent {
-						partial = 10 / every * every
+						partial = 7 / every * every
 					}
-					check("branch", branch, 7, partial)
+					check("branch", branch7, 7, partial)
 					if st := pcache.Stats(); st.Hits < 4 || st.Bytes > st.Budget || st.Entries == 0 {
 						t.Errorf("cache stats %+v", st)
 					}

@@ -32,6 +32,10 @@ type Request struct {
 	NoDraft bool
 	// Detok, when set, produces Event.Text and enables Stop.
 	Detok Detokenizer
+	// PrefixMarks are prompt positions where the prefix cache also keeps a recurrent
+	// target's state (the starts of a chat's messages: where the next request's prompt may
+	// leave this one's). Attention layers need none: they resume at any position.
+	PrefixMarks []int
 	// Profile adds a synchronisation after each draft to split draft and verify time
 	// (slightly slower; for benchmarks).
 	Profile bool
@@ -125,6 +129,8 @@ type Stats struct {
 	VerifyOps map[string]int `json:"verify_ops,omitempty"`
 	StepOps   map[string]int `json:"step_ops,omitempty"`
 
+	// PromptTPS is the prompt positions prefilled (PrefillTokens) over the time to the
+	// first token.
 	PromptTPS     float64 `json:"prompt_tps"`
 	GenerationTPS float64 `json:"generation_tps"`
 	PeakMemory    uint64  `json:"peak_memory_bytes"`

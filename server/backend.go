@@ -51,6 +51,19 @@ type Backend interface {
 	Generate(ctx context.Context, req GenerateRequest, emit func(Delta) error) (GenerateResult, error)
 }
 
+// PromptCacheReporter is an optional Backend method: the prefix cache's state, which
+// /metrics exports (ok is false without a cache).
+type PromptCacheReporter interface {
+	PromptCacheState() (st PromptCacheState, ok bool)
+}
+
+// PromptCacheState is a prefix cache's counters and size.
+type PromptCacheState struct {
+	Lookups, Hits, ReusedTokens, Evictions, Rejected, DiskHits, DiskErrors int64
+	Entries                                                                int
+	Bytes, BudgetBytes, PeakBytes                                          int64
+}
+
 // PromptTooLongError is what ChatPrompt and TextPrompt return for a prompt with more
 // tokens than the context leaves room for; AtLeast is a lower bound on its token count
 // (a backend may stop counting once it is over).
@@ -174,6 +187,8 @@ type GenerateResult struct {
 	PromptTokens int
 	// CompletionTokens counts generated tokens, not counting end-of-sequence tokens.
 	CompletionTokens int
+	// CachedPromptTokens are the prompt tokens resumed from a prefix cache.
+	CachedPromptTokens int
 	// Cycles is the number of draft+verify cycles; Tau is the mean tokens committed per
 	// cycle (CompletionTokens/Cycles). Both are 0 for plain decoding.
 	Cycles int

@@ -221,8 +221,9 @@ func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, ru
 func outcomeFor(finish string, promptTokens, completionTokens int, stats dflashStats) outcome {
 	return outcome{
 		finish: finish,
-		usage:  usage{PromptTokens: promptTokens, CompletionTokens: completionTokens, TotalTokens: promptTokens + completionTokens},
-		stats:  stats,
+		usage: usage{PromptTokens: promptTokens, CompletionTokens: completionTokens, TotalTokens: promptTokens + completionTokens,
+			PromptTokensDetails: promptTokensDetails{CachedTokens: stats.CachedPromptTokens}},
+		stats: stats,
 	}
 }
 
@@ -234,8 +235,9 @@ func (s *Server) stats(run *runOutcome, info *requestInfo) dflashStats {
 		Tau: res.Tau, Cycles: res.Cycles,
 		PrefillMS: ms(res.PrefillTime), DecodeMS: ms(res.DecodeTime),
 		DraftMS: ms(res.DraftTime), VerifyMS: ms(res.VerifyTime),
-		QueueMS:         ms(info.queueWait),
-		TokensPerSecond: decodeRate(run),
+		QueueMS:            ms(info.queueWait),
+		CachedPromptTokens: res.CachedPromptTokens,
+		TokensPerSecond:    decodeRate(run),
 	}
 	if st.Tau == 0 && res.Cycles > 0 {
 		st.Tau = float64(res.CompletionTokens) / float64(res.Cycles)

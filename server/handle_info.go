@@ -38,7 +38,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	waiting, running := s.queue.depth()
-	if err := s.metrics.write(w, waiting, running); err != nil {
+	var pc *PromptCacheState
+	if r, ok := s.backend.(PromptCacheReporter); ok {
+		if st, ok := r.PromptCacheState(); ok {
+			pc = &st
+		}
+	}
+	if err := s.metrics.write(w, waiting, running, pc); err != nil {
 		s.log.Debug("writing metrics failed", "err", err)
 	}
 }

@@ -77,7 +77,7 @@ func (m *metrics) observeQueueRejected() {
 }
 
 // write renders every metric; waiting and running come from the queue at scrape time.
-func (m *metrics) write(w io.Writer, waiting int, running bool) error {
+func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheState) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
@@ -119,6 +119,10 @@ func (m *metrics) write(w io.Writer, waiting int, running bool) error {
 	header(&b, "dflash_generation_running", "gauge", "1 while a generation runs.")
 	fmt.Fprintf(&b, "dflash_generation_running %d\n", boolToInt(running))
 
+	if pc != nil {
+		writePromptCache(&b, *pc)
+	}
+
 	m.tau.write(&b, "dflash_tau", "Mean tokens committed per DFlash cycle, per request.")
 	m.tokensPerSecond.write(&b, "dflash_tokens_per_second", "Decode speed per request, in tokens per second (requests with a timed decode of two tokens or more).")
 	m.queueWait.write(&b, "dflash_queue_wait_seconds", "Time a request waited for the generation slot.")
@@ -126,6 +130,29 @@ func (m *metrics) write(w io.Writer, waiting int, running bool) error {
 
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writePromptCache renders the prefix cache's counters and gauges.
+func writePromptCache(b *strings.Builder, pc PromptCacheState) {
+	for _, c := range []struct {
+		name, typ, help string
+		v               int64
+	}{
+		{"dflash_prompt_cache_lookups_total", "counter", "Prefix cache lookups (one per generation).", pc.Lookups},
+		{"dflash_prompt_cache_hits_total", "counter", "Lookups that resumed from a cached prefix.", pc.Hits},
+		{"dflash_prompt_cache_reused_tokens_total", "counter", "Prompt tokens resumed from the prefix cache instead of prefilled.", pc.ReusedTokens},
+		{"dflash_prompt_cache_evictions_total", "counter", "Entries evicted to keep the memory budget.", pc.Evictions},
+		{"dflash_prompt_cache_rejected_total", "counter", "Entries not kept: larger than what the budget left them.", pc.Rejected},
+		{"dflash_prompt_cache_disk_hits_total", "counter", "Hits read from the prompt-cache directory.", pc.DiskHits},
+		{"dflash_prompt_cache_disk_errors_total", "counter", "Prompt-cache files that were damaged, foreign or could not be written.", pc.DiskErrors},
+		{"dflash_prompt_cache_entries", "gauge", "Entries held in memory.", int64(pc.Entries)},
+		{"dflash_prompt_cache_bytes", "gauge", "Bytes the entries in memory hold.", pc.Bytes},
+		{"dflash_prompt_cache_budget_bytes", "gauge", "The memory budget of the prefix cache.", pc.BudgetBytes},
+		{"dflash_prompt_cache_peak_bytes", "gauge", "The most bytes the entries ever held.", pc.PeakBytes},
+	} {
+		header(b, c.name, c.typ, c.help)
+		fmt.Fprintf(b, "%s %d\n", c.name, c.v)
+	}
 }
 
 func header(b *strings.Builder, name, typ, help string) {

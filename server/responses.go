@@ -9,6 +9,13 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails carries OpenAI's cached_tokens: the prompt tokens resumed from
+	// the prefix cache.
+	PromptTokensDetails promptTokensDetails `json:"prompt_tokens_details"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // dflashStats is the speculative-decoding report attached to every answer.
@@ -20,6 +27,9 @@ type dflashStats struct {
 	DraftMS   float64 `json:"draft_ms,omitempty"` // measured only with serve --profile
 	VerifyMS  float64 `json:"verify_ms,omitempty"`
 	QueueMS   float64 `json:"queue_ms"`
+	// CachedPromptTokens are the prompt tokens resumed from the prefix cache (not
+	// prefilled again).
+	CachedPromptTokens int `json:"cached_prompt_tokens"`
 	// TokensPerSecond is the decode speed, null when there is no interval to measure it
 	// over (see decodeRate).
 	TokensPerSecond *float64 `json:"tokens_per_second"`
