@@ -48,14 +48,14 @@ Examples:
 
 // chatSession is the REPL state; in and out are parameters so tests can drive it.
 type chatSession struct {
-	s        *Session
-	sp       func() engine.Request
-	system   string
-	think    bool
-	history  []tokenizer.Message
-	last     *engine.Result
-	out      io.Writer
-	lastSize int // prompt tokens of the last turn (tests read it)
+	s          *Session
+	sp         func() engine.Request
+	system     string
+	think      bool
+	history    []tokenizer.Message
+	last       *engine.Result
+	out        io.Writer
+	lastPrompt []int32 // the last turn's prompt (tests read it)
 }
 
 func chatAction(c *cli.Context) error {
@@ -188,7 +188,7 @@ func (cs *chatSession) turn(ctx context.Context, user string) error {
 	if err != nil {
 		return err
 	}
-	cs.lastSize = len(ids)
+	cs.lastPrompt = ids
 	req := cs.sp()
 	req.Prompt = ids
 	req.PrefixMarks = cs.s.PrefixMarks(ids)
