@@ -130,3 +130,89 @@ func TestKVLayerSnapshotRestore(t *testing.T) {
 type foreignSnapshot struct{}
 
 func (foreignSnapshot) Free() {}
+
+// A saved KV state is a copy: after the live cache rewinds and writes other rows over the
+// saved positions, an empty cache loaded from it at any shorter position and run on equals
+// a fresh run of the saved tokens (bit for bit where rounding does not depend on shape).
+// Saves and loads that cannot be exact are refused, and a refused load leaves the list
+// empty.
+func TestKVLayerSaveLoad(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	writeModel(t, dir, modelgen.TinyQwen3())
+	m := loadModel(t, dir)
+	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+	more := []int32{5, 3, 5, 8, 9}
+	none := model.ForwardOptions{Logits: model.LogitsNone}
+	err := mlxc.Do(func() error {
+		s := mlxc.NewScope()
+		defer s.Close()
+		c := m.NewCache()
+		defer c.Free()
+		m.Forward(mlxc.FromSlice(prompt, 1, len(prompt)), c, none)
+		saved, err := c.Save(len(prompt))
+		if err != nil {
+			return err
+		}
+		defer cache.FreeSaved(saved)
+		mlxc.Eval(savedArrays(saved)...)
+		if err := c.Rewind(4); err != nil {
+			return err
+		}
+		m.Forward(mlxc.FromSlice(more, 1, len(more)), c, none) // over the saved rows 4..
+		for _, n := range []int{len(prompt), 5, 1} {
+			fresh := m.NewCache()
+			m.Forward(mlxc.FromSlice(append(append([]int32(nil), prompt[:n]...), more...), 1, n+len(more)), fresh, none)
+			loaded := m.NewCache()
+			loaded.Reserve(64)
+			if err := loaded.Load(saved, n); err != nil {
+				return err
+			}
+			m.Forward(mlxc.FromSlice(more, 1, len(more)), loaded, none)
+			equalCaches(t, fmt.Sprintf("loaded at %d and run on", n), kvSnapshot(loaded), kvSnapshot(fresh))
+			fresh.Free()
+			loaded.Free()
+		}
+		for _, bad := range []struct {
+			what string
+			err  func() error
+		}{
+			{"save past the offset", func() error { _, err := c.Save(c.Offset() + 1); return err }},
+			{"load past the saved rows", func() error { x := m.NewCache(); defer x.Free(); return x.Load(saved, len(prompt)+1) }},
+			{"load into a cache that holds rows", func() error {
+				before := c.Offset()
+				err := c.Load(saved, 2)
+				if c.Offset() != before {
+					t.Errorf("a refused load changed the offset from %d to %d", before, c.Offset())
+				}
+				return err
+			}},
+			{"load of another list", func() error { x := m.NewCache(); defer x.Free(); return x.Load(saved[:1], 1) }},
+			{"load of another layer kind", func() error {
+				x := m.NewCache()
+				defer x.Free()
+				other := append([]cache.Saved{{Kind: "recurrent", Offset: 1}}, saved[1:]...)
+				err := x.Load(other, 1)
+				if x.Offset() != 0 {
+					t.Errorf("a refused load left %d positions", x.Offset())
+				}
+				return err
+			}},
+		} {
+			if bad.err() == nil {
+				t.Errorf("%s accepted", bad.what)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func savedArrays(s []cache.Saved) []*mlxc.Array {
+	var out []*mlxc.Array
+	for _, x := range s {
+		out = append(out, x.Arrays...)
+	}
+	return out
+}

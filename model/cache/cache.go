@@ -292,9 +292,16 @@ func (s Saved) CanResume(n int) bool {
 }
 
 // Save saves every layer after its first n positions; on an error nothing is kept.
-func (l *List) Save(n int) ([]Saved, error) {
-	out := make([]Saved, 0, len(l.layers))
+func (l *List) Save(n int) ([]Saved, error) { return l.save(n, false) }
+
+// save saves the layers after their first n positions, only those that are no Trimmer
+// when fixedOnly (the others keep the zero Saved).
+func (l *List) save(n int, fixedOnly bool) ([]Saved, error) {
+	out := make([]Saved, len(l.layers))
 	for i, c := range l.layers {
+		if _, ok := c.(Trimmer); ok && fixedOnly {
+			continue
+		}
 		sv, ok := c.(Saver)
 		if !ok {
 			FreeSaved(out)
@@ -305,27 +312,30 @@ func (l *List) Save(n int) ([]Saved, error) {
 			FreeSaved(out)
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		out = append(out, s)
+		out[i] = s
 	}
 	return out, nil
 }
 
-// Load makes every (empty) layer hold the first n positions of its saved state; on an
-// error the list is left empty.
+// Load makes every (empty) layer hold the first n positions of its saved state. A list
+// that is not empty, or whose layers cannot load, is refused unchanged; a load that fails
+// part way leaves the list empty.
 func (l *List) Load(s []Saved, n int) error {
 	if len(s) != len(l.layers) {
 		return fmt.Errorf("cache: %d saved layers for a list of %d", len(s), len(l.layers))
 	}
+	svs := make([]Saver, len(l.layers))
 	for i, c := range l.layers {
 		sv, ok := c.(Saver)
 		if !ok {
-			l.Free()
 			return fmt.Errorf("cache: layer %d cannot be loaded", i)
 		}
 		if c.Offset() != 0 {
-			l.Free()
 			return fmt.Errorf("cache: layer %d holds %d positions, a load needs an empty layer", i, c.Offset())
 		}
+		svs[i] = sv
+	}
+	for i, sv := range svs {
 		if err := sv.Load(s[i], n); err != nil {
 			l.Free()
 			return fmt.Errorf("layer %d: %w", i, err)
@@ -353,23 +363,4 @@ func (l *List) Trimmable() bool {
 
 // SaveFixed saves the layers that are no Trimmer after their first n positions, leaving
 // the zero Saved at the others: their state at n is any longer saved state's prefix.
-func (l *List) SaveFixed(n int) ([]Saved, error) {
-	out := make([]Saved, len(l.layers))
-	for i, c := range l.layers {
-		if _, ok := c.(Trimmer); ok {
-			continue
-		}
-		sv, ok := c.(Saver)
-		if !ok {
-			FreeSaved(out)
-			return nil, fmt.Errorf("cache: layer %d cannot be saved", i)
-		}
-		s, err := sv.Save(n)
-		if err != nil {
-			FreeSaved(out)
-			return nil, fmt.Errorf("layer %d: %w", i, err)
-		}
-		out[i] = s
-	}
-	return out, nil
-}
+func (l *List) SaveFixed(n int) ([]Saved, error) { return l.save(n, true) }

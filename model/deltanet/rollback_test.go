@@ -293,6 +293,67 @@ func TestSnapshotRestore(t *testing.T) {
 	})
 }
 
+// A saved state resumes an empty layer exactly where it was saved: run on, the loaded layer
+// equals the one that never stopped, bit for bit, though the saving layer ran on with other
+// rows meanwhile. A recurrent state is saved and loaded only at its own offset, never
+// during a speculation, and only into an empty layer.
+func TestSaveLoad(t *testing.T) {
+	g := rollbackGeometry
+	do(t, func() {
+		r := newRNG(600)
+		m := mixerFor(r, g)
+		c, ref := NewCache(), NewCache()
+		defer c.Free()
+		defer ref.Free()
+		pre := newStream(r, g, 6)
+		m.apply(pre, c, nil)
+		m.apply(pre, ref, nil)
+		saved, err := c.Save(6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer saved.Free()
+		if saved.Trimmable || saved.Offset != 6 || saved.Kind != recurrentKind {
+			t.Errorf("saved %+v", saved)
+		}
+		m.apply(newStream(r, g, 4), c, nil) // the saving layer moves on
+		loaded := NewCache()
+		defer loaded.Free()
+		if err := loaded.Load(saved, 6); err != nil {
+			t.Fatal(err)
+		}
+		sameCache(t, "loaded", loaded, ref)
+		next := newStream(r, g, 3)
+		m.apply(next, loaded, nil)
+		m.apply(next, ref, nil)
+		sameCache(t, "loaded and run on", loaded, ref)
+
+		for _, bad := range []struct {
+			what string
+			err  func() error
+		}{
+			{"save before the offset", func() error { _, err := c.Save(c.Offset() - 1); return err }},
+			{"load before the saved offset", func() error { x := NewCache(); defer x.Free(); return x.Load(saved, 5) }},
+			{"load into a layer that holds a state", func() error { return loaded.Load(saved, 6) }},
+			{"load of a KV state", func() error {
+				x := NewCache()
+				defer x.Free()
+				return x.Load(cache.Saved{Kind: "kv", Offset: 6, Trimmable: true}, 6)
+			}},
+			{"save during a speculation", func() error {
+				c.Speculate()
+				defer c.Commit(nil)
+				_, err := c.Save(c.Offset())
+				return err
+			}},
+		} {
+			if bad.err() == nil {
+				t.Errorf("%s accepted", bad.what)
+			}
+		}
+	})
+}
+
 // Misuse gives a clear error (Commit, SetOffset) or an *mlxc.Error panic (shapes, as the
 // rest of the model code reports them), never a silently wrong state.
 func TestErrors(t *testing.T) {
