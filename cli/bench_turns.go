@@ -55,10 +55,24 @@ func benchMultiTurn(c *cli.Context, s *Session, turns int, note string) error {
 	if s.Engine.Proposer == nil {
 		rep.Mode = "plain"
 	}
-	pc, err := prefixcache.New(prefixcache.Options{})
-	if err != nil {
-		return err
+	// One cache per repeat, each of which has seen the earlier turns once: every cached
+	// run is a chat's next turn, never a repeat of its own prompt.
+	pcs := make([]*prefixcache.Cache, repeats)
+	for i := range pcs {
+		var err error
+		if pcs[i], err = prefixcache.New(prefixcache.Options{}); err != nil {
+			return err
+		}
 	}
+	defer func() {
+		_ = mlxc.Do(func() error {
+			for _, pc := range pcs {
+				pc.Free()
+			}
+			return nil
+		})
+	}()
+	var err error
 	useTemplate := s.Tok != nil && s.Tok.HasChatTemplate() && c.String("random") == ""
 	rep.Template = useTemplate
 	var history []tokenizer.Message
@@ -96,10 +110,7 @@ func benchMultiTurn(c *cli.Context, s *Session, turns int, note string) error {
 			if err != nil {
 				return err
 			}
-			// Each cached repeat resumes from what the previous turns left (the first
-			// repeat) or from this turn's own prompt too (later ones): the first is the
-			// chat's case, so it is the one reported when there is one repeat.
-			k, err := gen(prompt, pc)
+			k, err := gen(prompt, pcs[r])
 			if err != nil {
 				return err
 			}
@@ -124,8 +135,7 @@ func benchMultiTurn(c *cli.Context, s *Session, turns int, note string) error {
 			ids = append(ids, answer.Tokens...)
 		}
 	}
-	rep.Cache = pc.Stats()
-	_ = mlxc.Do(func() error { pc.Free(); return nil })
+	rep.Cache = pcs[0].Stats()
 	if c.Bool("json") {
 		return printJSON(rep)
 	}
