@@ -325,7 +325,8 @@ func (p *draftPass) keys(l *layer, lc *model.KVCache, q, kn, vn *mlxc.Array) mod
 	case !p.padded:
 		kc, vc = lc.State()
 	}
-	ak := model.AttendKeys{Fits: kn, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+	// The block sees the context (its new rows appended above) and itself.
+	ak := model.AttendKeys{Fits: kn, MaxKeys: lc.Offset() + L, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 		keys, values, n := lc.Scratch(kn, vn, 0)
 		if p.visible == nil {
 			p.visible = d.fused.OnDevice(model.Visible(n))
@@ -443,8 +444,9 @@ func (p *atPass) attend(l *layer, lc *model.KVCache, h *model.Normed) *mlxc.Arra
 		return merged
 	}
 	ak := model.AttendKeys{
-		Fits:   keys, // kn is nil when head prep wrote the cache
-		Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kseen() },
+		MaxKeys: p.window,
+		Fits:    keys, // kn is nil when head prep wrote the cache
+		Kernel:  func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.kseen() },
 		Dense: func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
 			if l.masked() {
 				// Key row j of the window is position j; the block's rows are at pos….
@@ -527,7 +529,7 @@ func (p *atPass) headPrep(l *layer, h *model.Normed, fusedPrep bool, qn, keys, v
 	if fusedPrep {
 		if keys != nil {
 			merged, q = d.fused.PrepInto(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, qn, l.kNorm, p.kpos(), keys, values,
-				d.scaleArr, false, d.fqa.ServesRows(p.L))
+				d.scaleArr, false, d.fqa.ServesRows(p.L) && !d.fqa.Splits(p.window))
 		} else {
 			q, kn, vn = d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, p.kpos())
 		}

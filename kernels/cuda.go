@@ -127,6 +127,14 @@ var (
 	//go:embed cuda/row_lead.cu
 	rowLead string
 
+	// splitKeys is pass 1 of the split-key attention: per (key chunk, kv head) block, every
+	// query row of the kv head against the chunk's keys, each row's partial softmax written
+	// out; splitKeysMerge is pass 2, each row's partials merged in chunk order.
+	//go:embed cuda/split_keys.cu
+	splitKeys string
+	//go:embed cuda/split_keys_merge.cu
+	splitKeysMerge string
+
 	// gatedDelta is the delta rule's state steps (decay, update: each rounded as MLX's ops
 	// round them) and a warp's fixed-order row sum, for both GatedDeltaNet kernels.
 	//go:embed cuda/gated_delta.cuh
@@ -180,6 +188,12 @@ var (
 	// RowLead is the number of accepted drafts and the token after them
 	// (next, match → accepted, tok).
 	RowLead = Kernel{Name: "dflash_row_lead", CUDA: Source{Body: rowLead}}
+	// SplitKeys is pass 1 of the split-key attention (q, k, v, off, scale → part_o,
+	// part_ml); SplitKeysMerge is pass 2 (part_o, part_ml → out).
+	SplitKeys = Kernel{Name: "dflash_split_keys", CUDA: Source{Body: splitKeys},
+		Metal: Source{Body: metalSplitKeys}}
+	SplitKeysMerge = Kernel{Name: "dflash_split_keys_merge", CUDA: Source{Body: splitKeysMerge},
+		Metal: Source{Body: metalSplitKeysMerge}}
 	// GatedDeltaTape is the GatedDeltaNet recurrence over a block, also writing its tape
 	// (q, k, v, g, beta, state → y, state_out, tape).
 	GatedDeltaTape = Kernel{Name: "dflash_gated_delta_tape", CUDA: Source{Header: gatedDelta, Body: gatedDeltaTape},

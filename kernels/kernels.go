@@ -57,7 +57,7 @@ func (k Kernel) Backends() []Backend {
 func All() []Kernel {
 	return []Kernel{SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
 		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead,
-		GatedDeltaTape, GatedDeltaReplay}
+		GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge}
 }
 
 // Entry is one kernel as `dflash-mlx version --json` lists it.

@@ -23,7 +23,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s: backends %v, Metal body %v", k.Name, b, want)
 		}
 	}
-	for _, k := range []Kernel{GatedDeltaTape, GatedDeltaReplay} {
+	for _, k := range []Kernel{GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge} {
 		if len(k.Backends()) != 2 {
 			t.Errorf("%s: backends %v, want cuda and its metal twin", k.Name, k.Backends())
 		}

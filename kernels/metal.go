@@ -13,4 +13,8 @@ var (
 	metalGatedDeltaTape string
 	//go:embed metal/gated_delta_replay.metal
 	metalGatedDeltaReplay string
+	//go:embed metal/split_keys.metal
+	metalSplitKeys string
+	//go:embed metal/split_keys_merge.metal
+	metalSplitKeysMerge string
 )

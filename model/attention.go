@@ -24,6 +24,9 @@ type AttendKeys struct {
 	Kernel func() (keys, values, visible *mlxc.Array)
 	// Dense gives SDPA's keys and values, and its mask mode and mask.
 	Dense func() (keys, values *mlxc.Array, mode string, mask *mlxc.Array)
+	// MaxKeys bounds the keys any query sees on the kernel's path (0: the buffers' rows):
+	// it picks the few-query or the split-key kernel (FewQueryAttention.Apply).
+	MaxKeys int
 	// Rowwise runs the SDPA path as one-query attentions, row i over keys [0, Off0+i+1)
 	// (rowwiseAttention); Dense's mask is then unused.
 	Rowwise bool
@@ -35,7 +38,7 @@ type AttendKeys struct {
 func (a *Attention) Attend(q *mlxc.Array, k AttendKeys, rows int) *mlxc.Array {
 	if k.Kernel != nil && a.FQA.Fits(q, k.Fits) {
 		keys, values, visible := k.Kernel()
-		return a.FQA.Apply(q, keys, values, a.ScaleArr, visible, a.Causal)
+		return a.FQA.Apply(q, keys, values, a.ScaleArr, visible, a.Causal, k.MaxKeys)
 	}
 	keys, values, mode, mask := k.Dense()
 	var o *mlxc.Array

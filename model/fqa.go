@@ -16,12 +16,18 @@ import (
 //
 // With the tensor-core product kernel it cuts most of a verify's host encoding (see
 // docs/perf/attention.md); TestFewQueryAttentionMatchesSDPA checks it against MLX's
-// attention on a GPU. Its keys are read by every query block from L2, so very long
-// contexts would want a split over keys (not done).
+// attention on a GPU. Its keys are read by every (head, query) block, so from
+// settings.Kernels.SplitKeysFrom keys on (and always in GPU-exact mode) blocks go to the
+// split-key kernels instead: pass 1 spreads chunks of SplitChunk keys over the GPU, each
+// chunk read once for all the queries of a kv head, and pass 2 merges each row's chunks in
+// a fixed order (TestSplitKeysMatchesSDPA).
 type FewQueryAttention struct {
 	k          *mlxc.Kernel
-	minQueries int // 2; 1 in GPU-exact mode, where decode steps use the kernel too
-	warps      int // per block (fqaWarps unless settings.Kernels.FQAWarps says otherwise)
+	split      *mlxc.Kernel // pass 1 of the split-key attention
+	merge      *mlxc.Kernel // pass 2
+	splitFrom  int          // key count from which blocks take the split kernels (0: never)
+	minQueries int          // 2; 1 in GPU-exact mode, where decode steps use the kernel too
+	warps      int          // per block (fqaWarps unless settings.Kernels.FQAWarps says otherwise)
 	templates  templateCache[fqaKey]
 }
 
@@ -48,8 +54,11 @@ func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention 
 	a := newFewQueryAttention()
 	if a != nil {
 		a.warps = k.FQAWarps
+		a.splitFrom = k.SplitKeysFrom
 		if gpuExact {
-			a.minQueries = 1
+			// One kernel for every key count: a verify row and the decode step at its
+			// position must take the same path (a block straddling the threshold would not).
+			a.minQueries, a.splitFrom = 1, 1
 		}
 	}
 	return a
@@ -67,7 +76,30 @@ func newFewQueryAttention() *FewQueryAttention {
 		Backend: mlxc.KernelCUDA, Name: kernels.FewQueryAttention.Name,
 		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
 		Source: kernels.FewQueryAttention.CUDA.Body, EnsureRowContiguous: false,
+	}), split: mlxc.NewKernel(mlxc.KernelSpec{
+		Backend: mlxc.KernelCUDA, Name: kernels.SplitKeys.Name,
+		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"part_o", "part_ml"},
+		Source: kernels.SplitKeys.CUDA.Body, EnsureRowContiguous: false,
+	}), merge: mlxc.NewKernel(mlxc.KernelSpec{
+		Backend: mlxc.KernelCUDA, Name: kernels.SplitKeysMerge.Name,
+		Inputs: []string{"part_o", "part_ml"}, Outputs: []string{"out"},
+		Source: kernels.SplitKeysMerge.CUDA.Body, EnsureRowContiguous: true,
 	}), minQueries: 2, warps: fqaWarps}
+}
+
+// The split-key kernels' layout: keys per chunk, query rows a warp holds at a time, warps
+// per block of pass 1 and of pass 2 (one row per warp).
+const (
+	SplitChunk     = 256
+	splitRows      = 8
+	splitWarps     = 4
+	splitMergeRows = 4
+)
+
+// Splits reports whether a block whose queries see at most maxKeys keys takes the
+// split-key kernels.
+func (a *FewQueryAttention) Splits(maxKeys int) bool {
+	return a != nil && a.split != nil && a.splitFrom > 0 && maxKeys >= a.splitFrom
 }
 
 // Fits reports whether q [1, H, L, D] over keys k [1, Hkv, n, D] can use the kernel:
@@ -93,8 +125,15 @@ func (a *FewQueryAttention) ServesRows(L int) bool {
 // reads it as is, no reshape node). causal: query i sees keys [0, visible+i+1) —
 // visible is then the position of the block's first row; otherwise every query sees keys
 // [0, visible). visible is a 0-d int32 array (Visible; all layers of a forward share one)
-// and scale a 0-d float32 array (the model's 1/√D).
-func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, causal bool) *mlxc.Array {
+// and scale a 0-d float32 array (the model's 1/√D). maxKeys bounds the keys any query
+// sees (0: the buffers' rows), which picks the kernel (Splits) and the chunks.
+func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, causal bool, maxKeys int) *mlxc.Array {
+	if maxKeys <= 0 || maxKeys > keys.Dim(2) {
+		maxKeys = keys.Dim(2)
+	}
+	if a.Splits(maxKeys) {
+		return a.applySplit(q, keys, values, scale, visible, causal, maxKeys)
+	}
 	H, L, D := q.Dim(1), q.Dim(2), q.Dim(3)
 	return a.k.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
 		OutputShapes: [][]int{{L, H * D}},
@@ -105,6 +144,38 @@ func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, c
 			return fqaTemplate(q.Dtype(), D, a.warps, causal)
 		}),
 	})[0]
+}
+
+// applySplit is Apply through the split-key kernels, over ⌈maxKeys/SplitChunk⌉ chunks.
+func (a *FewQueryAttention) applySplit(q, keys, values, scale, visible *mlxc.Array, causal bool, maxKeys int) *mlxc.Array {
+	H, L, D, Hkv := q.Dim(1), q.Dim(2), q.Dim(3), keys.Dim(1)
+	S := (maxKeys + SplitChunk - 1) / SplitChunk
+	rows := H * L
+	parts := a.split.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
+		OutputShapes: [][]int{{rows, S, D}, {rows, S, 2}},
+		OutputDtypes: []mlxc.Dtype{mlxc.Float32, mlxc.Float32},
+		Grid:         [3]int{S * splitWarps * 32, Hkv, 1},
+		ThreadGroup:  [3]int{splitWarps * 32, 1, 1},
+		Template:     splitKeysTemplate(q.Dtype(), D, causal),
+	})
+	return a.merge.Call(parts, mlxc.KernelCall{
+		OutputShapes: [][]int{{L, H * D}},
+		OutputDtypes: []mlxc.Dtype{q.Dtype()},
+		Grid:         [3]int{(rows + splitMergeRows - 1) / splitMergeRows * splitMergeRows * 32, 1, 1},
+		ThreadGroup:  [3]int{splitMergeRows * 32, 1, 1},
+		Template:     splitMergeTemplate(q.Dtype(), D),
+	})[0]
+}
+
+// splitKeysTemplate and splitMergeTemplate are the split-key kernels' compile-time
+// arguments (the offline compile check uses them too).
+func splitKeysTemplate(dt mlxc.Dtype, D int, causal bool) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "WARPS", Value: splitWarps},
+		{Name: "ROWS", Value: splitRows}, {Name: "CHUNK", Value: SplitChunk}, {Name: "CAUSAL", Value: causal}}
+}
+
+func splitMergeTemplate(dt mlxc.Dtype, D int) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}}
 }
 
 // fqaTemplate is the kernel's compile-time arguments (the offline compile check uses it too).
@@ -120,5 +191,7 @@ func Visible(n int) *mlxc.Array { return mlxc.FromSlice([]int32{int32(n)}) }
 func (a *FewQueryAttention) Free() {
 	if a != nil {
 		a.k.Free()
+		a.split.Free()
+		a.merge.Free()
 	}
 }

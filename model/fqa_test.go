@@ -33,7 +33,7 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 					visible = c.n - c.L // the block is the last L keys
 				}
 				sa := mlxc.Scalar(float64(scale), mlxc.Float32)
-				got := mlxc.Reshape(a.Apply(q, k, v, sa, Visible(visible), causal), 1, c.L, -1, q.Dim(3)) // [1, L, H, D]
+				got := mlxc.Reshape(a.Apply(q, k, v, sa, Visible(visible), causal, 0), 1, c.L, -1, q.Dim(3)) // [1, L, H, D]
 				mode := mlxc.MaskNone
 				if causal {
 					mode = mlxc.MaskCausal
@@ -44,7 +44,7 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 					// position (the decode step there), bit for bit.
 					a.minQueries = 1
 					for i := 0; i < c.L; i += max(1, c.L/3) {
-						one := mlxc.Reshape(a.Apply(mlxc.SliceAxis(q, 2, i, i+1), k, v, sa, Visible(visible+i), true), 1, 1, -1, q.Dim(3))
+						one := mlxc.Reshape(a.Apply(mlxc.SliceAxis(q, 2, i, i+1), k, v, sa, Visible(visible+i), true, 0), 1, 1, -1, q.Dim(3))
 						if err := sameBits(fmt.Sprintf("%+v row %d alone", c, i), one, mlxc.SliceAxis(got, 1, i, i+1)); err != nil {
 							s.Close()
 							return err
@@ -63,4 +63,87 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// On CUDA: the split-key kernels against MLX's attention for key counts from 1 to 64k
+// (chunk edges included), GQA ratios 1–8, head sizes 64/128/256, 1–16 queries, causal
+// (verify) and not (drafts), with keys as views into a larger buffer; and each row of a
+// causal block equals, bit for bit, a one-query call at its position (GPU-exact mode's
+// promise), and so does the same block with more chunks than its keys need.
+func TestSplitKeysMatchesSDPA(t *testing.T) {
+	onCUDA(t, func() error {
+		a := newFewQueryAttention()
+		defer a.Free()
+		a.splitFrom, a.minQueries = 1, 1
+		type shape struct{ Hkv, G, L, n, D int }
+		var cases []shape
+		for _, n := range []int{1, 31, 256, 257, 1000, 4099, 32768} {
+			for _, g := range []int{1, 2, 4, 8} {
+				for _, D := range []int{64, 128, 256} {
+					for _, L := range []int{1, 5, 16} {
+						if n >= L && (n < 32768 || (D == 128 && g == 4)) {
+							cases = append(cases, shape{8 / min(g, 4), g, L, n, D})
+						}
+					}
+				}
+			}
+		}
+		cases = append(cases, shape{8, 4, 16, 65536, 128}, shape{2, 8, 16, 65536, 256})
+		for _, c := range cases {
+			for _, causal := range []bool{true, false} {
+				if err := checkSplitKeys(a, c.Hkv, c.G, c.L, c.n, c.D, causal); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// checkSplitKeys compares one split-key launch with SDPA and, causal, its rows with
+// one-query launches.
+func checkSplitKeys(a *FewQueryAttention, Hkv, G, L, n, D int, causal bool) error {
+	s := mlxc.NewScope()
+	defer s.Close()
+	H := Hkv * G
+	name := fmt.Sprintf("Hkv %d G %d L %d keys %d D %d causal %v", Hkv, G, L, n, D, causal)
+	scale := float32(1 / math.Sqrt(float64(D)))
+	seed := uint64(n*31 + G*7 + L*3 + D)
+	q := mlxc.Transpose(mlxc.Normal([]int{1, L, H, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(seed)), 0, 2, 1, 3)
+	buf := mlxc.Normal([]int{1, Hkv, n + 77, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(seed+1))
+	vbuf := mlxc.Normal([]int{1, Hkv, n + 77, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(seed+2))
+	mlxc.Eval(q, buf, vbuf)
+	k, v := mlxc.SliceAxis(buf, 2, 0, n), mlxc.SliceAxis(vbuf, 2, 0, n)
+	visible := n
+	if causal {
+		visible = n - L
+	}
+	sa := mlxc.Scalar(float64(scale), mlxc.Float32)
+	got := mlxc.Reshape(a.Apply(q, buf, vbuf, sa, Visible(visible), causal, n), 1, L, -1, D)
+	mode := mlxc.MaskNone
+	if causal && L > 1 {
+		mode = mlxc.MaskCausal
+	}
+	want := mlxc.Transpose(mlxc.ScaledDotProductAttention(q, k, v, scale, mode, nil, nil), 0, 2, 1, 3)
+	if causal {
+		// More chunks than the keys need (a placed block's window): the same bits.
+		wide := mlxc.Reshape(a.Apply(q, buf, vbuf, sa, Visible(visible), causal, n+77), 1, L, -1, D)
+		if err := sameBits(name+" with a wider window", wide, got); err != nil {
+			return err
+		}
+		for i := 0; i < L; i += max(1, L/3) {
+			one := mlxc.Reshape(a.Apply(mlxc.SliceAxis(q, 2, i, i+1), buf, vbuf, sa, Visible(visible+i), true, visible+i+1), 1, 1, -1, D)
+			if err := sameBits(fmt.Sprintf("%s row %d alone", name, i), one, mlxc.SliceAxis(got, 1, i, i+1)); err != nil {
+				return err
+			}
+		}
+	}
+	g, w := mlxc.AsType(got, mlxc.Float32).Float32s(), mlxc.AsType(want, mlxc.Float32).Float32s()
+	for i := range w {
+		// bf16 outputs: a rounding of each, plus float32 sums in another order.
+		if d := math.Abs(float64(g[i] - w[i])); d > 0.02+0.02*math.Abs(float64(w[i])) || math.IsNaN(float64(g[i])) {
+			return fmt.Errorf("%s: out[%d] = %g, want %g", name, i, g[i], w[i])
+		}
+	}
+	return nil
 }

@@ -213,7 +213,7 @@ func TestPrepAttentionMatchesSeparate(t *testing.T) {
 			if !c.causal {
 				visible = OnDevice(Visible(c.pos + c.L))
 			}
-			want := a.Apply(f.HeadPrepInto(y, hq, hk, D, qn, kn, pos, k1, v1), k1, v1, scale, visible, c.causal)
+			want := a.Apply(f.HeadPrepInto(y, hq, hk, D, qn, kn, pos, k1, v1), k1, v1, scale, visible, c.causal, 0)
 			mlxc.Eval(want)
 			got := f.PrepAttention(y, hq, hk, D, qn, kn, pos, k2, v2, scale, c.causal)
 			mlxc.Eval(got)

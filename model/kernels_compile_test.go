@@ -223,6 +223,14 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 						Outputs: [][2]string{{"out", T}}, Consts: constsOf(fqaTemplate(dt, D, w, causal)), Body: kernels.FewQueryAttention.CUDA.Body})
 				}
 			}
+			for _, causal := range []bool{true, false} {
+				ks = append(ks, kernelCheck{Name: fmt.Sprintf("split_keys_%s_%d_%v", T, D, causal),
+					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
+					Outputs: [][2]string{{"part_o", "float"}, {"part_ml", "float"}}, Consts: constsOf(splitKeysTemplate(dt, D, causal)), Body: kernels.SplitKeys.CUDA.Body})
+			}
+			ks = append(ks, kernelCheck{Name: fmt.Sprintf("split_keys_merge_%s_%d", T, D),
+				Inputs: [][2]string{{"part_o", "float"}, {"part_ml", "float"}}, Outputs: [][2]string{{"out", T}},
+				Consts: constsOf(splitMergeTemplate(dt, D)), Body: kernels.SplitKeysMerge.CUDA.Body})
 		}
 		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: kernels.GatedAct.CUDA.Header, Inputs: [][2]string{{"gu", T}}, Outputs: y,
 			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: kernels.GatedAct.CUDA.Body})

@@ -46,6 +46,19 @@ func NewKVPass(op string, B, L int, opt ForwardOptions, fqa *FewQueryAttention, 
 	return p
 }
 
+// MaxKeys bounds the keys the block's queries see: the window of a placed block (its
+// position is on the device), else the offset after the block.
+func (p *KVPass) MaxKeys() int {
+	if p.At {
+		return p.Opt.Window
+	}
+	return p.Off0 + p.L
+}
+
+// SplitKeys reports whether the block's attention takes the split-key kernels (then not
+// the kernel that also preps the heads, whose attention is the few-query one).
+func (p *KVPass) SplitKeys() bool { return p.FQA && p.fqa.Splits(p.MaxKeys()) }
+
 // Position is row 0's position as a device array: the caller's, or one made when first
 // needed and shared by all layers.
 func (p *KVPass) Position() *mlxc.Array {
@@ -80,7 +93,7 @@ func (p *KVPass) Keys(lc *KVCache, q, k, v, keys, values *mlxc.Array) AttendKeys
 		if keys == nil {
 			keys, values = lc.WriteAt(k, v, p.pos, p.Opt.Window)
 		}
-		ak.Fits = keys
+		ak.Fits, ak.MaxKeys = keys, p.MaxKeys()
 		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) { return keys, values, p.KernelPos() }
 		ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
 			if p.padMask == nil {
@@ -105,7 +118,7 @@ func (p *KVPass) Keys(lc *KVCache, q, k, v, keys, values *mlxc.Array) AttendKeys
 			return keys, values, mlxc.MaskArray, p.padMask
 		}
 	default: // the kernel's blocks come here: FQA rules out rowwise and padded keys
-		ak.Fits = k
+		ak.Fits, ak.MaxKeys = k, p.MaxKeys()
 		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 			keys, values := lc.AppendBuffers(k, v) // the kernel reads only the visible rows
 			return keys, values, p.KernelPos()

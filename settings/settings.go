@@ -64,6 +64,10 @@ type Kernels struct {
 	FQA bool `json:"fqa"`
 	// FQAWarps (DFLASH_FQA_WARPS): warps per block of the attention kernels: 2, 4, 8 or 16.
 	FQAWarps int `json:"fqa_warps"`
+	// SplitKeysFrom (DFLASH_SPLIT_KEYS_FROM): the key count from which the kernel
+	// attention of a block takes the split-key kernels (0: never; GPU-exact mode always
+	// takes them).
+	SplitKeysFrom int `json:"split_keys_from"`
 	// Fused (DFLASH_FUSED): the fused head-prep and activation kernels in the target.
 	Fused bool `json:"fused"`
 	// FusedDraft (DFLASH_FUSED_DRAFT): the same kernels in the drafter's block rows.
@@ -91,6 +95,10 @@ type Kernels struct {
 
 // KVBucketAuto asks for the backend's key bucket (model.KeyBucketDefault).
 const KVBucketAuto = -1
+
+// DefaultSplitKeysFrom is the key count from which blocks take the split-key attention
+// kernels by default (docs/perf/attention.md has the measurement).
+const DefaultSplitKeysFrom = 2048
 
 // Diagnostics are measuring and debugging aids; none changes the tokens.
 type Diagnostics struct {
@@ -134,7 +142,7 @@ func (s Switch) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 func Default() Settings {
 	return Settings{
 		Kernels: Kernels{
-			SkinnyGEMM: true, FQA: true, FQAWarps: 4, Fused: true, FusedDraft: true, FusedContext: true,
+			SkinnyGEMM: true, FQA: true, FQAWarps: 4, SplitKeysFrom: DefaultSplitKeysFrom, Fused: true, FusedDraft: true, FusedContext: true,
 			FuseProducts: true, FuseAct: true, FuseNorm: true, FusePrepAttn: true, ArgmaxKernel: true,
 			DeltaNetKernel: true, KVBucket: KVBucketAuto,
 		},
@@ -220,6 +228,17 @@ var variables = []variable{
 			return nil
 		}
 		return errors.New("want 2, 4, 8 or 16 warps per block (unset: 4)")
+	}},
+	{"DFLASH_SPLIT_KEYS_FROM", func(s *Settings, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("want a key count ≥ 0 (0: never split; unset: %d)", DefaultSplitKeysFrom)
+		}
+		s.Kernels.SplitKeysFrom = n
+		return nil
 	}},
 	{"DFLASH_FUSED", boolVar(func(s *Settings) *bool { return &s.Kernels.Fused })},
 	{"DFLASH_FUSED_DRAFT", boolVar(func(s *Settings) *bool { return &s.Kernels.FusedDraft })},
@@ -377,6 +396,9 @@ func (s Settings) Validate() error {
 	case 2, 4, 8, 16:
 	default:
 		errs = append(errs, fmt.Errorf("settings: fqa_warps %d: want 2, 4, 8 or 16", s.Kernels.FQAWarps))
+	}
+	if s.Kernels.SplitKeysFrom < 0 {
+		errs = append(errs, fmt.Errorf("settings: split_keys_from %d: want ≥ 0", s.Kernels.SplitKeysFrom))
 	}
 	if s.Kernels.KVBucket < KVBucketAuto {
 		errs = append(errs, fmt.Errorf("settings: kv_bucket %d: want ≥ 0 or KVBucketAuto", s.Kernels.KVBucket))

@@ -348,7 +348,7 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h 
 		}
 		if h.keys != nil {
 			h.merged, h.q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, p.KernelPos(), h.keys, h.values,
-				m.scaleArr, true, p.FQA && m.fqa.ServesRows(p.L))
+				m.scaleArr, true, p.FQA && m.fqa.ServesRows(p.L) && !p.SplitKeys())
 		} else {
 			h.q, h.k, h.v = m.headPrep(l, x, p.KernelPos())
 		}
