@@ -41,6 +41,7 @@ func benchCommand() *cli.Command {
 		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "fix the acceptance: each draft counts as right with probability 1−ERR (0 = all right), while drafting, verification and rollback run for real; measures the engine's cycle cost at a known τ on random weights. Numbers are labelled 'replayed'"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
+		&cli.StringFlag{Name: "context", Usage: "instead: plain and DFlash after prompts of these lengths (e.g. 512,2k,8k,32k: built-in text through the tokenizer, random ids for --random shapes), with the cycle's context-dependent part, TTFT and peak memory"},
 		&cli.IntFlag{Name: "multi-turn", Usage: "instead: a chat of N turns, each turn's time to first token without and with the prompt cache side by side (the history through the chat template; random token ids for --random shapes)"},
 		&cli.BoolFlag{Name: "block-sweep", Usage: "also run DFlash at each fixed block size of the τ-vs-cost curve (block_curve), beside the table's runs, which use the adaptive block where it is on (DFLASH_ADAPTIVE_BLOCK; on by default for MoE targets)"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
@@ -232,12 +233,6 @@ func benchAction(c *cli.Context) error {
 	if c.Bool("flips") {
 		return benchFlips(c, s, prompts)
 	}
-	if k := c.Int("multi-turn"); k != 0 {
-		if k < 1 {
-			return cli.Exit(fmt.Sprintf("--multi-turn needs at least 1 turn, got %d", k), 2)
-		}
-		return benchMultiTurn(c, s, k, note)
-	}
 	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
 	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, Note: note, Settings: s.Settings}
 	_ = mlxc.Do(func() error {
@@ -250,6 +245,22 @@ func benchAction(c *cli.Context) error {
 	}
 	if n < 1 {
 		return cli.Exit(fmt.Sprintf("--max-new-tokens must be at least 1, got %d", n), 2)
+	}
+	if c.String("context") != "" {
+		lengths, err := parseLengths(c.String("context"))
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		if replay >= 0 {
+			note = strings.TrimSpace(note + "; replayed acceptance (τ set by the error rate)")
+		}
+		return benchContext(c, s, lengths, note, replay)
+	}
+	if k := c.Int("multi-turn"); k != 0 {
+		if k < 1 {
+			return cli.Exit(fmt.Sprintf("--multi-turn needs at least 1 turn, got %d", k), 2)
+		}
+		return benchMultiTurn(c, s, k, note)
 	}
 	if replay >= 0 {
 		rep.Replay = &replay

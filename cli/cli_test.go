@@ -142,6 +142,10 @@ func TestCLIErrors(t *testing.T) {
 		{"required draft", []string{"run", "--target-model", td, "--require-draft", "--prompt", "x"}, "no DFlash draft is known"},
 		{"stray argument", []string{"run", "--target-model", td, "hello"}, "unexpected argument"},
 		{"bad draft", []string{"run", "--target-model", td, "--draft-model", td, "--prompt", "x"}, "draft"},
+		{"prompt past the context", []string{"run", "--target-model", td, "--no-draft", "--context-length", "16", "--prompt", strings.Repeat("many words ", 20)}, "the model's context is 16 tokens"},
+		{"answer past the context", []string{"run", "--target-model", td, "--no-draft", "--context-length", "64", "-n", "60", "--prompt", "four words of prompt"}, "lower --max-new-tokens to at most"},
+		{"bad prompt cache size", []string{"run", "--target-model", td, "--no-draft", "--prompt", "x", "--prompt-cache-dir", t.TempDir(), "--prompt-cache-bytes", "lots"}, "--prompt-cache-bytes"},
+		{"bad context sweep", []string{"bench", "--demo", "--context", "12x"}, "--context"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

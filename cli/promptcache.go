@@ -186,6 +186,20 @@ func (s *Session) PromptCacheStats() *prefixcache.Stats {
 	return &st
 }
 
+// CheckRoom refuses, before any work, a prompt of n tokens that leaves no room in the
+// context, or whose answer of maxTokens (explicit: asked for by the user) would not fit;
+// a default maxTokens is shortened to the room instead, as the server does.
+func (s *Session) CheckRoom(n, maxTokens int, explicit bool) error {
+	ctxLen := s.Engine.ContextLen()
+	switch {
+	case n >= ctxLen:
+		return cli.Exit(fmt.Sprintf("the prompt has %d tokens, but the model's context is %d tokens and the answer needs at least one (--context-length sets a shorter context, never a longer one)", n, ctxLen), 2)
+	case explicit && n+maxTokens > ctxLen:
+		return cli.Exit(fmt.Sprintf("the model's context is %d tokens, but %d were asked for (%d in the prompt, --max-new-tokens %d); lower --max-new-tokens to at most %d or shorten the prompt", ctxLen, n+maxTokens, n, maxTokens, ctxLen-n), 2)
+	}
+	return nil
+}
+
 // PrefixMarks are the positions of a prompt where its chat messages start (before each
 // <|im_start|>): where the next turn's prompt, re-rendered by the template, may leave this
 // one's, so a recurrent target's prefix cache keeps its state there.

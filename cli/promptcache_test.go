@@ -230,3 +230,25 @@ func TestServePromptCacheConcurrentClients(t *testing.T) {
 		t.Errorf("%v hits", hits)
 	}
 }
+
+// `bench --context` runs both modes after a prompt of each length and reports them side by
+// side, the first length as the reference of the context's share and the kept speed.
+func TestBenchContext(t *testing.T) {
+	tinyPair(t)
+	out, errOut, code := runCLI(t, "bench", "--demo", "--context", "32,96", "-n", "8", "--repeats", "1", "--warmup", "0", "--replay-drafts", "0.2", "--json")
+	if code != 0 {
+		t.Fatalf("bench: %s", errOut)
+	}
+	var rep contextReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(rep.Points) != 2 || rep.Replay == nil || rep.Points[0].Tokens != 32 || rep.Points[1].Tokens != 96 || rep.Points[0].KeepsSpeed != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, p := range rep.Points {
+		if p.PlainTPS <= 0 || p.DFlash <= 0 || p.Tau < 1 || p.CycleMS <= 0 || p.TTFTMS <= 0 || p.PeakBytes == 0 || p.Speedup <= 0 {
+			t.Errorf("point %+v", p)
+		}
+	}
+}

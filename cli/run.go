@@ -100,6 +100,9 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.CheckRoom(len(ids), c.Int("max-new-tokens"), c.IsSet("max-new-tokens")); err != nil {
+		return err
+	}
 	req := engine.Request{
 		Prompt:      ids,
 		PrefixMarks: s.PrefixMarks(ids),

@@ -116,6 +116,7 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens + 2*r.B)
 	r.p.Begin()
 	defer r.p.End()
+	reserveContext(r.p, len(req.Prompt)+req.MaxTokens+2*r.B)
 	if err := e.prefillPrompt(ctx, req.Prompt, req.PrefixMarks, r.c, r.p, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}

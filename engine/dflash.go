@@ -46,6 +46,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	r.c.Reserve(len(req.Prompt) + req.MaxTokens + r.B)
 	r.p.Begin()
 	defer r.p.End()
+	reserveContext(r.p, len(req.Prompt)+req.MaxTokens+r.B)
 	if err := e.prefillPrompt(ctx, req.Prompt, req.PrefixMarks, r.c, r.p, &r.st); err != nil {
 		return Result{FinishReason: FinishCancelled, Stats: r.st}, nil
 	}

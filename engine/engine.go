@@ -160,6 +160,14 @@ func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c mo
 	return nil
 }
 
+// reserveContext preallocates the proposer's context for n positions when it keeps one
+// (verify.DFlash): a cache that regrows copies all its rows each time.
+func reserveContext(p verify.Proposer, n int) {
+	if r, ok := p.(interface{ Reserve(n int) }); ok {
+		r.Reserve(n)
+	}
+}
+
 // evalCache evaluates the cache buffers (and extra arrays) so a chunk's graph is freed.
 func evalCache(c model.Cache, extra ...*mlxc.Array) {
 	arrs := c.Arrays()

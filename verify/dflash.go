@@ -118,6 +118,14 @@ func (p *DFlash) End() {
 	p.argmax = nil
 }
 
+// Reserve makes the draft cache's first allocation hold n context rows, so that a long
+// prompt's context does not regrow it (each regrowth copies every row before it).
+func (p *DFlash) Reserve(n int) {
+	if p.cache != nil {
+		p.cache.Reserve(n)
+	}
+}
+
 // SaveContext keeps the first n context rows of the draft cache (the prefix cache).
 func (p *DFlash) SaveContext(n int) ([]cache.Saved, error) {
 	if p.cache == nil {
