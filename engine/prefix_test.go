@@ -38,7 +38,11 @@ func newPrefixCache(t *testing.T, budget int64, every int) *prefixcache.Cache {
 // layers resume at the common prefix, recurrent ones at the last mark before it), and
 // after the budget evicted entries. The statistics count what was reused.
 func TestPrefixCacheMatchesUncached(t *testing.T) {
-	testenv.RequireShapeExact(t) // a resumed prefill chunks the prompt differently
+	if testenv.GPU() {
+		// A resumed prefill runs the rest of the prompt as other chunks, which a GPU rounds
+		// apart (its products pick kernels by row count) even in GPU-exact mode.
+		t.Skip("needs rows that round alike whatever the prefill's chunking: the CPU backend")
+	}
 	pairs := []struct {
 		name      string
 		p         *pair

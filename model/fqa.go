@@ -17,7 +17,7 @@ import (
 // With the tensor-core product kernel it cuts most of a verify's host encoding (see
 // docs/perf/attention.md); TestFewQueryAttentionMatchesSDPA checks it against MLX's
 // attention on a GPU. Its keys are read by every (head, query) block, so from
-// settings.Kernels.SplitKeysFrom keys on (and always in GPU-exact mode) blocks go to the
+// settings.Kernels.SplitKeysFrom keys on (not in GPU-exact mode) blocks go to the
 // split-key kernels instead: pass 1 spreads chunks of SplitChunk keys over the GPU, each
 // chunk read once for all the queries of a kv head, and pass 2 merges each row's chunks in
 // a fixed order (TestSplitKeysMatchesSDPA).
@@ -56,9 +56,10 @@ func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention 
 		a.warps = k.FQAWarps
 		a.splitFrom = k.SplitKeysFrom
 		if gpuExact {
-			// One kernel for every key count: a verify row and the decode step at its
-			// position must take the same path (a block straddling the threshold would not).
-			a.minQueries, a.splitFrom = 1, 1
+			// A verify row and the decode step at its position must take the same kernel,
+			// which a block straddling the threshold would not; and the split kernels at
+			// every key count would slow short contexts (docs/perf/attention.md).
+			a.minQueries, a.splitFrom = 1, 0
 		}
 	}
 	return a

@@ -147,3 +147,61 @@ func checkSplitKeys(a *FewQueryAttention, Hkv, G, L, n, D int, causal bool) erro
 	}
 	return nil
 }
+
+// BenchmarkAttentionKernels times the few-query and the split-key kernels on a Qwen3-4B
+// layer's attention (32 query heads over 8 kv heads of 128) per key count, for a decode
+// step (L = 1) and a verify block (L = 16): ten launches per evaluation. On CUDA only;
+// DFLASH_SPLIT_KEYS_FROM's default comes from it (docs/perf/attention.md).
+func BenchmarkAttentionKernels(b *testing.B) {
+	if !mlxc.CUDAKernelsAvailable() {
+		b.Skip("needs the CUDA backend and a GPU")
+	}
+	const H, Hkv, D, calls = 32, 8, 128, 10
+	for _, n := range []int{256, 512, 1024, 2048, 4096, 8192, 16384, 32768} {
+		for _, L := range []int{1, 16} {
+			for _, split := range []bool{false, true} {
+				kind := "fqa"
+				if split {
+					kind = "split"
+				}
+				b.Run(fmt.Sprintf("keys%d/L%d/%s", n, L, kind), func(b *testing.B) {
+					err := mlxc.Do(func() error {
+						a := newFewQueryAttention()
+						defer a.Free()
+						a.minQueries = 1
+						if split {
+							a.splitFrom = 1
+						}
+						s := mlxc.NewScope()
+						defer s.Close()
+						q := mlxc.Normal([]int{1, H, L, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(1))
+						k := mlxc.Normal([]int{1, Hkv, n, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(2))
+						v := mlxc.Normal([]int{1, Hkv, n, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(3))
+						vis := OnDevice(Visible(n - L))
+						sa := OnDeviceConst(mlxc.Scalar(1/math.Sqrt(D), mlxc.Float32))
+						mlxc.Eval(q, k, v, vis, sa)
+						run := func() {
+							it := mlxc.NewScope()
+							outs := make([]*mlxc.Array, calls)
+							for i := range outs {
+								outs[i] = a.Apply(q, k, v, sa, vis, true, n)
+							}
+							mlxc.Eval(outs...)
+							it.Close()
+						}
+						run()
+						b.ResetTimer()
+						for range b.N {
+							run()
+						}
+						b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*calls), "us/launch")
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		}
+	}
+}
