@@ -18,6 +18,7 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "drafts-file", Usage: "extra target→draft pairs (JSON); default ~/.config/dflash-mlx/drafts.json"},
 		&cli.StringFlag{Name: "revision", Usage: "target revision (branch, tag or commit)"},
 		&cli.IntFlag{Name: "context-length", Usage: "limit the context (0: the model's)"},
+		&cli.IntFlag{Name: "draft-window", Usage: "in long contexts the drafter attends to the first 64 context tokens and the last N only (0: all; a faster draft, the same output)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress or notices"},
 	}
 }
@@ -46,6 +47,7 @@ func loadConfig(c *cli.Context) LoadConfig {
 		Quiet:         c.Bool("quiet") || c.Bool("json"),
 		Log:           os.Stderr,
 		ContextLength: c.Int("context-length"),
+		DraftWindow:   c.Int("draft-window"),
 		Settings:      commandSettings(c),
 	}
 }

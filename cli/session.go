@@ -42,6 +42,9 @@ type LoadConfig struct {
 	Logger *slog.Logger
 	// ContextLength overrides the model's max_position_embeddings when > 0.
 	ContextLength int
+	// DraftWindow bounds the drafter's attention in long contexts (draft.Drafter's
+	// ContextWindow; 0: the whole context).
+	DraftWindow int
 	// Settings for the loaders and the engine; nil: the settings resolved from the
 	// environment when the program started.
 	Settings *settings.Settings
@@ -107,6 +110,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	}
 	if cfg.Target == "" {
 		cfg.Target = DefaultTarget
+	}
+	if cfg.DraftWindow < 0 {
+		return nil, fmt.Errorf("--draft-window %d: give 0 (the whole context) or a number of tokens", cfg.DraftWindow)
 	}
 	st := resolved
 	if cfg.Settings != nil {
@@ -180,6 +186,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			d, err := draft.Load(dm.Dir, m, draft.LoadOptions{Settings: &st})
 			if d != nil {
 				d.KeyBucket = model.KeyBucket(st.Kernels)
+				d.ContextWindow, d.ContextSink = cfg.DraftWindow, draft.DefaultContextSink
 			}
 			if err != nil {
 				m.Free()

@@ -17,13 +17,17 @@ import (
 // cycle, and leaves the same context in the cache once the offset is set.
 // Head dimension 64 takes the fused head prep on a GPU, which writes the block's keys and
 // values into the cache in place.
+// With a context window both keep the same rows (the sink and those from the window before
+// each cycle's new context on).
 func TestDrafterForwardAtMatchesForward(t *testing.T) {
 	for _, hd := range []int{32, 64} {
-		t.Run(fmt.Sprintf("head dim %d", hd), func(t *testing.T) { drafterForwardAtMatchesForward(t, hd) })
+		for _, window := range []int{0, 40} {
+			t.Run(fmt.Sprintf("head dim %d window %d", hd, window), func(t *testing.T) { drafterForwardAtMatchesForward(t, hd, window) })
+		}
 	}
 }
 
-func drafterForwardAtMatchesForward(t *testing.T, headDim int) {
+func drafterForwardAtMatchesForward(t *testing.T, headDim, window int) {
 	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
 	spec.HeadDim = headDim
@@ -38,6 +42,7 @@ func drafterForwardAtMatchesForward(t *testing.T, headDim int) {
 			return err
 		}
 		defer d.Free()
+		d.ContextWindow, d.ContextSink = window, 8
 		ref, at := d.NewCache(), d.NewCache()
 		defer ref.Free()
 		defer at.Free()
@@ -87,6 +92,61 @@ func drafterForwardAtMatchesForward(t *testing.T, headDim int) {
 			diff, scale, _, _ := compareDrafts(mlxc.Reshape(k1, 1, 1, -1), mlxc.Reshape(k2, 1, 1, -1))
 			if diff > 0.02*scale {
 				return fmt.Errorf("layer %d context keys differ by %g", i, diff)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A context window changes what a long context's drafts attend to: the logits equal the
+// whole context's while the context is shorter than sink and window (bit for bit where
+// rounding does not depend on shape), and differ once rows fall out of it.
+func TestDrafterContextWindow(t *testing.T) {
+	dir := t.TempDir()
+	spec := modelgen.TinyQwen3()
+	err := mlxc.Do(func() error {
+		target, ds, err := writeTinyPair(dir, spec)
+		if err != nil {
+			return err
+		}
+		defer target.Free()
+		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		taps := len(d.TapLayers()) * spec.Hidden
+		B := ds.BlockSize
+		block := make([]int32, B)
+		for i := 1; i < B; i++ {
+			block[i] = int32(ds.MaskTokenID)
+		}
+		for _, tc := range []struct {
+			context int
+			differ  bool
+		}{{40, false}, {300, true}} {
+			s := mlxc.NewScope()
+			ctx := mlxc.Normal([]int{1, tc.context, taps}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(7))
+			next := mlxc.Normal([]int{1, 4, taps}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(8))
+			var logits [2]*mlxc.Array
+			for i, w := range []int{0, 32} {
+				d.ContextWindow, d.ContextSink = w, 8
+				c := d.NewCache()
+				d.AddContext(ctx, c)
+				logits[i] = d.Forward(mlxc.FromSlice(block, 1, B), next, c)
+				mlxc.Eval(logits[i])
+				c.Free()
+			}
+			diff, scale, _, _ := compareDrafts(logits[0], logits[1])
+			s.Close()
+			switch {
+			case tc.differ && diff < 1e-3*scale:
+				return fmt.Errorf("context %d: the window changed nothing (diff %g)", tc.context, diff)
+			case !tc.differ && testenv.ShapeExact() && diff != 0, !tc.differ && diff > 0.02*scale:
+				return fmt.Errorf("context %d within the window: logits differ by %g", tc.context, diff)
 			}
 		}
 		return nil

@@ -62,6 +62,12 @@ type Drafter struct {
 	// through a view padded to a multiple of KeyBucket with a mask (see
 	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
 	KeyBucket int
+	// ContextWindow, when > 0, bounds what the full-attention layers' blocks attend to in
+	// a long context: the first ContextSink rows and the rows from ContextWindow before the
+	// cycle's new context on (StreamingLLM's sink and recent window). It changes drafts, not
+	// the output (the target verifies them); the cache still holds every row. Sliding
+	// layers keep their own window.
+	ContextWindow, ContextSink int
 	// Settings are what Load was given (LoadOptions.Settings); its proposer reads the
 	// kernel choices there (verify.DFlash).
 	Settings settings.Settings
@@ -290,6 +296,7 @@ type draftPass struct {
 	proj               *mlxc.Array // the projected context rows, nil when none
 	padded             bool        // keys padded to KeyBucket under a mask
 	mask, visible, pos *mlxc.Array // padded keys, fqa, fused: made by the first layer that needs them
+	wvisible           *mlxc.Array // the kernel's visible rows of a context window
 	bands              bandMasks   // the masked layers' masks, one per kind
 }
 
@@ -313,7 +320,7 @@ func (p *draftPass) heads(l *layer, lc *model.KVCache, h *model.Normed) (q, kn, 
 // keys appends the context rows to the layer's cache and says where the attention's keys
 // and values come from on each path: the block attends bidirectionally to itself and to
 // all context (no causal mask), except in a masked (sliding) layer.
-func (p *draftPass) keys(l *layer, lc *model.KVCache, q, kn, vn *mlxc.Array) model.AttendKeys {
+func (p *draftPass) keys(l *layer, lc *model.KVCache, q, kn, vn *mlxc.Array) (ak model.AttendKeys) {
 	d, L := p.d, p.L
 	off := lc.Offset()
 	var kc, vc *mlxc.Array
@@ -325,8 +332,11 @@ func (p *draftPass) keys(l *layer, lc *model.KVCache, q, kn, vn *mlxc.Array) mod
 	case !p.padded:
 		kc, vc = lc.State()
 	}
+	if from := d.windowFrom(off); from > 0 && !l.masked() {
+		defer func() { ak = p.windowed(ak, lc.Offset()+L, from) }()
+	}
 	// The block sees the context (its new rows appended above) and itself.
-	ak := model.AttendKeys{Fits: kn, MaxKeys: lc.Offset() + L, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+	ak = model.AttendKeys{Fits: kn, MaxKeys: lc.Offset() + L, Kernel: func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
 		keys, values, n := lc.Scratch(kn, vn, 0)
 		if p.visible == nil {
 			p.visible = d.fused.OnDevice(model.Visible(n))
@@ -366,6 +376,49 @@ func (p *draftPass) keys(l *layer, lc *model.KVCache, q, kn, vn *mlxc.Array) mod
 	return ak
 }
 
+// DefaultContextSink is the sink rows a context window keeps (ContextSink), as the public
+// DFlash ports do.
+const DefaultContextSink = 64
+
+// windowFrom is the first recent context row a block keeps when the cache held off rows
+// before the cycle's new ones, or 0 when it keeps all of them (no window, or too short a
+// context for one).
+func (d *Drafter) windowFrom(off int) int {
+	if d.ContextWindow <= 0 || off-d.ContextWindow <= d.ContextSink {
+		return 0
+	}
+	return off - d.ContextWindow
+}
+
+// windowRows keeps, of keys or values [1, Hkv, R, D] whose rows are the context from
+// position 0 and then the block, the sink rows and rows [from, to).
+func (d *Drafter) windowRows(a *mlxc.Array, from, to int) *mlxc.Array {
+	return mlxc.Concatenate([]*mlxc.Array{mlxc.SliceAxis(a, 2, 0, d.ContextSink), mlxc.SliceAxis(a, 2, from, to)}, 2)
+}
+
+// windowed makes a full-attention layer's keys those of the context window: its n rows
+// (context and block) less those between the sink and from.
+func (p *draftPass) windowed(ak model.AttendKeys, n, from int) model.AttendKeys {
+	d := p.d
+	rows := d.ContextSink + n - from
+	kernel, dense := ak.Kernel, ak.Dense
+	ak.MaxKeys = rows
+	if kernel != nil {
+		ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+			keys, values, _ := kernel()
+			if p.wvisible == nil {
+				p.wvisible = d.fused.OnDevice(model.Visible(rows))
+			}
+			return d.windowRows(keys, from, n), d.windowRows(values, from, n), p.wvisible
+		}
+	}
+	ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+		keys, values, _, _ := dense() // the first n rows are valid, the rest masked
+		return d.windowRows(keys, from, n), d.windowRows(values, from, n), mlxc.MaskNone, nil
+	}
+	return ak
+}
+
 // ForwardAt drafts a block when only the device knows how much of the new context is
 // committed (the engine's run-ahead loop): ctx holds the target's tapped rows [1, T, n·H]
 // of the previous verify block, of which the first valid (int32 [1]) are committed. All T
@@ -400,6 +453,8 @@ type atPass struct {
 	pos, seen    *mlxc.Array // the block's first position and the keys it sees
 	kp, ks, mask *mlxc.Array // pos and seen for our kernels, and the dense mask, made on first use
 	bands        bandMasks   // the masked layers' masks, one per kind
+	// The context window's rows seen (device), for the kernels, and its mask.
+	wseen, wks, wmask *mlxc.Array
 }
 
 // newAtPass projects ctx (rows [1, T, n·H]) and places the block of L rows after the
@@ -435,7 +490,10 @@ func (p *atPass) attend(l *layer, lc *model.KVCache, h *model.Normed) *mlxc.Arra
 	fusedPrep := l.qkv != nil && d.fused.PrepFits(h.H, d.Cfg.HeadDim, l.qNorm, l.kNorm)
 	// A masked layer's block keys go through WriteAt, never into the buffers by the
 	// kernel that also attends (it knows no mask).
-	keys, values, qn := p.writeContext(l, lc, h, fusedPrep && !l.masked())
+	// Nor when the layer attends to a context window: the window's copy of the buffers
+	// would not be ordered after a write into them in place.
+	inPlace := fusedPrep && !l.masked() && d.windowFrom(p.window-p.T-L) == 0
+	keys, values, qn := p.writeContext(l, lc, h, inPlace)
 	q, kn, vn, merged := p.headPrep(l, h, fusedPrep, qn, keys, values)
 	if keys == nil {
 		keys, values = lc.WriteAt(kn, vn, p.pos, p.window)
@@ -460,8 +518,36 @@ func (p *atPass) attend(l *layer, lc *model.KVCache, h *model.Normed) *mlxc.Arra
 	}
 	if l.masked() {
 		ak.Kernel = nil
+	} else if from := d.windowFrom(p.window - p.T - L); from > 0 {
+		ak = p.windowed(ak, keys, values, from)
 	}
 	return d.attn.Attend(q, ak, L)
+}
+
+// windowed makes a full-attention layer's keys those of the context window: the buffers'
+// rows up to the window, less those between the sink and from; the rows seen shrink by as
+// many, on the device.
+func (p *atPass) windowed(ak model.AttendKeys, keys, values *mlxc.Array, from int) model.AttendKeys {
+	d := p.d
+	rows := d.ContextSink + p.window - from
+	if p.wseen == nil {
+		p.wseen = mlxc.Subtract(p.seen, mlxc.FromSlice([]int32{int32(from - d.ContextSink)}, 1))
+	}
+	kw, vw := d.windowRows(keys, from, p.window), d.windowRows(values, from, p.window)
+	ak.Fits, ak.MaxKeys = kw, rows
+	ak.Kernel = func() (*mlxc.Array, *mlxc.Array, *mlxc.Array) {
+		if p.wks == nil {
+			p.wks = d.fused.OnDevice(p.wseen)
+		}
+		return kw, vw, p.wks
+	}
+	ak.Dense = func() (*mlxc.Array, *mlxc.Array, string, *mlxc.Array) {
+		if p.wmask == nil {
+			p.wmask = model.WindowMask(p.wseen, p.L, rows, false)
+		}
+		return kw, vw, mlxc.MaskArray, p.wmask
+	}
+	return ak
 }
 
 // bandMasks holds one call's masks of the masked layers, made once per kind (window,

@@ -132,3 +132,25 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 		}
 	}
 }
+
+// A drafter context window changes the drafts, never the output: with a long prompt, DFlash
+// through a window of 32 rows (8 sink rows) emits plain decoding's tokens in both loops.
+func TestDraftWindowKeepsOutput(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	prompt := make([]int32, 300)
+	for i := range prompt {
+		prompt[i] = int32((i*37 + 11) % p.vocab)
+	}
+	want := plainGreedy(t, p, prompt, 40)
+	p.drft.ContextWindow, p.drft.ContextSink = 32, 8
+	defer func() { p.drft.ContextWindow, p.drft.ContextSink = 0, 0 }()
+	for _, ahead := range []bool{false, true} {
+		e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
+		res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: 40, BlockSize: 8, IgnoreEOS: true})
+		checkLossless(t, res, evs, want, 8)
+		if res.Stats.RunAhead != ahead {
+			t.Errorf("run ahead %v, asked %v", res.Stats.RunAhead, ahead)
+		}
+	}
+}
