@@ -28,20 +28,9 @@ func TestDrafterForwardAtMatchesForward(t *testing.T) {
 }
 
 func drafterForwardAtMatchesForward(t *testing.T, headDim, window int) {
-	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
 	spec.HeadDim = headDim
-	err := mlxc.Do(func() error {
-		target, ds, err := writeTinyPair(dir, spec)
-		if err != nil {
-			return err
-		}
-		defer target.Free()
-		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
-		if err != nil {
-			return err
-		}
-		defer d.Free()
+	err := withTinyDrafter(t.TempDir(), spec, func(d *draft.Drafter, ds modelgen.DrafterSpec) error {
 		d.ContextWindow, d.ContextSink = window, 8
 		ref, at := d.NewCache(), d.NewCache()
 		defer ref.Free()
@@ -105,19 +94,8 @@ func drafterForwardAtMatchesForward(t *testing.T, headDim, window int) {
 // whole context's while the context is shorter than sink and window (bit for bit where
 // rounding does not depend on shape), and differ once rows fall out of it.
 func TestDrafterContextWindow(t *testing.T) {
-	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
-	err := mlxc.Do(func() error {
-		target, ds, err := writeTinyPair(dir, spec)
-		if err != nil {
-			return err
-		}
-		defer target.Free()
-		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
-		if err != nil {
-			return err
-		}
-		defer d.Free()
+	err := withTinyDrafter(t.TempDir(), spec, func(d *draft.Drafter, ds modelgen.DrafterSpec) error {
 		taps := len(d.TapLayers()) * spec.Hidden
 		B := ds.BlockSize
 		block := make([]int32, B)
@@ -154,4 +132,22 @@ func TestDrafterContextWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// withTinyDrafter writes a tiny target of spec and its drafter under dir, loads both and
+// runs f on the MLX thread with the drafter, freeing both after.
+func withTinyDrafter(dir string, spec modelgen.Qwen3Spec, f func(d *draft.Drafter, ds modelgen.DrafterSpec) error) error {
+	return mlxc.Do(func() error {
+		target, ds, err := writeTinyPair(dir, spec)
+		if err != nil {
+			return err
+		}
+		defer target.Free()
+		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		return f(d, ds)
+	})
 }

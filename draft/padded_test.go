@@ -18,19 +18,8 @@ import (
 // a mask) must draft what the concatenated context + block does, over many cycles whose
 // context lengths cross bucket boundaries and buffer growth.
 func TestDrafterPaddedKeysMatchConcatenated(t *testing.T) {
-	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
-	err := mlxc.Do(func() error {
-		target, ds, err := writeTinyPair(dir, spec)
-		if err != nil {
-			return err
-		}
-		defer target.Free()
-		d, err := draft.Load(filepath.Join(dir, "d"), target, draft.LoadOptions{})
-		if err != nil {
-			return err
-		}
-		defer d.Free()
+	err := withTinyDrafter(t.TempDir(), spec, func(d *draft.Drafter, ds modelgen.DrafterSpec) error {
 		for _, bucket := range []int{8, 256} {
 			ref, pad := d.NewCache(), d.NewCache()
 			rng := rand.New(rand.NewPCG(uint64(bucket), 3))

@@ -134,8 +134,8 @@ func (foreignSnapshot) Free() {}
 // A saved KV state is a copy: after the live cache rewinds and writes other rows over the
 // saved positions, an empty cache loaded from it at any shorter position and run on equals
 // a fresh run of the saved tokens (bit for bit where rounding does not depend on shape).
-// Saves and loads that cannot be exact are refused, and a refused load leaves the list
-// empty.
+// Saves and loads that cannot be exact are refused: a load into a cache that holds rows
+// changes nothing, one that fails part way leaves the list empty.
 func TestKVLayerSaveLoad(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
 	writeModel(t, dir, modelgen.TinyQwen3())
