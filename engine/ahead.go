@@ -130,7 +130,11 @@ func (e *Engine) dflashAhead(ctx context.Context, req Request, emit func(Event) 
 	firstTok := time.Now()
 	r.st.FirstTokenTime = firstTok.Sub(start)
 	r.st.PrefillTime = r.st.FirstTokenTime
-	cont := r.o.push(mlxc.ToSlice[int32](first.tok)[0]) && !checkCancel(ctx, r.o)
+	r.staged = mlxc.ToSlice[int32](first.tok)[0]
+	if e.Prefix != nil {
+		r.fed = append([]int32(nil), req.Prompt...)
+	}
+	cont := r.o.push(r.staged) && !checkCancel(ctx, r.o)
 	if err := emitPending(r.o, emit); err != nil {
 		first.free()
 		return Result{}, err
@@ -177,6 +181,10 @@ type ahead struct {
 	argmax *model.RowArgmax
 	// pending is the cycle to read next; next the one built after it, if any.
 	pending, next *aheadCycle
+	// staged is the pending block's first token; fed the tokens whose positions the
+	// target's caches hold, in order (kept for the prefix cache).
+	staged int32
+	fed    []int32
 }
 
 // verdict is the cycle's verification from the target's logits, as in the serial loop.
@@ -314,6 +322,10 @@ func (r *ahead) commit(a int, tok int32, dtoks []int32, emit func(Event) error) 
 	if err := r.placed.SetOffset(pending.pos + a + 1); err != nil {
 		return false, err
 	}
+	if r.fed != nil {
+		r.fed = append(append(r.fed, r.staged), dtoks[:a]...)
+	}
+	r.staged = tok
 	cont := true
 	for _, t := range append(dtoks[:a:a], tok) {
 		if !cont {
@@ -342,6 +354,9 @@ func (r *ahead) commit(a int, tok int32, dtoks []int32, emit func(Event) error) 
 		all := append(append([]int32(nil), r.req.Prompt...), o.tokens[:len(o.tokens)-1]...)
 		r.e.afterCycle(r.c, all)
 	}
+	if !cont {
+		r.saveEnd(pending)
+	}
 	if err := emitPending(o, emit); err != nil {
 		return false, err
 	}
@@ -352,6 +367,25 @@ func (r *ahead) commit(a int, tok int32, dtoks []int32, emit func(Event) error) 
 	}
 	st.HostTime += time.Since(th) - built
 	return cont, nil
+}
+
+// saveEnd puts the state after the committed tokens into the prefix cache when the loop
+// ends after pending: the draft cache is declared up to what is committed, and the rows
+// of pending that no cycle built after it took in are given to it.
+func (r *ahead) saveEnd(pending *aheadCycle) {
+	if r.e.Prefix == nil || r.fed == nil || r.p.SetContext(r.dctx) != nil {
+		return
+	}
+	s := mlxc.NewScope()
+	defer s.Close()
+	var rows *mlxc.Array
+	if missing := len(r.fed) - r.dctx; missing > 0 {
+		if pending.hidden == nil || missing > pending.hidden.Dim(1) {
+			return
+		}
+		rows = mlxc.SliceAxis(pending.hidden, 1, 0, missing)
+	}
+	r.e.saveCommitted(r.fed, r.c, r.p, rows)
 }
 
 // profileCycle is the run-ahead loop's profile mode (Request.Profile), one cycle at a time

@@ -44,8 +44,8 @@ type Engine struct {
 	RunAhead bool
 
 	// Prefix, when set, resumes each request from the longest prefix of its prompt that the
-	// cache holds, and adds what the request computed to it: the prompt, and in the plain
-	// and serial DFlash loops the tokens committed (prefix.go).
+	// cache holds, and adds what the request computed to it: the prompt, and the tokens
+	// committed when a loop ends (prefix.go).
 	Prefix *prefixcache.Cache
 
 	// BlockCosts, when set, makes the DFlash block size adaptive: each cycle drafts the

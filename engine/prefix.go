@@ -14,8 +14,8 @@ import (
 // The prefix cache in the loops (Engine.Prefix). A request looks up the longest cached
 // prefix of its prompt (never the last prompt token, which the first step runs to give
 // the first logits), loads the target's layers and the drafter's context there, and
-// prefills only the rest; the prompt's state then goes into the cache, and the plain and
-// serial DFlash loops add the state after the tokens they committed when they end. On
+// prefills only the rest; the prompt's state then goes into the cache, and every loop adds
+// the state after the tokens it committed when it ends. On
 // the CPU (and wherever rows round alike whatever the chunking) a resumed request is the
 // uncached one bit for bit; elsewhere it is as exact as a different prefill chunking.
 

@@ -14,12 +14,10 @@ import (
 var prefixLoops = []struct {
 	name         string
 	draft, ahead bool
-	// savesEnd: the loop adds the state after its committed tokens when it ends.
-	savesEnd bool
 }{
-	{"plain", false, false, true},
-	{"serial", true, false, true},
-	{"ahead", true, true, false},
+	{"plain", false, false},
+	{"serial", true, false},
+	{"ahead", true, true},
 }
 
 func newPrefixCache(t *testing.T, budget int64, every int) *prefixcache.Cache {
@@ -89,18 +87,10 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 					a := check("turn 1", turn1, 12, 0)
 					turn2 := append(append(append([]int32(nil), turn1...), a.Tokens...), 3, 4, int32(v-2), 8, 8)
 					// The end of turn 1 holds the prompt and every answer token but the last
-					// (which no step has run yet); the run-ahead loop keeps the prompt's state.
-					reused := len(turn1) - 1
-					if lp.savesEnd {
-						reused = len(turn1) + len(a.Tokens) - 1
-					}
-					b := check("turn 2", turn2, 9, reused)
+					// (which no step has run yet).
+					b := check("turn 2", turn2, 9, len(turn1)+len(a.Tokens)-1)
 					turn3 := append(append(append([]int32(nil), turn2...), b.Tokens...), 11, 12)
-					reused = len(turn2) - 1
-					if lp.savesEnd {
-						reused = len(turn2) + len(b.Tokens) - 1
-					}
-					check("turn 3", turn3, 6, reused)
+					check("turn 3", turn3, 6, len(turn2)+len(b.Tokens)-1)
 					check("same prompt", turn1, 12, len(turn1)-1)
 					// 10 common tokens: every layer resumes there (a requested mark); 7: attention
 					// layers resume there, recurrent layers at the last mark before it.
