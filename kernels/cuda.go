@@ -191,15 +191,19 @@ var (
 	// SplitKeys is pass 1 of the split-key attention (q, k, v, off, scale → part_o,
 	// part_ml); SplitKeysMerge is pass 2 (part_o, part_ml → out).
 	SplitKeys = Kernel{Name: "dflash_split_keys", CUDA: Source{Body: splitKeys},
-		Metal: Source{Body: metalSplitKeys}}
+		Metal:    Source{Body: metalSplitKeys},
+		Contract: Contract{Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"part_o", "part_ml"}, Template: []string{"T", "D", "WARPS", "ROWS", "CHUNK", "CAUSAL"}}}
 	SplitKeysMerge = Kernel{Name: "dflash_split_keys_merge", CUDA: Source{Body: splitKeysMerge},
-		Metal: Source{Body: metalSplitKeysMerge}}
+		Metal:    Source{Body: metalSplitKeysMerge},
+		Contract: Contract{Inputs: []string{"part_o", "part_ml"}, Outputs: []string{"out"}, Template: []string{"T", "D"}}}
 	// GatedDeltaTape is the GatedDeltaNet recurrence over a block, also writing its tape
 	// (q, k, v, g, beta, state → y, state_out, tape).
 	GatedDeltaTape = Kernel{Name: "dflash_gated_delta_tape", CUDA: Source{Header: gatedDelta, Body: gatedDeltaTape},
-		Metal: Source{Header: metalGatedDelta, Body: metalGatedDeltaTape}}
+		Metal:    Source{Header: metalGatedDelta, Body: metalGatedDeltaTape},
+		Contract: Contract{Inputs: []string{"q", "k", "v", "g", "beta", "state"}, Outputs: []string{"y", "state_out", "tape"}, Template: []string{"InT", "TAPE"}}}
 	// GatedDeltaReplay applies a tape's first steps to a state
 	// (delta, k, g, state, count → state_out).
 	GatedDeltaReplay = Kernel{Name: "dflash_gated_delta_replay", CUDA: Source{Header: gatedDelta, Body: gatedDeltaReplay},
-		Metal: Source{Header: metalGatedDelta, Body: metalGatedDeltaReplay}}
+		Metal:    Source{Header: metalGatedDelta, Body: metalGatedDeltaReplay},
+		Contract: Contract{Inputs: []string{"delta", "k", "g", "state", "count"}, Outputs: []string{"state_out"}, Template: []string{"KT", "COUNTED"}}}
 )

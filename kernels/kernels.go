@@ -39,6 +39,15 @@ type Kernel struct {
 	CUDA Source
 	// Metal is the source for the Metal backend; an empty Body means the kernel has none.
 	Metal Source
+	// Contract is what every backend's source takes and makes, for kernels with twins: the
+	// launch passes the same arrays and template arguments to each.
+	Contract Contract
+}
+
+// Contract is a kernel's interface: its input and output arrays, in launch order, and its
+// template arguments.
+type Contract struct {
+	Inputs, Outputs, Template []string
 }
 
 // Backends lists the backends k has a source for, CUDA first.

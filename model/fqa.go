@@ -79,11 +79,11 @@ func newFewQueryAttention() *FewQueryAttention {
 		Source: kernels.FewQueryAttention.CUDA.Body, EnsureRowContiguous: false,
 	}), split: mlxc.NewKernel(mlxc.KernelSpec{
 		Backend: mlxc.KernelCUDA, Name: kernels.SplitKeys.Name,
-		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"part_o", "part_ml"},
+		Inputs: kernels.SplitKeys.Contract.Inputs, Outputs: kernels.SplitKeys.Contract.Outputs,
 		Source: kernels.SplitKeys.CUDA.Body, EnsureRowContiguous: false,
 	}), merge: mlxc.NewKernel(mlxc.KernelSpec{
 		Backend: mlxc.KernelCUDA, Name: kernels.SplitKeysMerge.Name,
-		Inputs: []string{"part_o", "part_ml"}, Outputs: []string{"out"},
+		Inputs: kernels.SplitKeysMerge.Contract.Inputs, Outputs: kernels.SplitKeysMerge.Contract.Outputs,
 		Source: kernels.SplitKeysMerge.CUDA.Body, EnsureRowContiguous: true,
 	}), minQueries: 2, warps: fqaWarps}
 }

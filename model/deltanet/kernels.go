@@ -50,20 +50,18 @@ func NewKernels(k settings.Kernels) *Kernels {
 	default:
 		return nil
 	}
-	mk := func(x kernels.Kernel, in, out []string) *mlxc.Kernel {
+	mk := func(x kernels.Kernel) *mlxc.Kernel {
 		s := src(x)
-		return mlxc.NewKernel(mlxc.KernelSpec{Backend: be, Name: x.Name, Inputs: in, Outputs: out,
+		return mlxc.NewKernel(mlxc.KernelSpec{Backend: be, Name: x.Name, Inputs: x.Contract.Inputs, Outputs: x.Contract.Outputs,
 			Source: s.Body, Header: s.Header, EnsureRowContiguous: true})
 	}
 	none := mlxc.FromSlice([]int32{0}, 1)
 	mlxc.Eval(none)
 	return &Kernels{
 		backend: be,
-		tape: mk(kernels.GatedDeltaTape, []string{"q", "k", "v", "g", "beta", "state"},
-			[]string{"y", "state_out", "tape"}),
-		replay: mk(kernels.GatedDeltaReplay, []string{"delta", "k", "g", "state", "count"},
-			[]string{"state_out"}),
-		none: none.Detach(),
+		tape:    mk(kernels.GatedDeltaTape),
+		replay:  mk(kernels.GatedDeltaReplay),
+		none:    none.Detach(),
 	}
 }
 
