@@ -175,6 +175,8 @@ type Cache struct {
 	st        Stats
 	disk      *Disk
 	warn      func(string)
+	// warnedSize: the warning for an entry larger than the budget was given (once).
+	warnedSize bool
 }
 
 // New makes an empty cache.
@@ -344,6 +346,10 @@ func (c *Cache) Insert(e *Entry) bool {
 	e.bytes = e.size()
 	if e.bytes > c.budget {
 		c.st.Rejected++
+		if !c.warnedSize {
+			c.warnedSize = true
+			c.warn(fmt.Sprintf("prompt cache: a prompt's state of %d MiB is larger than the cache's budget of %d MiB and is not kept (raise --prompt-cache-bytes)", e.bytes>>20, c.budget>>20))
+		}
 		e.free()
 		return false
 	}

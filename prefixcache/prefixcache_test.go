@@ -171,7 +171,8 @@ func TestBudgetAndPins(t *testing.T) {
 		one := entry(seq(64, 0), false, false)
 		per := one.size()
 		one.free()
-		c, _ := New(Options{Budget: 3 * per})
+		var warns []string
+		c, _ := New(Options{Budget: 3 * per, Warn: func(s string) { warns = append(warns, s) }})
 		defer c.Free()
 		rng := rand.New(rand.NewPCG(1, 2))
 		c.Insert(entry(seq(64, 10000), false, false))
@@ -202,6 +203,9 @@ func TestBudgetAndPins(t *testing.T) {
 		st := c.Stats()
 		if st.Evictions == 0 || st.Rejected == 0 {
 			t.Errorf("stats %+v: want evictions and refusals (entries of up to 160 rows against a budget of 192)", st)
+		}
+		if len(warns) != 1 || !strings.Contains(warns[0], "larger than the cache's budget") {
+			t.Errorf("warnings %q: want one about the entries larger than the budget", warns)
 		}
 	})
 }
