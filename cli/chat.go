@@ -56,8 +56,6 @@ type chatSession struct {
 	last       *engine.Result
 	out        io.Writer
 	lastPrompt []int32 // the last turn's prompt (tests read it)
-	// explicitMax: --max-new-tokens was given (CheckRoom refuses a turn it does not fit).
-	explicitMax bool
 }
 
 func chatAction(c *cli.Context) error {
@@ -75,7 +73,7 @@ func chatAction(c *cli.Context) error {
 	}
 	defer s.Close()
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
-	cs := &chatSession{s: s, system: c.String("system"), think: c.Bool("enable-thinking"), out: os.Stdout, explicitMax: c.IsSet("max-new-tokens")}
+	cs := &chatSession{s: s, system: c.String("system"), think: c.Bool("enable-thinking"), out: os.Stdout}
 	cs.sp = func() engine.Request {
 		return engine.Request{MaxTokens: c.Int("max-new-tokens"), Sampling: sp, StopTokens: s.StopTokens(), BlockSize: c.Int("block-size")}
 	}
@@ -192,7 +190,9 @@ func (cs *chatSession) turn(ctx context.Context, user string) error {
 	}
 	cs.lastPrompt = ids
 	req := cs.sp()
-	if err := cs.s.CheckRoom(len(ids), req.MaxTokens, cs.explicitMax); err != nil {
+	// A chat's --max-new-tokens caps each answer; a turn whose history leaves less room
+	// gets a shorter answer (finish "length"), and one that leaves none is refused.
+	if err := cs.s.CheckRoom(len(ids), req.MaxTokens, false); err != nil {
 		return fmt.Errorf("%v (/reset starts a new conversation)", err)
 	}
 	req.Prompt = ids
