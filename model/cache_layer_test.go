@@ -88,12 +88,7 @@ func TestKVLayerSpeculateCommitMatchesFreshRun(t *testing.T) {
 // restore, re-running them gives the same cache; a snapshot past the offset, or of
 // another layer kind, is refused.
 func TestKVLayerSnapshotRestore(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "m")
-	writeModel(t, dir, modelgen.TinyQwen3())
-	m := loadModel(t, dir)
-	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
-	more := []int32{5, 3, 5, 8, 9}
-	none := model.ForwardOptions{Logits: model.LogitsNone}
+	m, prompt, more, none := tinyKVRun(t)
 	err := mlxc.Do(func() error {
 		s := mlxc.NewScope()
 		defer s.Close()
@@ -127,6 +122,14 @@ func TestKVLayerSnapshotRestore(t *testing.T) {
 	}
 }
 
+// tinyKVRun loads a tiny Qwen3 and gives a prompt, more tokens after it and the options of
+// a forward without logits.
+func tinyKVRun(t *testing.T) (m model.Model, prompt, more []int32, none model.ForwardOptions) {
+	dir := filepath.Join(t.TempDir(), "m")
+	writeModel(t, dir, modelgen.TinyQwen3())
+	return loadModel(t, dir), []int32{3, 1, 4, 1, 5, 9, 2, 6}, []int32{5, 3, 5, 8, 9}, model.ForwardOptions{Logits: model.LogitsNone}
+}
+
 type foreignSnapshot struct{}
 
 func (foreignSnapshot) Free() {}
@@ -137,12 +140,7 @@ func (foreignSnapshot) Free() {}
 // Saves and loads that cannot be exact are refused: a load into a cache that holds rows
 // changes nothing, one that fails part way leaves the list empty.
 func TestKVLayerSaveLoad(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "m")
-	writeModel(t, dir, modelgen.TinyQwen3())
-	m := loadModel(t, dir)
-	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
-	more := []int32{5, 3, 5, 8, 9}
-	none := model.ForwardOptions{Logits: model.LogitsNone}
+	m, prompt, more, none := tinyKVRun(t)
 	err := mlxc.Do(func() error {
 		s := mlxc.NewScope()
 		defer s.Close()

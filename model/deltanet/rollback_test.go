@@ -249,19 +249,26 @@ func runPlaced(t *testing.T, g geometry, script []aheadStep) {
 	sameCache(t, "a serial forward after the run", placed, fresh)
 }
 
+// twoCachesAfter makes a mixer of random weights (seeded) and two caches that took the same
+// first n rows.
+func twoCachesAfter(seed uint64, g geometry, n int) (*rng, *Mixer, *Cache, *Cache) {
+	r := newRNG(seed)
+	m := mixerFor(r, g)
+	c, ref := NewCache(), NewCache()
+	pre := newStream(r, g, n)
+	m.apply(pre, c, nil)
+	m.apply(pre, ref, nil)
+	return r, m, c, ref
+}
+
 // Snapshot and Restore return the layer to an earlier state exactly, whatever happened in
 // between (plain forwards, a speculation).
 func TestSnapshotRestore(t *testing.T) {
 	g := rollbackGeometry
 	do(t, func() {
-		r := newRNG(500)
-		m := mixerFor(r, g)
-		c, ref := NewCache(), NewCache()
+		r, m, c, ref := twoCachesAfter(500, g, 6)
 		defer c.Free()
 		defer ref.Free()
-		pre := newStream(r, g, 6)
-		m.apply(pre, c, nil)
-		m.apply(pre, ref, nil)
 		snap := c.Snapshot()
 		defer snap.Free()
 		m.apply(newStream(r, g, 4), c, nil)
@@ -300,14 +307,9 @@ func TestSnapshotRestore(t *testing.T) {
 func TestSaveLoad(t *testing.T) {
 	g := rollbackGeometry
 	do(t, func() {
-		r := newRNG(600)
-		m := mixerFor(r, g)
-		c, ref := NewCache(), NewCache()
+		r, m, c, ref := twoCachesAfter(600, g, 6)
 		defer c.Free()
 		defer ref.Free()
-		pre := newStream(r, g, 6)
-		m.apply(pre, c, nil)
-		m.apply(pre, ref, nil)
 		saved, err := c.Save(6)
 		if err != nil {
 			t.Fatal(err)
