@@ -239,25 +239,24 @@ func (h *Hit) Release() {
 func (c *Cache) Lookup(prompt []int32, limit int, needDraft bool) *Hit {
 	c.mu.Lock()
 	c.st.Lookups++
-	e, n := c.best(prompt, limit, needDraft)
+	_, n := c.best(prompt, limit, needDraft)
 	c.mu.Unlock()
+	var loaded *Entry
 	if c.disk != nil {
 		if d, dn := c.disk.best(prompt, limit, needDraft); dn > n {
-			if loaded := c.fromDisk(d); loaded != nil {
-				c.mu.Lock()
-				e, n = c.best(prompt, limit, needDraft)
-				if e != nil {
-					c.st.DiskHits++
-				}
-				c.mu.Unlock()
-			}
+			loaded = c.fromDisk(d)
 		}
 	}
+	// The entry is chosen and pinned under one lock, so no eviction comes between.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, n := c.best(prompt, limit, needDraft)
 	if e == nil || n == 0 {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if e == loaded {
+		c.st.DiskHits++
+	}
 	h := &Hit{N: n, Target: e.stateAt(n), c: c, e: e}
 	if needDraft {
 		h.Draft = e.Draft
