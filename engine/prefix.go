@@ -64,7 +64,7 @@ func (e *Engine) prefillPrompt(ctx context.Context, prompt []int32, marksAt []in
 	}()
 	err := e.prefillFrom(ctx, prompt, from, c, p, every, sortedMarks(marksAt), func(pos int) {
 		if s, err := c.SaveFixed(pos); err == nil {
-			mlxc.Eval(savedArrays(s)...)
+			mlxc.Eval(cache.SavedArrays(s)...)
 			marks = append(marks, prefixcache.Mark{Pos: pos, Target: s})
 		}
 	})
@@ -149,13 +149,5 @@ func (e *Engine) saveCommitted(fed []int32, c model.Cache, p verify.Proposer, pe
 func sortedMarks(m []int) []int {
 	out := slices.Clone(m)
 	slices.Sort(out)
-	return out
-}
-
-func savedArrays(s []cache.Saved) []*mlxc.Array {
-	var out []*mlxc.Array
-	for _, x := range s {
-		out = append(out, x.Arrays...)
-	}
 	return out
 }

@@ -152,7 +152,7 @@ func TestKVLayerSaveLoad(t *testing.T) {
 			return err
 		}
 		defer cache.FreeSaved(saved)
-		mlxc.Eval(savedArrays(saved)...)
+		mlxc.Eval(cache.SavedArrays(saved)...)
 		if err := c.Rewind(4); err != nil {
 			return err
 		}
@@ -205,12 +205,4 @@ func TestKVLayerSaveLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func savedArrays(s []cache.Saved) []*mlxc.Array {
-	var out []*mlxc.Array
-	for _, x := range s {
-		out = append(out, x.Arrays...)
-	}
-	return out
 }

@@ -70,16 +70,8 @@ func (e *Entry) free() {
 // size is the memory the entry's arrays hold.
 func (e *Entry) size() int64 {
 	var n int64
-	for _, s := range e.Target {
-		n += s.Bytes()
-	}
-	for _, s := range e.Draft {
-		n += s.Bytes()
-	}
-	for _, m := range e.Marks {
-		for _, s := range m.Target {
-			n += s.Bytes()
-		}
+	for _, a := range e.arrays() {
+		n += int64(a.NBytes())
 	}
 	return n
 }
@@ -237,12 +229,12 @@ func (h *Hit) Release() {
 // Lookup finds the longest prefix of prompt, at most limit positions, that an entry
 // resumes at; needDraft asks for the drafter's context too. It returns nil on a miss.
 func (c *Cache) Lookup(prompt []int32, limit int, needDraft bool) *Hit {
-	c.mu.Lock()
-	c.st.Lookups++
-	_, n := c.best(prompt, limit, needDraft)
-	c.mu.Unlock()
 	var loaded *Entry
 	if c.disk != nil {
+		// The directory is read (outside the lock) only when it resumes further.
+		c.mu.Lock()
+		_, n := c.best(prompt, limit, needDraft)
+		c.mu.Unlock()
 		if d, dn := c.disk.best(prompt, limit, needDraft); dn > n {
 			loaded = c.fromDisk(d)
 		}
@@ -250,6 +242,7 @@ func (c *Cache) Lookup(prompt []int32, limit int, needDraft bool) *Hit {
 	// The entry is chosen and pinned under one lock, so no eviction comes between.
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.st.Lookups++
 	e, n := c.best(prompt, limit, needDraft)
 	if e == nil || n == 0 {
 		return nil
@@ -318,13 +311,7 @@ func (c *Cache) Insert(e *Entry) bool {
 			if x.pins > 0 {
 				continue // a pinned entry's slices are in use; keep e apart
 			}
-			m := Mark{Pos: len(e.Tokens), Target: make([]cache.Saved, len(e.Target))}
-			for i, s := range e.Target {
-				if !s.Trimmable {
-					m.Target[i], e.Target[i] = s, cache.Saved{}
-				}
-			}
-			x.Marks = insertMark(x.Marks, m)
+			x.Marks = insertMark(x.Marks, e.takeFixed())
 			c.resize(x)
 		}
 		e.free()
@@ -381,16 +368,22 @@ func (c *Cache) absorb(e, x *Entry) {
 		}
 		x.Marks = nil
 		if len(x.Tokens) < len(e.Tokens) && e.stateAt(len(x.Tokens)) == nil {
-			m := Mark{Pos: len(x.Tokens), Target: make([]cache.Saved, len(x.Target))}
-			for i, s := range x.Target {
-				if !s.Trimmable {
-					m.Target[i], x.Target[i] = s, cache.Saved{}
-				}
-			}
-			e.Marks = insertMark(e.Marks, m)
+			e.Marks = insertMark(e.Marks, x.takeFixed())
 		}
 	}
 	x.free()
+}
+
+// takeFixed moves the entry's final states of the layers that cannot trim into a mark at
+// its length (the entry keeps the rest, to be freed with it).
+func (e *Entry) takeFixed() Mark {
+	m := Mark{Pos: len(e.Tokens), Target: make([]cache.Saved, len(e.Target))}
+	for i, s := range e.Target {
+		if !s.Trimmable {
+			m.Target[i], e.Target[i] = s, cache.Saved{}
+		}
+	}
+	return m
 }
 
 // insertMark adds m to marks, kept in increasing position.
@@ -503,17 +496,9 @@ func (e *Entry) detach() {
 
 // arrays lists every array of the entry.
 func (e *Entry) arrays() []*mlxc.Array {
-	var arrs []*mlxc.Array
-	for _, s := range e.Target {
-		arrs = append(arrs, s.Arrays...)
-	}
-	for _, s := range e.Draft {
-		arrs = append(arrs, s.Arrays...)
-	}
+	arrs := append(cache.SavedArrays(e.Target), cache.SavedArrays(e.Draft)...)
 	for _, m := range e.Marks {
-		for _, s := range m.Target {
-			arrs = append(arrs, s.Arrays...)
-		}
+		arrs = append(arrs, cache.SavedArrays(m.Target)...)
 	}
 	return arrs
 }

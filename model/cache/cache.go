@@ -344,6 +344,15 @@ func (l *List) Load(s []Saved, n int) error {
 	return nil
 }
 
+// SavedArrays lists the arrays of saved layers, in order.
+func SavedArrays(s []Saved) []*mlxc.Array {
+	var out []*mlxc.Array
+	for _, x := range s {
+		out = append(out, x.Arrays...)
+	}
+	return out
+}
+
 // FreeSaved releases a list of saved layers.
 func FreeSaved(s []Saved) {
 	for _, x := range s {
