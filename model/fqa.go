@@ -29,6 +29,8 @@ type FewQueryAttention struct {
 	minQueries int          // 2; 1 in GPU-exact mode, where decode steps use the kernel too
 	warps      int          // per block (fqaWarps unless settings.Kernels.FQAWarps says otherwise)
 	templates  templateCache[fqaKey]
+	// The split-key kernels' arguments (the merge's by type and D: causal false).
+	splitTemplates, mergeTemplates templateCache[fqaKey]
 }
 
 type fqaKey struct {
@@ -157,14 +159,18 @@ func (a *FewQueryAttention) applySplit(q, keys, values, scale, visible *mlxc.Arr
 		OutputDtypes: []mlxc.Dtype{mlxc.Float32, mlxc.Float32},
 		Grid:         [3]int{S * splitWarps * 32, Hkv, 1},
 		ThreadGroup:  [3]int{splitWarps * 32, 1, 1},
-		Template:     splitKeysTemplate(q.Dtype(), D, causal),
+		Template: a.splitTemplates.get(fqaKey{q.Dtype(), D, causal}, func() []mlxc.TemplateArg {
+			return splitKeysTemplate(q.Dtype(), D, causal)
+		}),
 	})
 	return a.merge.Call(parts, mlxc.KernelCall{
 		OutputShapes: [][]int{{L, H * D}},
 		OutputDtypes: []mlxc.Dtype{q.Dtype()},
 		Grid:         [3]int{(rows + splitMergeRows - 1) / splitMergeRows * splitMergeRows * 32, 1, 1},
 		ThreadGroup:  [3]int{splitMergeRows * 32, 1, 1},
-		Template:     splitMergeTemplate(q.Dtype(), D),
+		Template: a.mergeTemplates.get(fqaKey{q.Dtype(), D, false}, func() []mlxc.TemplateArg {
+			return splitMergeTemplate(q.Dtype(), D)
+		}),
 	})[0]
 }
 
