@@ -580,14 +580,19 @@ func benchPromptIDs(c *cli.Context, s *Session) ([][]int32, error) {
 	// Random token ids (seeded) for models without a usable tokenizer.
 	V := s.Engine.Target.Arch().VocabSize
 	for i := range texts {
-		r := rand.New(rand.NewPCG(uint64(i)+1, 99))
-		ids := make([]int32, c.Int("prompt-tokens"))
-		for j := range ids {
-			ids[j] = int32(r.IntN(min(V, 150000)))
-		}
-		out = append(out, ids)
+		out = append(out, randomIDs(rand.New(rand.NewPCG(uint64(i)+1, 99)), c.Int("prompt-tokens"), V))
 	}
 	return out, nil
+}
+
+// randomIDs draws n token ids below the vocabulary (capped at 150 000: Qwen3's text
+// tokens, short of its special ones) for models without a usable tokenizer.
+func randomIDs(r *rand.Rand, n, vocab int) []int32 {
+	ids := make([]int32, n)
+	for j := range ids {
+		ids[j] = int32(r.IntN(min(vocab, 150000)))
+	}
+	return ids
 }
 
 // writeRandomPair writes a random target + drafter of a named shape with the demo tokenizer.

@@ -60,13 +60,7 @@ func contextPrompt(c *cli.Context, s *Session, n int) ([]int32, error) {
 		}
 		return ids[:n], nil
 	}
-	r := rand.New(rand.NewPCG(uint64(n), 5))
-	V := min(s.Engine.Target.Arch().VocabSize, 150000)
-	ids := make([]int32, n)
-	for i := range ids {
-		ids[i] = int32(r.IntN(V))
-	}
-	return ids, nil
+	return randomIDs(rand.New(rand.NewPCG(uint64(n), 5)), n, s.Engine.Target.Arch().VocabSize), nil
 }
 
 // benchContext runs plain decoding and DFlash after prompts of each length.

@@ -32,10 +32,7 @@ func rollbackProbe(target model.Model, prompt []int32, B, keep, repeats int) (fl
 			r := rand.New(rand.NewPCG(uint64(keep), 17))
 			for i := 0; i <= repeats; i++ { // the first round warms up
 				s := mlxc.NewScope()
-				ids := make([]int32, B)
-				for j := range ids {
-					ids[j] = int32(r.IntN(min(V, 150000)))
-				}
+				ids := randomIDs(r, B, V)
 				c.Speculate()
 				out := target.Forward(mlxc.FromSlice(ids, 1, B), c, model.ForwardOptions{Logits: model.LogitsAll})
 				mlxc.Eval(append(c.Arrays(), out.Logits)...)

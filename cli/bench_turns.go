@@ -94,9 +94,7 @@ func benchMultiTurn(c *cli.Context, s *Session, turns int, note string) error {
 				return err
 			}
 		} else {
-			for range c.Int("prompt-tokens") {
-				ids = append(ids, int32(rng.IntN(min(V, 150000))))
-			}
+			ids = append(ids, randomIDs(rng, c.Int("prompt-tokens"), V)...)
 			prompt = append([]int32(nil), ids...)
 		}
 		if len(prompt)+n >= s.Engine.ContextLen() {
