@@ -109,8 +109,8 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 	if err := d.build(dir, model.NewBuilder(w, q)); err != nil {
 		return nil, err
 	}
-	skinny := d.bindKernels(s)
-	if err := d.prepare(skinny); err != nil {
+	k := d.bindKernels(s)
+	if err := d.prepare(k); err != nil {
 		d.Free()
 		return nil, fmt.Errorf("load drafter %s: %w", dir, err)
 	}
@@ -207,8 +207,8 @@ func (d *Drafter) build(dir string, b *model.Builder) error {
 }
 
 // bindKernels sets the drafter's activation, settings, fused kernels and attention
-// routing, and returns the target's few-row product kernel for prepare (nil: none).
-func (d *Drafter) bindKernels(s settings.Settings) *model.SkinnyGEMM {
+// routing, and returns the target's kernels for prepare (nil fields: none).
+func (d *Drafter) bindKernels(s settings.Settings) model.Kernels {
 	d.swiglu = model.NewSwiGLU()
 	d.Settings = s
 	if s.Kernels.FusedDraft {
@@ -225,21 +225,24 @@ func (d *Drafter) bindKernels(s settings.Settings) *model.SkinnyGEMM {
 		d.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(d.scale), mlxc.Float32))
 	}
 	d.attn = model.Attention{FQA: d.fqa, Scale: d.scale, ScaleArr: d.scaleArr}
-	return k.Skinny
+	return k
 }
 
-// prepare readies each projection for skinny (and merges them where the fused kernels
-// read merged products); an MLX failure comes back as the error.
-func (d *Drafter) prepare(skinny *model.SkinnyGEMM) error {
+// prepare readies each projection for the target's few-row and small-M quantized product
+// kernels k (and merges them where the fused kernels read merged products); an MLX failure
+// comes back as the error.
+func (d *Drafter) prepare(k model.Kernels) error {
 	merge := d.fused != nil // fused kernels read merged products
 	return mlxc.Catch(func() {
 		d.fc.Prepare()
-		d.fc.UseSkinny(skinny)
+		d.fc.UseSkinny(k.Skinny)
+		d.fc.UseQMM(k.QMM)
 		for i := range d.layers {
 			l := &d.layers[i]
 			for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 				x.Prepare()
-				x.UseSkinny(skinny)
+				x.UseSkinny(k.Skinny)
+				x.UseQMM(k.QMM)
 			}
 			if merge {
 				l.qkv = model.MergeLinears(l.q, l.k, l.v)

@@ -165,7 +165,9 @@ var (
 	SkinnyGEMMTCSplitNorm = Kernel{Name: "dflash_skinny_gemm_tc_split_norm",
 		CUDA: Source{Header: tcHeader, Body: tcMain + tcSplitStore + tcNormOut}}
 	// FewQueryAttention is attention for a block of few queries (q, k, v, off, scale → out).
-	FewQueryAttention = Kernel{Name: "dflash_few_query_attention", CUDA: Source{Body: fqaLoopDecls + fqaHead + fqaLoop}}
+	FewQueryAttention = Kernel{Name: "dflash_few_query_attention", CUDA: Source{Body: fqaLoopDecls + fqaHead + fqaLoop},
+		Metal:    Source{Body: metalFewQueryAttention},
+		Contract: Contract{Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"}, Template: []string{"T", "D", "WARPS", "CAUSAL"}}}
 	// HeadPrep is q/k norm, rotation and the head-major layout of q, k and v
 	// (q, k, v, qn, kn, inv, eps, off → qo, ko, vo).
 	HeadPrep = Kernel{Name: "dflash_head_prep", CUDA: Source{Body: headPrepHead + headPrepRow}}
@@ -184,10 +186,14 @@ var (
 	PadPosition = Kernel{Name: "dflash_pad_position", CUDA: Source{Body: padPosition}}
 	// RowArgmax is each row's argmax, optionally of T(logits − lse), and the drafts'
 	// match (logits, lse, drafts → next, match).
-	RowArgmax = Kernel{Name: "dflash_row_argmax", CUDA: Source{Body: rowArgmax}}
+	RowArgmax = Kernel{Name: "dflash_row_argmax", CUDA: Source{Body: rowArgmax},
+		Metal:    Source{Header: metalRowArgmaxOrder, Body: metalRowArgmax},
+		Contract: Contract{Inputs: []string{"logits", "lse", "drafts"}, Outputs: []string{"next", "match"}, Template: []string{"T", "SUB", "DRAFTS"}}}
 	// RowLead is the number of accepted drafts and the token after them
 	// (next, match → accepted, tok).
-	RowLead = Kernel{Name: "dflash_row_lead", CUDA: Source{Body: rowLead}}
+	RowLead = Kernel{Name: "dflash_row_lead", CUDA: Source{Body: rowLead},
+		Metal:    Source{Body: metalRowLead},
+		Contract: Contract{Inputs: []string{"next", "match"}, Outputs: []string{"accepted", "tok"}}}
 	// SplitKeys is pass 1 of the split-key attention (q, k, v, off, scale → part_o,
 	// part_ml); SplitKeysMerge is pass 2 (part_o, part_ml → out).
 	SplitKeys = Kernel{Name: "dflash_split_keys", CUDA: Source{Body: splitKeys},

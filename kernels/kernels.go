@@ -1,8 +1,8 @@
 // Package kernels owns the engine's custom GPU kernels: their sources, kept in real files
-// under cuda/ and embedded at build time, and one registry (All) that the offline NVRTC
-// compile check and `dflash-mlx version --json` list. Each kernel is a Kernel value: the
-// name MLX builds it under and its source per backend (CUDA, and for some a Metal twin
-// under metal/ with the same contract). The model package launches them
+// under cuda/ and metal/ and embedded at build time, and one registry (All) that the
+// offline NVRTC compile check and `dflash-mlx version --json` list. Each kernel is a
+// Kernel value: the name MLX builds it under and its source per backend (CUDA, and for
+// some a Metal twin under metal/ with the same contract). The model package launches them
 // through its layer operations (SkinnyGEMM, FewQueryAttention, Fused, RowArgmax), which
 // fall back to plain MLX ops where a kernel cannot run.
 //
@@ -66,7 +66,7 @@ func (k Kernel) Backends() []Backend {
 func All() []Kernel {
 	return []Kernel{SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
 		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead,
-		GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge}
+		GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge, QuantMatmulSmallM}
 }
 
 // Entry is one kernel as `dflash-mlx version --json` lists it.

@@ -27,7 +27,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s: backends %v, Metal body %v", k.Name, b, want)
 		}
 	}
-	for _, k := range []Kernel{GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge} {
+	for _, k := range []Kernel{GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge, FewQueryAttention, RowArgmax, RowLead} {
 		if len(k.Backends()) != 2 {
 			t.Errorf("%s: backends %v, want cuda and its metal twin", k.Name, k.Backends())
 		}

@@ -17,4 +17,16 @@ var (
 	metalSplitKeys string
 	//go:embed metal/split_keys_merge.metal
 	metalSplitKeysMerge string
+	// metalFewQueryAttention is FewQueryAttention's twin (fqa_loop_decls.cuh, fqa_head.cuh
+	// and fqa_loop.cuh over strided k and v rows); PrepAttention has none.
+	//go:embed metal/few_query_attention.metal
+	metalFewQueryAttention string
+	// metalRowArgmaxOrder is cuda/row_argmax.cu's first-maximum order and its SIMD group
+	// merge, for metalRowArgmax.
+	//go:embed metal/row_argmax.h
+	metalRowArgmaxOrder string
+	//go:embed metal/row_argmax.metal
+	metalRowArgmax string
+	//go:embed metal/row_lead.metal
+	metalRowLead string
 )

@@ -6,21 +6,22 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
-// RowArgmax holds two small CUDA kernels for the end of a greedy DFlash cycle, which MLX's
-// ops spread over a dozen launches:
+// RowArgmax holds two small GPU kernels (CUDA, or their Metal twins) for the end of a
+// greedy DFlash cycle, which MLX's ops spread over a dozen launches:
 //
 //   - Of: each row's argmax over the vocabulary, of the logits or of T(logits − lse) (the
 //     rounding of the log-probabilities that greedy decoding takes its argmax of), as int32,
 //     and whether each draft equals its row's choice. MLX's ArgMax runs one block per row
 //     whose loads wait on each other (21 µs for 16 rows of 151 936 on an H200, twice a
-//     cycle); here each thread keeps four 16-byte loads in flight, and the subtraction, the
-//     int32 cast and the comparison with the drafts come without launches of their own.
+//     cycle); here each thread keeps four loads in flight (of 16 bytes on CUDA), and the
+//     subtraction, the int32 cast and the comparison with the drafts come without launches
+//     of their own.
 //   - Leading: how many drafts are accepted in a row, and the token after them (the
 //     verdict's Leading in one thread instead of six launches).
 //
 // Both give exactly the values of the ops they replace: the first index of the largest
 // value (MLX's ArgMax), each value the T difference MLX's Subtract rounds to. nil (off a
-// CUDA GPU, or with DFLASH_ARGMAX_KERNEL=0) means the ops.
+// GPU with custom CUDA or Metal kernels, or with DFLASH_ARGMAX_KERNEL=0) means the ops.
 type RowArgmax struct {
 	rows, lead *mlxc.Kernel
 	none       *mlxc.Array // the input a launch without lse or drafts passes in their place
@@ -29,19 +30,24 @@ type RowArgmax struct {
 // rowArgmaxThreads is the block size of Of: one block per row.
 const rowArgmaxThreads = 1024
 
-// NewRowArgmax makes the kernels on a CUDA GPU when k.ArgmaxKernel asks for them; nil
-// otherwise.
+// NewRowArgmax makes the kernels (CUDA, else the Metal twins) on a GPU with custom kernels
+// when k.ArgmaxKernel asks for them; nil otherwise.
 func NewRowArgmax(k settings.Kernels) *RowArgmax {
-	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU || !k.ArgmaxKernel {
+	if !k.ArgmaxKernel {
 		return nil
 	}
+	be, src, ok := twinBackend()
+	if !ok {
+		return nil
+	}
+	mk := func(x kernels.Kernel) *mlxc.Kernel {
+		s := src(x)
+		return mlxc.NewKernel(mlxc.KernelSpec{Backend: be, Name: x.Name, Inputs: x.Contract.Inputs, Outputs: x.Contract.Outputs,
+			Source: s.Body, Header: s.Header, EnsureRowContiguous: true})
+	}
 	return &RowArgmax{
-		rows: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.RowArgmax.Name,
-			Inputs: []string{"logits", "lse", "drafts"}, Outputs: []string{"next", "match"},
-			Source: kernels.RowArgmax.CUDA.Body, EnsureRowContiguous: true}),
-		lead: mlxc.NewKernel(mlxc.KernelSpec{Backend: mlxc.KernelCUDA, Name: kernels.RowLead.Name,
-			Inputs: []string{"next", "match"}, Outputs: []string{"accepted", "tok"},
-			Source: kernels.RowLead.CUDA.Body, EnsureRowContiguous: true}),
+		rows: mk(kernels.RowArgmax),
+		lead: mk(kernels.RowLead),
 		none: OnDeviceConst(mlxc.FromSlice([]int32{0}, 1)),
 	}
 }

@@ -55,14 +55,15 @@ func rowArgmaxLogits(R, V int, rng *rand.Rand) []float32 {
 	return x
 }
 
-// TestRowArgmaxMatchesOps checks RowArgmax against the MLX ops it replaces, on a CUDA GPU:
-// Of without and with the logsumexp (Argmax of the logits, of Subtract(logits, lse)), the
-// drafts' matches (Equal), and Leading against the first false match.
+// TestRowArgmaxMatchesOps checks RowArgmax against the MLX ops it replaces, on a GPU (the
+// CUDA kernels or their Metal twins): Of without and with the logsumexp (Argmax of the
+// logits, of Subtract(logits, lse)), the drafts' matches (Equal), and Leading against the
+// first false match.
 func TestRowArgmaxMatchesOps(t *testing.T) {
-	onCUDA(t, func() error {
+	onKernelGPU(t, func() error {
 		k := NewRowArgmax(settings.Default().Kernels)
 		if k == nil {
-			return fmt.Errorf("NewRowArgmax: nil on a CUDA GPU")
+			return fmt.Errorf("NewRowArgmax: nil on a GPU with custom kernels")
 		}
 		defer k.Free()
 		s := mlxc.NewScope()

@@ -22,7 +22,7 @@ func TestQuantizedProductRows(t *testing.T) {
 		for _, rows := range []int{1, 3, 16, 17} {
 			x := mlxc.Normal([]int{rows, 128}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(uint64(rows)))
 			for _, sk := range []*SkinnyGEMM{nil, exact} {
-				got := mlxc.AsType(quantizedProduct(x, q, sk), mlxc.Float32).Float32s()
+				got := mlxc.AsType(quantizedProduct(x, q, sk, nil), mlxc.Float32).Float32s()
 				for r := 0; r < rows; r++ {
 					one := mlxc.AsType(mlxc.QuantizedMatmul(mlxc.SliceAxis(x, 0, r, r+1), q, true), mlxc.Float32).Float32s()
 					for j := range one {

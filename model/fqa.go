@@ -7,10 +7,10 @@ import (
 )
 
 // FewQueryAttention is attention for a block of 2..64 queries (a verify block, a draft) as
-// one custom CUDA kernel (the default on CUDA; DFLASH_FQA=0 turns it off). MLX sends such blocks to cuDNN, whose call
-// is captured into a child CUDA graph (host time on every layer of every cycle) and whose
-// plan is built per key length; a custom kernel is one plain kernel node and has no
-// per-shape plan. Each block of 4 warps handles one (head, query) pair; the warps split the
+// one custom kernel, CUDA or its Metal twin (the default on a GPU; DFLASH_FQA=0 turns it
+// off). On CUDA, MLX sends such blocks to cuDNN, whose call is captured into a child CUDA
+// graph (host time on every layer of every cycle) and whose plan is built per key length;
+// a custom kernel is one plain kernel node and has no per-shape plan. Each block of 4 warps handles one (head, query) pair; the warps split the
 // keys in tiles of 32 with an online softmax and are merged in a fixed order. The output is
 // written as [1, L, H, D], so rows need no transpose afterwards.
 //
@@ -22,6 +22,7 @@ import (
 // chunk read once for all the queries of a kv head, and pass 2 merges each row's chunks in
 // a fixed order (TestSplitKeysMatchesSDPA).
 type FewQueryAttention struct {
+	backend    mlxc.KernelBackend
 	k          *mlxc.Kernel
 	split      *mlxc.Kernel // pass 1 of the split-key attention
 	merge      *mlxc.Kernel // pass 2
@@ -44,8 +45,9 @@ type fqaKey struct {
 // stay bit for bit alike.
 const fqaWarps = 4
 
-// NewFewQueryAttention returns the kernel when custom CUDA kernels can run here (unless
-// k.FQA is off without GPU-exact mode), nil otherwise (the model then uses MLX's attention).
+// NewFewQueryAttention returns the kernels (CUDA, else the Metal twins) when custom GPU
+// kernels can run here (unless k.FQA is off without GPU-exact mode), nil otherwise (the
+// model then uses MLX's attention).
 // In GPU-exact mode one-token steps use it too: a query's result depends only on its own
 // row and the number of keys it sees, so a verify row equals the decode step at its
 // position bit for bit. MLX thread only.
@@ -72,22 +74,49 @@ func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention 
 func (a *FewQueryAttention) RowConsistent() bool { return a != nil && a.minQueries == 1 }
 
 func newFewQueryAttention() *FewQueryAttention {
-	if !mlxc.CUDAKernelsAvailable() || !mlxc.CurrentDevice().GPU {
+	be, src, ok := twinBackend()
+	if !ok {
 		return nil
 	}
-	return &FewQueryAttention{k: mlxc.NewKernel(mlxc.KernelSpec{
-		Backend: mlxc.KernelCUDA, Name: kernels.FewQueryAttention.Name,
-		Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"out"},
-		Source: kernels.FewQueryAttention.CUDA.Body, EnsureRowContiguous: false,
-	}), split: mlxc.NewKernel(mlxc.KernelSpec{
-		Backend: mlxc.KernelCUDA, Name: kernels.SplitKeys.Name,
-		Inputs: kernels.SplitKeys.Contract.Inputs, Outputs: kernels.SplitKeys.Contract.Outputs,
-		Source: kernels.SplitKeys.CUDA.Body, EnsureRowContiguous: false,
-	}), merge: mlxc.NewKernel(mlxc.KernelSpec{
-		Backend: mlxc.KernelCUDA, Name: kernels.SplitKeysMerge.Name,
-		Inputs: kernels.SplitKeysMerge.Contract.Inputs, Outputs: kernels.SplitKeysMerge.Contract.Outputs,
-		Source: kernels.SplitKeysMerge.CUDA.Body, EnsureRowContiguous: true,
-	}), minQueries: 2, warps: fqaWarps}
+	mk := func(x kernels.Kernel, rowContiguous bool) *mlxc.Kernel {
+		s := src(x)
+		return mlxc.NewKernel(mlxc.KernelSpec{Backend: be, Name: x.Name, Inputs: x.Contract.Inputs, Outputs: x.Contract.Outputs,
+			Source: s.Body, Header: s.Header, EnsureRowContiguous: rowContiguous})
+	}
+	return &FewQueryAttention{backend: be, k: mk(kernels.FewQueryAttention, false), split: mk(kernels.SplitKeys, false),
+		merge: mk(kernels.SplitKeysMerge, true), minQueries: 2, warps: fqaWarps}
+}
+
+// twinBackend picks the custom-kernel backend for kernels with a Metal twin of their CUDA
+// source: CUDA where its kernels run on the current GPU, else Metal; ok is false off a GPU
+// or where neither runs. src gives a kernel's source for the backend.
+func twinBackend() (be mlxc.KernelBackend, src func(kernels.Kernel) kernels.Source, ok bool) {
+	if !mlxc.CurrentDevice().GPU {
+		return 0, nil, false
+	}
+	switch {
+	case mlxc.CUDAKernelsAvailable():
+		return mlxc.KernelCUDA, func(x kernels.Kernel) kernels.Source { return x.CUDA }, true
+	case mlxc.MetalKernelsAvailable():
+		return mlxc.KernelMetal, func(x kernels.Kernel) kernels.Source { return x.Metal }, true
+	}
+	return 0, nil, false
+}
+
+// scalars returns Apply's visible and scale as the kernels read them: element 0 of an
+// array. Metal binds a 0-d input as a reference rather than a pointer, so there they go as
+// 1-element views (a reshape, no copy); CUDA takes them as they are.
+func (a *FewQueryAttention) scalars(visible, scale *mlxc.Array) (*mlxc.Array, *mlxc.Array) {
+	if a.backend != mlxc.KernelMetal {
+		return visible, scale
+	}
+	if visible.Ndim() == 0 {
+		visible = mlxc.Reshape(visible, 1)
+	}
+	if scale.Ndim() == 0 {
+		scale = mlxc.Reshape(scale, 1)
+	}
+	return visible, scale
 }
 
 // The split-key kernels' layout: keys per chunk, query rows a warp holds at a time, warps
@@ -134,6 +163,7 @@ func (a *FewQueryAttention) Apply(q, keys, values, scale, visible *mlxc.Array, c
 	if maxKeys <= 0 || maxKeys > keys.Dim(2) {
 		maxKeys = keys.Dim(2)
 	}
+	visible, scale = a.scalars(visible, scale)
 	if a.Splits(maxKeys) {
 		return a.applySplit(q, keys, values, scale, visible, causal, maxKeys)
 	}

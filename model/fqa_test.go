@@ -8,12 +8,35 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-// On CUDA: causal blocks (verify) and full blocks (drafts), GQA, a key count that is not a
-// multiple of the 32-key tile, queries given as a transposed view and keys as a view into a
-// larger cache buffer, all against MLX's attention.
+// onKernelGPU runs f on the MLX thread where the kernels with Metal twins run: on a GPU
+// with custom CUDA kernels, or Metal's. It skips elsewhere (the CPU).
+func onKernelGPU(t *testing.T, f func() error) {
+	t.Helper()
+	if !mlxc.CUDAKernelsAvailable() && !mlxc.MetalKernelsAvailable() {
+		t.Skip("needs a GPU with MLX's custom CUDA or Metal kernels")
+	}
+	gpu := false
+	if err := mlxc.Do(func() error { gpu = mlxc.CurrentDevice().GPU; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !gpu {
+		t.Skip("no GPU device selected (DFLASH_DEVICE)")
+	}
+	if err := mlxc.Do(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On a GPU (the CUDA kernel or its Metal twin): causal blocks (verify) and full blocks
+// (drafts), GQA, a key count that is not a multiple of the 32-key tile, queries given as a
+// transposed view and keys as a view into a larger cache buffer, all against MLX's
+// attention.
 func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
-	onCUDA(t, func() error {
+	onKernelGPU(t, func() error {
 		a := newFewQueryAttention()
+		if a == nil {
+			return fmt.Errorf("newFewQueryAttention: nil on a GPU with custom kernels")
+		}
 		defer a.Free()
 		for _, c := range []struct{ H, Hkv, L, n, D int }{
 			{4, 4, 2, 2, 32}, {32, 8, 16, 16, 128}, {32, 8, 16, 100, 128}, {32, 8, 7, 1000, 128}, {16, 2, 16, 4099, 64},
@@ -65,14 +88,18 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 	})
 }
 
-// On CUDA: the split-key kernels against MLX's attention for key counts from 1 to 64k
-// (chunk edges included), GQA ratios 1–8, head sizes 64/128/256, 1–16 queries, causal
-// (verify) and not (drafts), with keys as views into a larger buffer; and each row of a
-// causal block equals, bit for bit, a one-query call at its position (GPU-exact mode's
-// promise), and so does the same block with more chunks than its keys need.
+// On a GPU (CUDA or the Metal twins): the split-key kernels against MLX's attention for
+// key counts from 1 to 64k (chunk edges included), GQA ratios 1–8, head sizes 64/128/256,
+// 1–16 queries, causal (verify) and not (drafts), with keys as views into a larger buffer;
+// and each row of a causal block equals, bit for bit, a one-query call at its position
+// (GPU-exact mode's promise), and so does the same block with more chunks than its keys
+// need.
 func TestSplitKeysMatchesSDPA(t *testing.T) {
-	onCUDA(t, func() error {
+	onKernelGPU(t, func() error {
 		a := newFewQueryAttention()
+		if a == nil {
+			return fmt.Errorf("newFewQueryAttention: nil on a GPU with custom kernels")
+		}
 		defer a.Free()
 		a.splitFrom, a.minQueries = 1, 1
 		type shape struct{ Hkv, G, L, n, D int }

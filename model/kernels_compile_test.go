@@ -14,8 +14,9 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
-// Each custom CUDA kernel exists exactly where it can run: made on a CUDA GPU, absent
-// elsewhere, and a nil (absent) kernel fits nothing, so the model keeps MLX's ops.
+// Each custom CUDA kernel exists exactly where it can run: made on a CUDA GPU (and those
+// with Metal twins on a Metal GPU too), absent elsewhere, and a nil (absent) kernel fits
+// nothing, so the model keeps MLX's ops.
 func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
 	rope := &Rope{Dims: 128, Base: 1e6, Scale: 1, MScale: 1}
 	bf16 := func(shape ...int) *mlxc.Array { return mlxc.Zeros(shape, mlxc.BFloat16) }
@@ -35,11 +36,13 @@ func TestCUDAKernelsAbsentOffCUDA(t *testing.T) {
 	}
 	err := mlxc.Do(func() error {
 		gpu := mlxc.CUDAKernelsAvailable() && mlxc.CurrentDevice().GPU
+		metal := mlxc.MetalKernelsAvailable() && mlxc.CurrentDevice().GPU
+		twins := map[string]bool{"few-query attention": true, "row argmax": true} // made on Metal too
 		for _, c := range cases {
 			made, free := c.make()
 			free()
-			if made != gpu {
-				return fmt.Errorf("%s: made %v with CUDA kernels available %v", c.name, made, gpu)
+			if want := gpu || metal && twins[c.name]; made != want {
+				return fmt.Errorf("%s: made %v with CUDA kernels available %v, Metal kernels %v", c.name, made, gpu, metal)
 			}
 			if c.nilFits() {
 				return fmt.Errorf("%s: an absent kernel fits", c.name)
@@ -234,6 +237,17 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 		}
 		ks = append(ks, kernelCheck{Name: "gated_act_" + T, Header: kernels.GatedAct.CUDA.Header, Inputs: [][2]string{{"gu", T}}, Outputs: y,
 			Consts: constsOf(gatedActTemplate(dt, 9728)), Body: kernels.GatedAct.CUDA.Body})
+		// The small-M quantized product (SmallMQuantMatmul): both widths, every group size,
+		// and tile and warp counts qmmLayout picks (wide, narrow and short products).
+		for _, bits := range []int{4, 8} {
+			for _, gs := range []int{32, 64, 128} {
+				for _, l := range [][2]int{{1, 8}, {2, 8}, {4, 8}, {4, 4}, {1, 2}, {1, 1}} {
+					ks = append(ks, kernelCheck{Name: fmt.Sprintf("qmm_small_m_%s_%d_%d_%d_%d", T, bits, gs, l[0], l[1]),
+						Inputs: [][2]string{{"x", T}, {"w", "uint32_t"}, {"scales", T}, {"biases", T}}, Outputs: y,
+						Consts: constsOf(qmmTemplate(dt, bits, gs, l[0], l[1])), Body: kernels.QuantMatmulSmallM.CUDA.Body})
+				}
+			}
+		}
 	}
 	ks = append(ks, kernelCheck{Name: "pad_position", Inputs: [][2]string{{"a", "int32_t"}}, Outputs: [][2]string{{"out", "int32_t"}}, Body: kernels.PadPosition.CUDA.Body})
 	// RowArgmax: every element type, with and without the logsumexp (the int32 stand-in when

@@ -6,6 +6,7 @@ package model
 type Kernels struct {
 	Skinny *SkinnyGEMM        // the few-row product kernel
 	FQA    *FewQueryAttention // the few-query attention kernel
+	QMM    *SmallMQuantMatmul // the small-M quantized product kernel
 }
 
 // KernelProvider is a model whose kernels a drafter may reuse; a family without custom

@@ -22,6 +22,8 @@ type Linear struct {
 	// what its tensor-core kernel keeps for W between calls.
 	skinny *SkinnyGEMM
 	tc     TCState
+	// qmm, when set, computes quantized products of 2..16 rows (UseQMM).
+	qmm *SmallMQuantMatmul
 }
 
 // prepare makes the transposed view once (call on the MLX thread after loading).
@@ -42,7 +44,7 @@ func (l *Linear) transposed() *mlxc.Array {
 // Apply runs the layer with mlx-lm's op sequence (matmul with Wᵀ, or addmm with a bias).
 func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 	if l.Q != nil {
-		y := quantizedProduct(x, *l.Q, l.skinny)
+		y := quantizedProduct(x, *l.Q, l.skinny, l.qmm)
 		if l.Bias != nil {
 			y = mlxc.Add(y, l.Bias)
 		}
@@ -104,11 +106,18 @@ func gatedDownAdd(gateUp *MergedLinear, down *Linear, x *Normed, r *mlxc.Array, 
 
 // quantizedProduct is x·dequant(q)ᵀ; in GPU-exact mode (s serves one-row products too) a
 // block of 2..16 rows goes one row at a time, so that each row rounds like the one-token
-// step's product (MLX's block kernels round differently on a GPU).
-func quantizedProduct(x *mlxc.Array, q mlxc.Quantized, s *SkinnyGEMM) *mlxc.Array {
-	if s != nil && s.minRows == 1 && x.Ndim() >= 1 {
+// step's product (MLX's block kernels round differently on a GPU). Otherwise a block of
+// 2..16 rows goes through op where it fits; one row stays on MLX's qmv.
+func quantizedProduct(x *mlxc.Array, q mlxc.Quantized, s *SkinnyGEMM, op *SmallMQuantMatmul) *mlxc.Array {
+	exact := s != nil && s.minRows == 1
+	if (exact || op != nil) && x.Ndim() >= 1 {
 		if rows := x.Size() / x.Dim(-1); rows >= 2 && rows <= 16 {
-			return mlxc.QuantizedMatmulRows(x, q)
+			if exact {
+				return mlxc.QuantizedMatmulRows(x, q)
+			}
+			if op.Fits(x, q) {
+				return op.apply(x, q)
+			}
 		}
 	}
 	return mlxc.QuantizedMatmul(x, q, true)
@@ -118,6 +127,14 @@ func quantizedProduct(x *mlxc.Array, q mlxc.Quantized, s *SkinnyGEMM) *mlxc.Arra
 func (l *Linear) UseSkinny(s *SkinnyGEMM) {
 	if l != nil {
 		l.skinny = s
+	}
+}
+
+// UseQMM routes the layer's quantized products of 2..16 rows through op where it fits
+// (nil: MLX's quantized_matmul).
+func (l *Linear) UseQMM(op *SmallMQuantMatmul) {
+	if l != nil {
+		l.qmm = op
 	}
 }
 
@@ -198,7 +215,7 @@ func (e *Embedding) Lookup(ids *mlxc.Array) *mlxc.Array {
 // AsLinear is x·Eᵀ (a tied output head), quantized with the embedding's own parameters.
 func (e *Embedding) AsLinear(x *mlxc.Array) *mlxc.Array {
 	if e.Q != nil {
-		return quantizedProduct(x, *e.Q, e.skinny)
+		return quantizedProduct(x, *e.Q, e.skinny, nil)
 	}
 	if e.skinny.Fits(x, e.W) {
 		return e.skinny.ApplyOwned(x, e.W, &e.tc)

@@ -48,9 +48,17 @@ type Loop struct {
 	GPUExact bool `json:"gpu_exact"`
 }
 
-// Kernels picks our custom CUDA kernels (docs/gpu.md has each one's measurements). They
-// apply only where custom CUDA kernels can run; elsewhere MLX's ops are used regardless.
+// Kernels picks our custom kernels (docs/gpu.md has each one's measurements). They apply
+// only where custom kernels can run (CUDA, and Metal for the kernels with a Metal twin);
+// elsewhere MLX's ops are used regardless.
 type Kernels struct {
+	// Mode (DFLASH_KERNELS): KernelsCheck runs each custom kernel once per device against
+	// its fallback before a model uses it (the verdict is remembered in the user's cache);
+	// KernelsTrust uses them unchecked; KernelsOff uses none.
+	Mode KernelMode `json:"mode"`
+	// Disabled names the kernels the first-use self-check turned off on this device, with
+	// why (set by kernelcheck.Gate, never from the environment).
+	Disabled map[string]string `json:"disabled,omitempty"`
 	// SkinnyGEMM (DFLASH_SKINNY_GEMM): products of 2–16 rows through the tensor-core
 	// kernel instead of cuBLAS.
 	SkinnyGEMM bool `json:"skinny_gemm"`
@@ -88,9 +96,34 @@ type Kernels struct {
 	// DeltaNetKernel (DFLASH_DELTANET_KERNEL): the GatedDeltaNet recurrence and tape replay
 	// through their kernels (CUDA, or the Metal twins) instead of a loop of MLX ops.
 	DeltaNetKernel bool `json:"deltanet_kernel"`
+	// QMMKernel (DFLASH_QMM_KERNEL): quantized products of 2–16 rows (verify blocks,
+	// drafts) through the small-M kernel instead of MLX's quantized_matmul. Auto uses it on
+	// Metal, where MLX's kernels are tuned for one row or large tiles, and not on CUDA until
+	// an end-to-end H200 run measures it against MLX's CUDA kernels (alone, it was faster
+	// for 4 rows and slower for 16; docs/gpu.md).
+	QMMKernel Switch `json:"qmm_kernel"`
 	// KVBucket (DFLASH_KV_BUCKET): pads the keys of cuDNN attention (FQA off) to a
 	// multiple of this; 0 exact lengths, KVBucketAuto the backend's default.
 	KVBucket int `json:"kv_bucket"`
+}
+
+// KernelMode is how custom kernels are admitted: checked first, trusted, or off.
+type KernelMode string
+
+const (
+	KernelsCheck KernelMode = "check"
+	KernelsTrust KernelMode = "trust"
+	KernelsOff   KernelMode = "off"
+)
+
+// Allowed reports whether the kernel named name may run: custom kernels are not off and
+// the self-check has not disabled it. Every constructor of a kernel asks it.
+func (k Kernels) Allowed(name string) bool {
+	if k.Mode == KernelsOff {
+		return false
+	}
+	_, off := k.Disabled[name]
+	return !off
 }
 
 // KVBucketAuto asks for the backend's key bucket (model.KeyBucketDefault).
@@ -143,7 +176,7 @@ func (s Switch) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 func Default() Settings {
 	return Settings{
 		Kernels: Kernels{
-			SkinnyGEMM: true, FQA: true, FQAWarps: 4, SplitKeysFrom: DefaultSplitKeysFrom, Fused: true, FusedDraft: true, FusedContext: true,
+			Mode: KernelsCheck, SkinnyGEMM: true, FQA: true, FQAWarps: 4, SplitKeysFrom: DefaultSplitKeysFrom, Fused: true, FusedDraft: true, FusedContext: true,
 			FuseProducts: true, FuseAct: true, FuseNorm: true, FusePrepAttn: true, ArgmaxKernel: true,
 			DeltaNetKernel: true, KVBucket: KVBucketAuto,
 		},
@@ -241,6 +274,16 @@ var variables = []variable{
 		s.Kernels.SplitKeysFrom = n
 		return nil
 	}},
+	{"DFLASH_KERNELS", func(s *Settings, v string) error {
+		switch m := KernelMode(strings.ToLower(v)); m {
+		case "":
+		case KernelsCheck, KernelsTrust, KernelsOff:
+			s.Kernels.Mode = m
+		default:
+			return errors.New("want check (each kernel checked against its fallback once per device; the default), trust (no check) or off (MLX's ops only)")
+		}
+		return nil
+	}},
 	{"DFLASH_FUSED", boolVar(func(s *Settings) *bool { return &s.Kernels.Fused })},
 	{"DFLASH_FUSED_DRAFT", boolVar(func(s *Settings) *bool { return &s.Kernels.FusedDraft })},
 	{"DFLASH_FUSED_CONTEXT", boolVar(func(s *Settings) *bool { return &s.Kernels.FusedContext })},
@@ -250,6 +293,8 @@ var variables = []variable{
 	{"DFLASH_FUSE_PREP_ATTN", boolVar(func(s *Settings) *bool { return &s.Kernels.FusePrepAttn })},
 	{"DFLASH_ARGMAX_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.ArgmaxKernel })},
 	{"DFLASH_DELTANET_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.DeltaNetKernel })},
+	{"DFLASH_QMM_KERNEL", switchVar(func(s *Settings) *Switch { return &s.Kernels.QMMKernel },
+		"want 0 (MLX's quantized_matmul), 1 (the small-M kernel on CUDA and Metal) or unset (the kernel on Metal only)")},
 	{"DFLASH_KV_BUCKET", func(s *Settings, v string) error {
 		if v == "" {
 			return nil
@@ -388,7 +433,7 @@ func (s Settings) Validate() error {
 	for _, sw := range []struct {
 		name string
 		v    Switch
-	}{{"run_ahead", s.Loop.RunAhead}, {"adaptive_block", s.Loop.AdaptiveBlock}, {"tc_tiled", s.Kernels.TCTiled}} {
+	}{{"run_ahead", s.Loop.RunAhead}, {"adaptive_block", s.Loop.AdaptiveBlock}, {"tc_tiled", s.Kernels.TCTiled}, {"qmm_kernel", s.Kernels.QMMKernel}} {
 		if sw.v < Auto || sw.v > Off {
 			errs = append(errs, fmt.Errorf("settings: %s %d: want Auto, On or Off", sw.name, sw.v))
 		}
@@ -397,6 +442,11 @@ func (s Settings) Validate() error {
 	case 2, 4, 8, 16:
 	default:
 		errs = append(errs, fmt.Errorf("settings: fqa_warps %d: want 2, 4, 8 or 16", s.Kernels.FQAWarps))
+	}
+	switch s.Kernels.Mode {
+	case KernelsCheck, KernelsTrust, KernelsOff:
+	default:
+		errs = append(errs, fmt.Errorf("settings: kernels mode %q: want check, trust or off", s.Kernels.Mode))
 	}
 	if s.Kernels.SplitKeysFrom < 0 {
 		errs = append(errs, fmt.Errorf("settings: split_keys_from %d: want ≥ 0", s.Kernels.SplitKeysFrom))

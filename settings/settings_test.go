@@ -55,6 +55,12 @@ func TestParse(t *testing.T) {
 			})},
 		{name: "deltanet kernel off", env: map[string]string{"DFLASH_DELTANET_KERNEL": "0"}, want: with(func(s *Settings) { s.Kernels.DeltaNetKernel = false })},
 		{name: "bad deltanet kernel", env: map[string]string{"DFLASH_DELTANET_KERNEL": "yes"}, wantErr: `DFLASH_DELTANET_KERNEL="yes"`},
+		{name: "kernels trusted", env: map[string]string{"DFLASH_KERNELS": "trust"}, want: with(func(s *Settings) { s.Kernels.Mode = KernelsTrust })},
+		{name: "kernels off", env: map[string]string{"DFLASH_KERNELS": "OFF"}, want: with(func(s *Settings) { s.Kernels.Mode = KernelsOff })},
+		{name: "bad kernels mode", env: map[string]string{"DFLASH_KERNELS": "1"}, wantErr: `DFLASH_KERNELS="1": want check`},
+		{name: "qmm kernel off", env: map[string]string{"DFLASH_QMM_KERNEL": "0"}, want: with(func(s *Settings) { s.Kernels.QMMKernel = Off })},
+		{name: "qmm kernel on", env: map[string]string{"DFLASH_QMM_KERNEL": "1"}, want: with(func(s *Settings) { s.Kernels.QMMKernel = On })},
+		{name: "bad qmm kernel", env: map[string]string{"DFLASH_QMM_KERNEL": "metal"}, wantErr: `DFLASH_QMM_KERNEL="metal": want 0 (MLX's quantized_matmul)`},
 		{name: "kv bucket", env: map[string]string{"DFLASH_KV_BUCKET": "0"}, want: with(func(s *Settings) { s.Kernels.KVBucket = 0 })},
 		{name: "bad kv bucket", env: map[string]string{"DFLASH_KV_BUCKET": "-3"}, wantErr: `DFLASH_KV_BUCKET="-3"`},
 		{name: "bad kv bucket word", env: map[string]string{"DFLASH_KV_BUCKET": "big"}, wantErr: `DFLASH_KV_BUCKET="big"`},
@@ -110,7 +116,9 @@ func TestValidate(t *testing.T) {
 		{"device", func(s *Settings) { s.Runtime.Device = "tpu" }, "device"},
 		{"warps", func(s *Settings) { s.Kernels.FQAWarps = 0 }, "fqa_warps"},
 		{"switch", func(s *Settings) { s.Loop.RunAhead = 7 }, "run_ahead"},
+		{"qmm switch", func(s *Settings) { s.Kernels.QMMKernel = -1 }, "qmm_kernel"},
 		{"bucket", func(s *Settings) { s.Kernels.KVBucket = -2 }, "kv_bucket"},
+		{"kernels mode", func(s *Settings) { s.Kernels.Mode = "sometimes" }, "kernels mode"},
 		{"interval", func(s *Settings) { s.Diagnostics.HostProfUS = 0 }, "host_prof_us"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,4 +265,26 @@ func envReads(t *testing.T, path string) []string {
 		return true
 	})
 	return out
+}
+
+// Allowed refuses every kernel with custom kernels off and the kernels the self-check
+// disabled, and admits the rest in the check and trust modes.
+func TestKernelsAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		mode     KernelMode
+		disabled map[string]string
+		name     string
+		want     bool
+	}{
+		{KernelsCheck, nil, "a", true},
+		{KernelsTrust, nil, "a", true},
+		{KernelsOff, nil, "a", false},
+		{KernelsCheck, map[string]string{"a": "mismatch"}, "a", false},
+		{KernelsCheck, map[string]string{"a": "mismatch"}, "b", true},
+	} {
+		k := Kernels{Mode: tc.mode, Disabled: tc.disabled}
+		if got := k.Allowed(tc.name); got != tc.want {
+			t.Errorf("mode %s disabled %v: Allowed(%q) = %v, want %v", tc.mode, tc.disabled, tc.name, got, tc.want)
+		}
+	}
 }

@@ -316,6 +316,17 @@ func (b *Block) UseSkinny(s *model.SkinnyGEMM) {
 	}
 }
 
+// UseQMM gives the router and the shared expert's quantized products the model's small-M
+// quantized product kernel (nil: MLX's).
+func (b *Block) UseQMM(op *model.SmallMQuantMatmul) {
+	if b == nil {
+		return
+	}
+	for _, l := range []*model.Linear{b.Router, b.SharedGate, b.SharedUp, b.SharedDown, b.SharedExpertGate} {
+		l.UseQMM(op)
+	}
+}
+
 // Apply runs the block on rows x [N, H] and returns [N, H] in x's type.
 func (b *Block) Apply(x *mlxc.Array) *mlxc.Array {
 	if N := x.Dim(0); b.Rowwise && N > 1 {

@@ -44,6 +44,7 @@ type Qwen3 struct {
 	scale  float32
 	swiglu *model.SwiGLU
 	skinny *model.SkinnyGEMM
+	qmm    *model.SmallMQuantMatmul // quantized products of 2..16 rows (nil: MLX's)
 	// fqa (on CUDA) runs multi-token attention; scaleArr is m.scale as a 0-d
 	// float32 array for it.
 	fqa      *model.FewQueryAttention
@@ -178,7 +179,8 @@ func (m *Qwen3) setArch(a model.Arch, w *model.Weights) {
 }
 
 // bindKernels makes the model's kernels that s enables (the few-row product, the fused
-// head prep and gate, few-query attention); the activation is always made.
+// head prep and gate, the small-M quantized product, few-query attention); the activation
+// is always made.
 func (m *Qwen3) bindKernels(s settings.Settings) error {
 	var err error
 	m.gpuExact = s.Loop.GPUExact
@@ -186,6 +188,7 @@ func (m *Qwen3) bindKernels(s settings.Settings) error {
 		return err
 	}
 	m.fused = model.NewFused(m.rope, m.arch.HeadDim, m.arch.RMSNormEps, s.Kernels)
+	m.qmm = model.NewSmallMQuantMatmul(s.Kernels)
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
@@ -197,6 +200,7 @@ func (m *Qwen3) Prepare() {
 	m.embed.Prepare(m.skinny)
 	m.lmHead.Prepare()
 	m.lmHead.UseSkinny(m.skinny)
+	m.lmHead.UseQMM(m.qmm)
 	// The fused kernels read the merged products directly (no slices).
 	merge := m.fused != nil || model.MergesProjections()
 	for i := range m.layers {
@@ -204,10 +208,12 @@ func (m *Qwen3) Prepare() {
 		for _, x := range []*model.Linear{l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.gate, l.up, l.down} {
 			x.Prepare()
 			x.UseSkinny(m.skinny)
+			x.UseQMM(m.qmm)
 		}
 		if l.moe != nil {
 			l.moe.Prepare()
 			l.moe.UseSkinny(m.skinny)
+			l.moe.UseQMM(m.qmm)
 			l.moe.Rowwise = m.gpuExact
 		}
 		if merge {
@@ -219,9 +225,12 @@ func (m *Qwen3) Prepare() {
 	}
 }
 
-// model.Kernels are the few-row product kernel (nil off CUDA) and the few-query attention kernel
-// (nil unless enabled on CUDA), which drafters bound to this model reuse.
-func (m *Qwen3) Kernels() model.Kernels { return model.Kernels{Skinny: m.skinny, FQA: m.fqa} }
+// model.Kernels are the few-row product kernel (nil off CUDA), the few-query attention kernel
+// (nil unless enabled on CUDA) and the small-M quantized product (nil unless enabled on a
+// GPU), which drafters bound to this model reuse.
+func (m *Qwen3) Kernels() model.Kernels {
+	return model.Kernels{Skinny: m.skinny, FQA: m.fqa, QMM: m.qmm}
+}
 
 func (m *Qwen3) Arch() model.Arch { return m.arch }
 
@@ -424,6 +433,7 @@ func (m *Qwen3) Free() {
 	m.rope.Free()
 	m.swiglu.Free()
 	m.skinny.Free()
+	m.qmm.Free()
 	m.fqa.Free()
 	m.scaleArr.Free()
 	m.fused.Free()

@@ -63,6 +63,7 @@ type Model struct {
 	scale  float32
 	swiglu *model.SwiGLU
 	skinny *model.SkinnyGEMM
+	qmm    *model.SmallMQuantMatmul // quantized products of 2..16 rows (nil: MLX's)
 	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
@@ -198,7 +199,8 @@ func (m *Model) setArch(w *model.Weights) {
 }
 
 // bindKernels makes the kernels s enables (few-row products, few-query attention; both nil
-// off CUDA) and the activation.
+// off CUDA; the GatedDeltaNet and small-M quantized product kernels, nil off a GPU) and the
+// activation.
 func (m *Model) bindKernels(s settings.Settings) error {
 	var err error
 	m.gpuExact = s.Loop.GPUExact
@@ -212,6 +214,7 @@ func (m *Model) bindKernels(s settings.Settings) error {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
 	m.delta = deltanet.NewKernels(s.Kernels)
+	m.qmm = model.NewSmallMQuantMatmul(s.Kernels)
 	for i := range m.layers {
 		if l := m.layers[i].lin; l != nil {
 			l.mixer.Kernels = m.delta
@@ -267,18 +270,22 @@ func (m *Model) Prepare() {
 	for _, x := range m.linears() {
 		x.Prepare()
 		x.UseSkinny(m.skinny)
+		x.UseQMM(m.qmm)
 	}
 	for i := range m.layers {
 		if b := m.layers[i].moe; b != nil {
 			b.Prepare()
 			b.UseSkinny(m.skinny)
+			b.UseQMM(m.qmm)
 			b.Rowwise = m.gpuExact
 		}
 	}
 }
 
 // Kernels are the kernels a drafter bound to this model may reuse.
-func (m *Model) Kernels() model.Kernels { return model.Kernels{Skinny: m.skinny, FQA: m.fqa} }
+func (m *Model) Kernels() model.Kernels {
+	return model.Kernels{Skinny: m.skinny, FQA: m.fqa, QMM: m.qmm}
+}
 
 func (m *Model) Arch() model.Arch { return m.arch }
 
@@ -305,6 +312,7 @@ func (m *Model) Free() {
 	m.rope.Free()
 	m.swiglu.Free()
 	m.skinny.Free()
+	m.qmm.Free()
 	m.fqa.Free()
 	m.scaleArr.Free()
 	m.delta.Free()
