@@ -45,6 +45,7 @@ Examples:
 			modelsCommand(),
 			demoCommand(),
 			versionCommand(),
+			doctorCommand(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
 	}

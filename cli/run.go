@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 )
 
@@ -134,7 +135,7 @@ func runAction(c *cli.Context) error {
 	out := runOutput{
 		Text: res.Text, FinishReason: res.FinishReason, TargetModel: s.TargetRef, DraftModel: s.DraftRef,
 		TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
-		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens,
+		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens, Kernels: s.Kernels,
 	}
 	if out.Tokens == nil {
 		out.Tokens = []int32{} // a list, empty when nothing was generated, never null
@@ -157,8 +158,11 @@ type runOutput struct {
 	TargetDir    string       `json:"target_dir"`
 	DraftDir     string       `json:"draft_dir,omitempty"`
 	Stats        engine.Stats `json:"stats"`
-	WallSeconds  float64      `json:"wall_seconds"`
-	LoadSeconds  float64      `json:"load_seconds"`
+	// Kernels is every custom kernel's state on this device (the self-check's verdicts);
+	// Stats.KernelCalls says which ran.
+	Kernels     []kernelcheck.State `json:"kernels"`
+	WallSeconds float64             `json:"wall_seconds"`
+	LoadSeconds float64             `json:"load_seconds"`
 }
 
 func printRunStats(w io.Writer, o runOutput) {

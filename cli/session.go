@@ -13,6 +13,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/engine"
 	"github.com/dflash-mlx/dflash-mlx/hub"
+	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	_ "github.com/dflash-mlx/dflash-mlx/model/families" // every family registers its model_type
@@ -69,11 +70,14 @@ type Session struct {
 	ResidentBytes, CheckpointBytes int64
 	// BlockCostsTime is how long measuring the adaptive block's costs took (0: not adaptive).
 	BlockCostsTime time.Duration
-	// Settings are the ones the session was loaded with (LoadConfig.Settings).
+	// Settings are the ones the session was loaded with (LoadConfig.Settings), with the
+	// kernels the self-check disabled (Kernels says which).
 	Settings settings.Settings
-	log      io.Writer
-	logger   *slog.Logger
-	quiet    bool
+	// Kernels is every custom kernel's state on this device after the self-check.
+	Kernels []kernelcheck.State
+	log     io.Writer
+	logger  *slog.Logger
+	quiet   bool
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -160,6 +164,8 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
 	}
 	err = mlxc.Do(func() error {
+		st, s.Kernels = gateKernels(st, cfg.Log)
+		s.Settings = st
 		opt := model.LoadOptions{Settings: &st}
 		if bar != nil {
 			opt.Progress = bar.update

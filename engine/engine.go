@@ -91,6 +91,8 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 	if err := req.validate(ctxLen); err != nil {
 		return Result{}, err
 	}
+	before := mlxc.KernelCalls()
+	defer func() { res.Stats.KernelCalls = callsSince(before) }()
 	var genErr error
 	if err := mlxc.Catch(func() {
 		switch {
@@ -221,4 +223,19 @@ func checkCancel(ctx context.Context, o *output) bool {
 		return true
 	}
 	return false
+}
+
+// callsSince is each custom kernel's calls since the counts before (nil for none): the
+// kernels a generation ran.
+func callsSince(before map[string]int64) map[string]int64 {
+	var out map[string]int64
+	for name, n := range mlxc.KernelCalls() {
+		if d := n - before[name]; d > 0 {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[name] = d
+		}
+	}
+	return out
 }

@@ -134,6 +134,9 @@ type Stats struct {
 	PromptTPS     float64 `json:"prompt_tps"`
 	GenerationTPS float64 `json:"generation_tps"`
 	PeakMemory    uint64  `json:"peak_memory_bytes"`
+	// KernelCalls counts the calls of each custom kernel during the generation (graph
+	// nodes built, one launch each); absent where none ran (MLX's ops only).
+	KernelCalls map[string]int64 `json:"kernel_calls,omitempty"`
 }
 
 // Result of a generation.

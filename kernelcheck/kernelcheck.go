@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/kernels"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
@@ -235,7 +236,7 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 		}
 		return false
 	}
-	if k.Mode == settings.KernelsCheck && g.Device.Backend != "" {
+	if (k.Mode == settings.KernelsCheck || k.Mode == "") && g.Device.Backend != "" {
 		for i, c := range checks {
 			if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
 				continue
@@ -319,4 +320,23 @@ func oneLine(s string) string {
 		s = s[:300] + "…"
 	}
 	return s
+}
+
+// Here is the device MLX computes on (MLX thread): its custom-kernel backend, "" where
+// none can run (the CPU, or a GPU backend without custom kernels).
+func Here() Device {
+	d := Device{Name: mlxc.CurrentDevice().String(), MLX: mlxc.Version()}
+	if !mlxc.CurrentDevice().GPU {
+		return d
+	}
+	if n := mlxc.DeviceInfo(mlxc.CurrentDevice())["device_name"]; n != "" {
+		d.Name = n
+	}
+	switch {
+	case mlxc.CUDAKernelsAvailable():
+		d.Backend = kernels.CUDA
+	case mlxc.MetalKernelsAvailable():
+		d.Backend = kernels.Metal
+	}
+	return d
 }

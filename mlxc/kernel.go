@@ -9,6 +9,8 @@ import "C"
 import (
 	"fmt"
 	"hash/fnv"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -42,7 +44,25 @@ type Kernel struct {
 		s string
 		c *C.char
 	}
-	args cArgs // C memory for a call's arguments, reused (Call is MLX-thread only)
+	args  cArgs // C memory for a call's arguments, reused (Call is MLX-thread only)
+	calls *atomic.Int64
+}
+
+// kernelCalls counts the calls of every kernel by its spec's name, over the process: the
+// runtime's record of which custom kernels a generation used (KernelCalls).
+var kernelCalls sync.Map // string → *atomic.Int64
+
+// KernelCalls returns how many times each custom kernel (by KernelSpec.Name) has been
+// called in this process; kernels never called are absent.
+func KernelCalls() map[string]int64 {
+	out := map[string]int64{}
+	kernelCalls.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int64).Load(); n > 0 {
+			out[k.(string)] = n
+		}
+		return true
+	})
+	return out
 }
 
 // cArgs is C memory a call's argument arrays are written to. cgo checks every Go pointer
@@ -172,7 +192,8 @@ func NewKernel(spec KernelSpec) *Kernel {
 	}
 	var k C.mlxc_kernel
 	check("kernel_new", C.mlxc_kernel_new(&k, C.int(spec.Backend), name, inp, C.int(len(ins)), outp, C.int(len(outs)), src, hdr, C.bool(spec.EnsureRowContiguous), C.int(extra)))
-	return &Kernel{k: k}
+	c, _ := kernelCalls.LoadOrStore(spec.Name, new(atomic.Int64))
+	return &Kernel{k: k, calls: c.(*atomic.Int64)}
 }
 
 // Free releases the kernel object.
@@ -205,6 +226,7 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	if k == nil || k.k == nil {
 		fail("kernel_apply", "use of a freed kernel")
 	}
+	k.calls.Add(1)
 	nout := len(call.OutputShapes)
 	if len(call.OutputDtypes) != nout {
 		fail("kernel_apply", "%d output shapes but %d dtypes", nout, len(call.OutputDtypes))

@@ -33,7 +33,7 @@ const rowArgmaxThreads = 1024
 // NewRowArgmax makes the kernels (CUDA, else the Metal twins) on a GPU with custom kernels
 // when k.ArgmaxKernel asks for them; nil otherwise.
 func NewRowArgmax(k settings.Kernels) *RowArgmax {
-	if !k.ArgmaxKernel {
+	if !k.ArgmaxKernel || !k.Allowed(kernels.RowArgmax.Name) || !k.Allowed(kernels.RowLead.Name) {
 		return nil
 	}
 	be, src, ok := twinBackend()

@@ -52,13 +52,16 @@ const fqaWarps = 4
 // row and the number of keys it sees, so a verify row equals the decode step at its
 // position bit for bit. MLX thread only.
 func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention {
-	if !gpuExact && !k.FQA {
+	if !gpuExact && !k.FQA || !k.Allowed(kernels.FewQueryAttention.Name) {
 		return nil
 	}
 	a := newFewQueryAttention()
 	if a != nil {
 		a.warps = k.FQAWarps
 		a.splitFrom = k.SplitKeysFrom
+		if !k.Allowed(kernels.SplitKeys.Name) || !k.Allowed(kernels.SplitKeysMerge.Name) {
+			a.splitFrom = 0 // the self-check disabled them: every key count takes the few-query kernel
+		}
 		if gpuExact {
 			// A verify row and the decode step at its position must take the same kernel,
 			// which a block straddling the threshold would not; and the split kernels at

@@ -77,7 +77,7 @@ const fusedWarps = 4
 // nil otherwise. k.FusePrepAttn adds the prep+attention kernel, k.FQAWarps sets its warps.
 // MLX thread only.
 func NewFused(r *Rope, headDim int, eps float32, k settings.Kernels) *Fused {
-	if !k.Fused {
+	if !k.Fused || !k.Allowed(kernels.HeadPrep.Name) || !k.Allowed(kernels.GatedAct.Name) {
 		return nil
 	}
 	return newFusedFor(r, headDim, eps, k)

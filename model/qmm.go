@@ -42,7 +42,7 @@ const (
 // k.QMMKernel asks for it (Auto: on Metal only, until an H200 run measures it against
 // MLX's CUDA kernels), nil otherwise. MLX thread only.
 func NewSmallMQuantMatmul(k settings.Kernels) *SmallMQuantMatmul {
-	if k.QMMKernel == settings.Off || !mlxc.CurrentDevice().GPU {
+	if k.QMMKernel == settings.Off || !mlxc.CurrentDevice().GPU || !k.Allowed(kernels.QuantMatmulSmallM.Name) {
 		return nil
 	}
 	var be mlxc.KernelBackend
@@ -149,4 +149,10 @@ func (o *SmallMQuantMatmul) Free() {
 	if o != nil {
 		o.k.Free()
 	}
+}
+
+// qmmWanted reports whether k asks for the kernel on this backend (On anywhere, Auto on
+// Metal): NewSmallMQuantMatmul's choice before its fit to the device.
+func qmmWanted(k settings.Kernels) bool {
+	return k.QMMKernel == settings.On || k.QMMKernel == settings.Auto && !mlxc.CUDAKernelsAvailable() && mlxc.MetalKernelsAvailable()
 }

@@ -77,6 +77,7 @@ func NewSkinnyGEMM(k settings.Kernels, gpuExact bool) (*SkinnyGEMM, error) {
 	}
 	var s *SkinnyGEMM
 	switch {
+	case !k.Allowed(kernels.SkinnyGEMMTC.Name) || !k.Allowed(kernels.SkinnyGEMMTCSplit.Name) || !k.Allowed(kernels.SkinnyGEMMTCSplitNorm.Name):
 	case gpuExact:
 		// One-token steps through the same kernel as verify blocks: every row of every
 		// product is then reduced the same way (GPU-exact mode, below).

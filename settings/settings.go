@@ -444,7 +444,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("settings: fqa_warps %d: want 2, 4, 8 or 16", s.Kernels.FQAWarps))
 	}
 	switch s.Kernels.Mode {
-	case KernelsCheck, KernelsTrust, KernelsOff:
+	case "", KernelsCheck, KernelsTrust, KernelsOff:
 	default:
 		errs = append(errs, fmt.Errorf("settings: kernels mode %q: want check, trust or off", s.Kernels.Mode))
 	}

@@ -36,7 +36,7 @@ const (
 // NewKernels makes the kernels on a GPU with custom CUDA or Metal kernels when
 // k.DeltaNetKernel asks for them; nil otherwise (the ops path).
 func NewKernels(k settings.Kernels) *Kernels {
-	if !k.DeltaNetKernel || !mlxc.CurrentDevice().GPU {
+	if !k.DeltaNetKernel || !mlxc.CurrentDevice().GPU || !k.Allowed(kernels.GatedDeltaTape.Name) || !k.Allowed(kernels.GatedDeltaReplay.Name) {
 		return nil
 	}
 	var be mlxc.KernelBackend

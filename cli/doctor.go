@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/hub"
+	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// doctorReport is what `dflash-mlx doctor` finds.
+type doctorReport struct {
+	Version     string `json:"version"`
+	MLX         string `json:"mlx"`
+	Backend     string `json:"backend"`
+	Device      string `json:"device"`
+	DeviceName  string `json:"device_name,omitempty"`
+	MemoryBytes int64  `json:"memory_bytes,omitempty"`
+	// KernelBackend is the custom kernels' backend here ("" where none can run).
+	KernelBackend string `json:"kernel_backend"`
+	KernelMode    string `json:"kernel_mode"`
+	// Kernels is every custom kernel's state on this device after the self-check (which
+	// doctor runs where a verdict is missing); Checks the checks' verdicts.
+	Kernels      []kernelcheck.State `json:"kernels"`
+	Checks       []doctorCheck       `json:"checks"`
+	VerdictsFile string              `json:"verdicts_file,omitempty"`
+	HFCache      string              `json:"hf_cache"`
+	CachedModels int                 `json:"cached_models"`
+	// KnownPairs are the target → draft pairs of the registry (your own first).
+	KnownPairs map[string]string `json:"known_pairs"`
+	Tokenizers string            `json:"tokenizers_library"`
+	// Problems are what the user asked for that cannot work here; any makes the exit code 1.
+	Problems []string `json:"problems"`
+}
+
+type doctorCheck struct {
+	Name    string  `json:"name"`
+	OK      bool    `json:"ok"`
+	Reason  string  `json:"reason,omitempty"`
+	Seconds float64 `json:"seconds"`
+}
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check this machine: backend, device, kernels, caches",
+		Description: `Reports the MLX backend and device, the versions, every custom kernel's state on
+this device (verified against its fallback, disabled and why, or not applicable), the
+Hugging Face cache and the known target → draft pairs. Kernels without a remembered
+verdict are checked now (DFLASH_KERNELS=trust skips that, off turns them all off).
+The exit code is 1 when something asked for cannot work here.
+
+Examples:
+  dflash-mlx doctor
+  dflash-mlx doctor --json | jq '.kernels[] | select(.state != "verified")'
+  DFLASH_DEVICE=cpu dflash-mlx doctor`,
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			r := doctorReport{Version: Version, KnownPairs: map[string]string{}, Problems: []string{}}
+			err := mlxc.Do(func() error {
+				r.MLX, r.Backend = mlxc.Version(), mlxc.Backend()
+				d := mlxc.CurrentDevice()
+				r.Device = d.String()
+				if d.GPU {
+					info := mlxc.DeviceInfo(d)
+					r.DeviceName = info["device_name"]
+					r.MemoryBytes, _ = strconv.ParseInt(info["memory_size"], 10, 64)
+				} else if resolved.Runtime.Device == "gpu" {
+					r.Problems = append(r.Problems, "DFLASH_DEVICE=gpu but MLX computes on the CPU")
+				}
+				here := kernelcheck.Here()
+				r.KernelBackend, r.KernelMode = string(here.Backend), string(resolved.Kernels.Mode)
+				path, err := kernelcheck.DefaultPath()
+				if err != nil {
+					r.Problems = append(r.Problems, err.Error())
+					path = ""
+				}
+				r.VerdictsFile = path
+				store := kernelcheck.OpenStore(path, c.App.ErrWriter)
+				checks := kernelChecks()
+				_, r.Kernels = kernelcheck.Gate{Device: here, Store: store, Warn: c.App.ErrWriter}.Apply(resolved.Kernels, checks)
+				for _, ch := range checks {
+					if v, ok := store.Get(kernelcheck.Key(here, ch)); ok {
+						r.Checks = append(r.Checks, doctorCheck{Name: ch.Name, OK: v.OK, Reason: v.Reason, Seconds: v.Seconds})
+					}
+				}
+				for _, st := range r.Kernels {
+					if st.State == "disabled" && st.Reason != "" {
+						r.Problems = append(r.Problems, fmt.Sprintf("kernel %s is disabled on this device: %s", st.Kernel, st.Reason))
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if env, err := hub.LoadEnv(); err != nil {
+				r.Problems = append(r.Problems, "Hugging Face cache: "+err.Error())
+			} else {
+				r.HFCache = env.CacheDir
+				if cached, err := hub.ListCachedModels(env.CacheDir); err == nil {
+					r.CachedModels = len(cached)
+				}
+			}
+			if reg, err := draft.NewRegistry(draft.DefaultUserFile()); err != nil {
+				r.Problems = append(r.Problems, "drafts file: "+err.Error())
+			} else {
+				for _, p := range reg.Pairs() {
+					r.KnownPairs[p.Target] = p.Draft
+				}
+			}
+			r.Tokenizers = "unknown"
+			if bi, ok := debug.ReadBuildInfo(); ok {
+				for _, m := range bi.Deps {
+					if m.Path == "github.com/daulet/tokenizers" {
+						r.Tokenizers = m.Path + " " + m.Version
+					}
+				}
+			}
+			if c.Bool("json") {
+				if err := printJSON(r); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(r)
+			}
+			if len(r.Problems) > 0 {
+				return cli.Exit("", 1)
+			}
+			return nil
+		},
+	}
+}
+
+func printDoctor(r doctorReport) {
+	fmt.Printf("dflash-mlx %s, MLX %s, backend %s, device %s", r.Version, r.MLX, r.Backend, r.Device)
+	if r.DeviceName != "" {
+		fmt.Printf(" (%s, %s)", r.DeviceName, human(r.MemoryBytes))
+	}
+	fmt.Println()
+	kb := r.KernelBackend
+	if kb == "" {
+		kb = "none here: MLX's ops run everything"
+	}
+	fmt.Printf("custom kernels: %s (DFLASH_KERNELS=%s)\n", kb, r.KernelMode)
+	for _, k := range r.Kernels {
+		line := fmt.Sprintf("  %-34s %s", k.Kernel, k.State)
+		if k.Reason != "" {
+			line += ": " + k.Reason
+		}
+		if k.Remembered {
+			line += " (remembered)"
+		}
+		fmt.Println(line)
+	}
+	for _, ch := range r.Checks {
+		fmt.Printf("  check %-28s ok=%v in %.2f s\n", ch.Name, ch.OK, ch.Seconds)
+	}
+	fmt.Printf("Hugging Face cache: %s (%d models)\nknown pairs: %d\ntokenizers: %s\n", r.HFCache, r.CachedModels, len(r.KnownPairs), r.Tokenizers)
+	for _, p := range r.Problems {
+		fmt.Println("problem:", p)
+	}
+}

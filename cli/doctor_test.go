@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
+	"github.com/dflash-mlx/dflash-mlx/kernels"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// doctor --json parses and lists every registered kernel once with a known state: every
+// one "not applicable" where no custom kernel can run (the CPU), with exit code 0 and no
+// problems; the text report names every kernel too.
+func TestDoctorReport(t *testing.T) {
+	out, errOut, code := runCLI(t, "doctor", "--json")
+	var r doctorReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON (exit %d): %v\n%s\n%s", code, err, out, errOut)
+	}
+	if r.Version == "" || r.MLX == "" || r.Backend == "" || r.Device == "" || r.Tokenizers == "" || r.HFCache == "" {
+		t.Errorf("missing fields: %+v", r)
+	}
+	if len(r.KnownPairs) == 0 {
+		t.Errorf("no known pairs listed")
+	}
+	states := map[string]string{}
+	for _, k := range r.Kernels {
+		if _, twice := states[k.Kernel]; twice {
+			t.Errorf("%s listed twice", k.Kernel)
+		}
+		states[k.Kernel] = k.State
+		switch k.State {
+		case "verified", "disabled", "trusted", "off", "not applicable":
+		default:
+			t.Errorf("%s: unknown state %q", k.Kernel, k.State)
+		}
+		if r.KernelBackend == "" && k.State != "not applicable" {
+			t.Errorf("%s: %q without a kernel backend, want not applicable", k.Kernel, k.State)
+		}
+	}
+	for _, k := range kernels.All() {
+		if _, ok := states[k.Name]; !ok {
+			t.Errorf("%s not in the report", k.Name)
+		}
+	}
+	if (code != 0) != (len(r.Problems) > 0) {
+		t.Errorf("exit %d with problems %v", code, r.Problems)
+	}
+	if r.KernelBackend == "" && code != 0 {
+		t.Errorf("exit %d without custom kernels: %v", code, r.Problems)
+	}
+	text, _, _ := runCLI(t, "doctor")
+	for _, k := range kernels.All() {
+		if !strings.Contains(text, k.Name) {
+			t.Errorf("the text report does not name %s:\n%s", k.Name, text)
+		}
+	}
+}
+
+// Every kernel with a Metal twin has a self-check (the kernels users on Apple Silicon run
+// first), no kernel is in two checks, and where no custom kernel can run each check
+// reports an error instead of passing or panicking.
+func TestKernelChecksCoverTheTwins(t *testing.T) {
+	in := map[string]string{}
+	for _, c := range kernelChecks() {
+		for _, k := range c.Kernels {
+			if prev, ok := in[k.Name]; ok {
+				t.Errorf("%s in checks %q and %q", k.Name, prev, c.Name)
+			}
+			in[k.Name] = c.Name
+		}
+	}
+	for _, k := range kernels.All() {
+		if k.Metal.Body != "" && in[k.Name] == "" {
+			t.Errorf("%s has a Metal twin but no self-check", k.Name)
+		}
+	}
+	var here kernelcheck.Device
+	if err := mlxc.Do(func() error { here = kernelcheck.Here(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if here.Backend != "" {
+		t.Skip("custom kernels run here: the checks are the GPU tests' business")
+	}
+	err := mlxc.Do(func() error {
+		for _, c := range kernelChecks() {
+			if err := c.Run(); err == nil {
+				t.Errorf("check %q passed without a kernel backend", c.Name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
