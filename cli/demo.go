@@ -25,7 +25,7 @@ const (
 )
 
 // randomShapes lists the shapes --random and pairShape know.
-const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
+const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
 
 func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	var t modelgen.Qwen3Spec
@@ -38,7 +38,7 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 			// the first (Hugging Face's per-expert tensors).
 			t.Experts, t.TopK, t.MoEInter, t.NormTopK, t.MLPOnly, t.PerExpert = 8, 2, 64, true, []int{0}, true
 		}
-	case "qwen3-4b", "qwen3-4b-thin":
+	case "qwen3-4b", "qwen3-4b-4bit", "qwen3-4b-thin":
 		t = modelgen.Qwen3Spec{Hidden: 2560, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 9728, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
 		if shape == "qwen3-4b-thin" {
@@ -46,6 +46,11 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 			// and MLP matrices: the same graph per cycle at a small fraction of the weight
 			// reads, so its cycle time is close to the host's cost of a cycle.
 			t.Hidden, t.Inter = 256, 256
+		}
+		if shape == "qwen3-4b-4bit" {
+			// mlx-community's 4-bit layout (groups of 64): verify blocks take the quantized
+			// products the small-M kernel serves.
+			t.QuantBits, t.QuantGroup = 4, 64
 		}
 	case "qwen3-8b":
 		t = modelgen.Qwen3Spec{Hidden: 4096, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 12288, Vocab: qwen3Vocab,
@@ -55,7 +60,7 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	}
 	t.Dtype = mlxc.BFloat16
 	d := modelgen.DrafterFor(t, 2)
-	if shape == "qwen3-4b" || shape == "qwen3-4b-thin" || shape == "qwen3-8b" {
+	if shape == "qwen3-4b" || shape == "qwen3-4b-4bit" || shape == "qwen3-4b-thin" || shape == "qwen3-8b" {
 		// The real z-lab Qwen3 DFlash drafters: 5 layers reading 5 target layers.
 		d = modelgen.DrafterFor(t, 5)
 		d.TargetLayerIDs = []int{1, 9, 17, 25, 33}
