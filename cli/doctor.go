@@ -40,9 +40,16 @@ type doctorReport struct {
 
 type doctorCheck struct {
 	Name    string  `json:"name"`
+	Checked bool    `json:"checked"` // a verdict exists (not in trust mode)
 	OK      bool    `json:"ok"`
 	Reason  string  `json:"reason,omitempty"`
-	Seconds float64 `json:"seconds"`
+	Seconds float64 `json:"seconds"` // how long the check took when it ran
+	// The operation's seconds per call on a fixed small shape through its kernels and
+	// through its fallback, for kernels in use here (0: not measured).
+	KernelSeconds   float64 `json:"kernel_seconds,omitempty"`
+	FallbackSeconds float64 `json:"fallback_seconds,omitempty"`
+	Speedup         float64 `json:"speedup,omitempty"`
+	SpeedError      string  `json:"speed_error,omitempty"`
 }
 
 func doctorCommand() *cli.Command {
@@ -61,7 +68,7 @@ Examples:
   DFLASH_DEVICE=cpu dflash-mlx doctor`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 		Action: func(c *cli.Context) error {
-			r := doctorReport{Version: Version, KnownPairs: map[string]string{}, Problems: []string{}}
+			r := doctorReport{Version: Version, KnownPairs: map[string]string{}, Problems: []string{}, Checks: []doctorCheck{}}
 			err := mlxc.Do(func() error {
 				r.MLX, r.Backend = mlxc.Version(), mlxc.Backend()
 				d := mlxc.CurrentDevice()
@@ -84,9 +91,29 @@ Examples:
 				store := kernelcheck.OpenStore(path, c.App.ErrWriter)
 				checks := kernelChecks()
 				_, r.Kernels = kernelcheck.Gate{Device: here, Store: store, Warn: c.App.ErrWriter}.Apply(resolved.Kernels, checks)
+				inUse := map[string]bool{}
+				for _, st := range r.Kernels {
+					inUse[st.Kernel] = st.State == "verified" || st.State == "trusted"
+				}
 				for _, ch := range checks {
+					dc := doctorCheck{Name: ch.Name}
 					if v, ok := store.Get(kernelcheck.Key(here, ch)); ok {
-						r.Checks = append(r.Checks, doctorCheck{Name: ch.Name, OK: v.OK, Reason: v.Reason, Seconds: v.Seconds})
+						dc.Checked, dc.OK, dc.Reason, dc.Seconds = true, v.OK, v.Reason, v.Seconds
+					}
+					use := len(ch.Kernels) > 0
+					for _, k := range ch.Kernels {
+						use = use && inUse[k.Name]
+					}
+					if use && ch.Speed != nil {
+						k, f, err := ch.Speed()
+						if err != nil {
+							dc.SpeedError = err.Error()
+						} else if k > 0 {
+							dc.KernelSeconds, dc.FallbackSeconds, dc.Speedup = k, f, f/k
+						}
+					}
+					if dc.Checked || dc.KernelSeconds > 0 || dc.SpeedError != "" {
+						r.Checks = append(r.Checks, dc)
 					}
 				}
 				for _, st := range r.Kernels {
@@ -159,7 +186,17 @@ func printDoctor(r doctorReport) {
 		fmt.Println(line)
 	}
 	for _, ch := range r.Checks {
-		fmt.Printf("  check %-28s ok=%v in %.2f s\n", ch.Name, ch.OK, ch.Seconds)
+		line := fmt.Sprintf("  %-34s", ch.Name)
+		if ch.Checked {
+			line += fmt.Sprintf(" check ok=%v (%.2f s)", ch.OK, ch.Seconds)
+		}
+		if ch.KernelSeconds > 0 {
+			line += fmt.Sprintf(" kernel %.1f µs, fallback %.1f µs (%.2fx)", ch.KernelSeconds*1e6, ch.FallbackSeconds*1e6, ch.Speedup)
+		}
+		if ch.SpeedError != "" {
+			line += " speed not measured: " + ch.SpeedError
+		}
+		fmt.Println(line)
 	}
 	fmt.Printf("Hugging Face cache: %s (%d models)\nknown pairs: %d\ntokenizers: %s\n", r.HFCache, r.CachedModels, len(r.KnownPairs), r.Tokenizers)
 	for _, p := range r.Problems {

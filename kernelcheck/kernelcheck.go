@@ -36,6 +36,9 @@ type Check struct {
 	// disagree (beyond the contract's bound) or failed to build or run; nil when they
 	// agree. It runs on the MLX thread.
 	Run func() error
+	// Speed times the operation on a fixed small shape through its kernels and through its
+	// fallback (seconds per call; nil: not measured). MLX thread.
+	Speed func() (kernel, fallback float64, err error)
 }
 
 // Device is what a verdict holds for: a backend with a device name and an MLX version.

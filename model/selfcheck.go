@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
 	"github.com/dflash-mlx/dflash-mlx/kernels"
@@ -19,13 +20,15 @@ import (
 func KernelChecks() []kernelcheck.Check {
 	return []kernelcheck.Check{
 		{Name: "few-query attention", Kernels: []kernels.Kernel{kernels.FewQueryAttention},
-			Wanted: func(k settings.Kernels) bool { return k.FQA }, Run: func() error { return checkAttention(false) }},
+			Wanted: func(k settings.Kernels) bool { return k.FQA }, Run: func() error { return checkAttention(false) },
+			Speed: func() (float64, float64, error) { return attentionSpeed(false) }},
 		{Name: "split-key attention", Kernels: []kernels.Kernel{kernels.SplitKeys, kernels.SplitKeysMerge},
-			Wanted: func(k settings.Kernels) bool { return k.FQA && k.SplitKeysFrom > 0 }, Run: func() error { return checkAttention(true) }},
+			Wanted: func(k settings.Kernels) bool { return k.FQA && k.SplitKeysFrom > 0 }, Run: func() error { return checkAttention(true) },
+			Speed: func() (float64, float64, error) { return attentionSpeed(true) }},
 		{Name: "greedy verdict argmax", Kernels: []kernels.Kernel{kernels.RowArgmax, kernels.RowLead},
-			Wanted: func(k settings.Kernels) bool { return k.ArgmaxKernel }, Run: checkArgmax},
+			Wanted: func(k settings.Kernels) bool { return k.ArgmaxKernel }, Run: checkArgmax, Speed: argmaxSpeed},
 		{Name: "small-M quantized product", Kernels: []kernels.Kernel{kernels.QuantMatmulSmallM},
-			Wanted: qmmWanted, Run: checkQMM},
+			Wanted: qmmWanted, Run: checkQMM, Speed: qmmSpeed},
 	}
 }
 
@@ -156,5 +159,93 @@ func checkQMM() error {
 			}
 		}
 		return nil
+	})
+}
+
+// timePerCall is the seconds one evaluation of f takes: the mean of 20 calls
+// after 3 warm-ups (the first builds the kernel), each evaluated on its own.
+func timePerCall(f func() *mlxc.Array) float64 {
+	for i := 0; i < 3; i++ {
+		s := mlxc.NewScope()
+		mlxc.Eval(f())
+		s.Close()
+	}
+	const n = 20
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		s := mlxc.NewScope()
+		mlxc.Eval(f())
+		s.Close()
+	}
+	return time.Since(start).Seconds() / n
+}
+
+// speedPair times kernel and fallback on inputs made once, in a scope, MLX's exceptions
+// as an error.
+func speedPair(setup func() (kernel, fallback func() *mlxc.Array, free func())) (k, f float64, err error) {
+	err = caught(func() error {
+		kern, fb, free := setup()
+		if free != nil {
+			defer free()
+		}
+		k, f = timePerCall(kern), timePerCall(fb)
+		return nil
+	})
+	return k, f, err
+}
+
+// attentionSpeed: a 16-query verify block of the 4B shape's heads over 2 048 keys (with
+// split, 8 192 through the split-key kernels) against MLX's attention.
+func attentionSpeed(split bool) (float64, float64, error) {
+	return speedPair(func() (func() *mlxc.Array, func() *mlxc.Array, func()) {
+		a := newFewQueryAttention()
+		if a == nil {
+			panic(&mlxc.Error{Op: "speed", Msg: "no kernel backend here"})
+		}
+		n := 2048
+		if split {
+			a.splitFrom, n = 1, 8192
+		}
+		const H, Hkv, L, D = 32, 8, 16, 128
+		scale := float32(1 / math.Sqrt(D))
+		q := mlxc.Normal([]int{1, H, L, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(51))
+		k := mlxc.Normal([]int{1, Hkv, n, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(52))
+		v := mlxc.Normal([]int{1, Hkv, n, D}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(53))
+		sa, vis := mlxc.Scalar(float64(scale), mlxc.Float32), Visible(n-L)
+		mlxc.Eval(q, k, v, sa, vis)
+		return func() *mlxc.Array { return a.Apply(q, k, v, sa, vis, true, 0) },
+			func() *mlxc.Array { return mlxc.ScaledDotProductAttention(q, k, v, scale, mlxc.MaskCausal, nil, nil) },
+			a.Free
+	})
+}
+
+// argmaxSpeed: the greedy verdict of a 16-row block over Qwen3's vocabulary.
+func argmaxSpeed() (float64, float64, error) {
+	return speedPair(func() (func() *mlxc.Array, func() *mlxc.Array, func()) {
+		a := NewRowArgmax(settings.Kernels{ArgmaxKernel: true, Mode: settings.KernelsTrust})
+		if a == nil {
+			panic(&mlxc.Error{Op: "speed", Msg: "no kernel backend here"})
+		}
+		logits := mlxc.Normal([]int{16, 151936}, mlxc.BFloat16, 0, 3, mlxc.RandomKey(61))
+		mlxc.Eval(logits)
+		return func() *mlxc.Array { next, _ := a.Of(logits, nil, nil); return next },
+			func() *mlxc.Array { return mlxc.AsType(mlxc.Argmax(logits, 1, false), mlxc.Int32) },
+			a.Free
+	})
+}
+
+// qmmSpeed: a 16-row 4-bit product of the 4B shape's MLP (2 560 → 9 728, groups of 64).
+func qmmSpeed() (float64, float64, error) {
+	return speedPair(func() (func() *mlxc.Array, func() *mlxc.Array, func()) {
+		o := NewSmallMQuantMatmul(settings.Kernels{QMMKernel: settings.On, Mode: settings.KernelsTrust})
+		if o == nil {
+			panic(&mlxc.Error{Op: "speed", Msg: "no kernel backend here"})
+		}
+		q := mlxc.Quantize(mlxc.Normal([]int{9728, 2560}, mlxc.BFloat16, 0, 0.02, mlxc.RandomKey(71)), 64, 4, "affine")
+		x := mlxc.Normal([]int{16, 2560}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(72))
+		mlxc.Eval(q.W, q.Scales, q.Biases, x)
+		return func() *mlxc.Array { return o.Apply(x, q) },
+			func() *mlxc.Array { return mlxc.QuantizedMatmul(x, q, true) },
+			o.Free
 	})
 }
