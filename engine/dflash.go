@@ -52,7 +52,7 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	}
 	r.keys = newKeys(r.sp)
 	r.taps = r.p.TapLayers()
-	r.argmax = model.NewRowArgmax(e.settings().Kernels) // the greedy verdict's kernels on a CUDA GPU
+	r.argmax = model.NewRowArgmax(e.settings().Kernels) // the greedy verdict's kernels on a CUDA or Metal GPU
 	defer r.argmax.Free()
 	r.history = []int32{req.Prompt[len(req.Prompt)-1]}
 	if e.Prefix != nil {

@@ -13,7 +13,7 @@ type Verdict struct {
 	Next *mlxc.Array
 	// Accept[i] reports whether draft i+1 is accepted given drafts 1..i were. bool [n].
 	Accept *mlxc.Array
-	// lead, when set, computes Leading in one kernel (GreedyLogits on a CUDA GPU).
+	// lead, when set, computes Leading in one kernel (GreedyLogits on a CUDA or Metal GPU).
 	lead *model.RowArgmax
 }
 

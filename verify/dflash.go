@@ -19,7 +19,7 @@ type DFlash struct {
 	// made from host data lives in unified memory, and the GPU copy that reads it each cycle
 	// stalled on page migrations (see docs/perf/device-memory.md).
 	maskRow *mlxc.Array
-	// argmax picks greedy drafts in one kernel on a CUDA GPU (nil: MLX's ops); made by
+	// argmax picks greedy drafts in one kernel on a CUDA or Metal GPU (nil: MLX's ops); made by
 	// Begin, freed by End.
 	argmax *model.RowArgmax
 }

@@ -45,7 +45,7 @@ type Qwen3 struct {
 	swiglu *model.SwiGLU
 	skinny *model.SkinnyGEMM
 	qmm    *model.SmallMQuantMatmul // quantized products of 2..16 rows (nil: MLX's)
-	// fqa (on CUDA) runs multi-token attention; scaleArr is m.scale as a 0-d
+	// fqa (on CUDA, or its Metal twin) runs multi-token attention; scaleArr is m.scale as a 0-d
 	// float32 array for it.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array

@@ -198,9 +198,9 @@ func (m *Model) setArch(w *model.Weights) {
 	m.arch = a
 }
 
-// bindKernels makes the kernels s enables (few-row products, few-query attention; both nil
-// off CUDA; the GatedDeltaNet and small-M quantized product kernels, nil off a GPU) and the
-// activation.
+// bindKernels makes the kernels s enables (few-row products, nil off CUDA; few-query
+// attention, the GatedDeltaNet and small-M quantized product kernels, nil off a GPU with
+// custom kernels) and the activation.
 func (m *Model) bindKernels(s settings.Settings) error {
 	var err error
 	m.gpuExact = s.Loop.GPUExact
