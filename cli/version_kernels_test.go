@@ -9,23 +9,29 @@ import (
 )
 
 // version --json lists every registered kernel with the backend it runs on: cuda exactly
-// where the custom CUDA kernels can run (cuda_kernels on a GPU device), the ops otherwise.
+// where the custom CUDA kernels can run (cuda_kernels on a GPU device), metal for the
+// kernels with a Metal twin where Metal kernels can, the ops otherwise.
 func TestVersionListsKernels(t *testing.T) {
 	var v struct {
-		Device      string          `json:"device"`
-		CUDAKernels bool            `json:"cuda_kernels"`
-		Kernels     []kernels.Entry `json:"kernels"`
+		Device       string          `json:"device"`
+		CUDAKernels  bool            `json:"cuda_kernels"`
+		MetalKernels bool            `json:"metal_kernels"`
+		Kernels      []kernels.Entry `json:"kernels"`
 	}
 	versionJSON(t, &v)
-	want := kernels.FallbackBackend
-	if v.CUDAKernels && strings.HasPrefix(v.Device, "gpu") {
-		want = string(kernels.CUDA)
-	}
+	gpu := strings.HasPrefix(v.Device, "gpu")
 	all := kernels.All()
 	if len(v.Kernels) != len(all) {
 		t.Fatalf("%d kernels listed, %d registered", len(v.Kernels), len(all))
 	}
 	for i, e := range v.Kernels {
+		want := kernels.FallbackBackend
+		switch {
+		case v.CUDAKernels && gpu:
+			want = string(kernels.CUDA)
+		case v.MetalKernels && gpu && all[i].Metal.Body != "":
+			want = string(kernels.Metal)
+		}
 		if e.Name != all[i].Name || e.Backend != want {
 			t.Errorf("kernel %d: %+v, want %s on %s (device %s)", i, e, all[i].Name, want, v.Device)
 		}
