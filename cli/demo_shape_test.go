@@ -32,8 +32,15 @@ func TestPairShapeThin(t *testing.T) {
 	if !reflect.DeepEqual(thinD, fullD) {
 		t.Errorf("thin drafter %+v differs from the 4B drafter beyond its widths %+v", thinD, fullD)
 	}
-	if q4, _, err := pairShape("qwen3-4b-4bit"); err != nil || q4.QuantBits != 4 || q4.QuantGroup != 64 || q4.Hidden != full.Hidden || q4.Layers != full.Layers {
-		t.Errorf("qwen3-4b-4bit: %+v, %v; want the 4B shape, 4-bit in groups of 64", q4, err)
+	// The 4-bit shape is the 4B target quantized (groups of 64), with the same drafter.
+	full, fullD, _ = pairShape("qwen3-4b")
+	q4, q4D, err := pairShape("qwen3-4b-4bit")
+	if err != nil || q4.QuantBits != 4 || q4.QuantGroup != 64 {
+		t.Errorf("qwen3-4b-4bit: %d-bit groups of %d, %v; want 4-bit groups of 64", q4.QuantBits, q4.QuantGroup, err)
+	}
+	q4.QuantBits, q4.QuantGroup = 0, 0
+	if !reflect.DeepEqual(q4, full) || !reflect.DeepEqual(q4D, fullD) {
+		t.Errorf("qwen3-4b-4bit %+v differs from the 4B pair beyond its quantization %+v", q4, full)
 	}
 	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
 		t.Errorf("unknown shape: error %v", err)
