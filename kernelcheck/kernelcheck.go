@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dflash-mlx/dflash-mlx/internal/atomicfile"
 	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
@@ -184,23 +185,8 @@ func (s *Store) Put(key string, v Verdict) error {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 		return fmt.Errorf("kernel verdicts: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".kernel-verdicts-*")
-	if err != nil {
+	if err := atomicfile.Write(s.path, b, 0o644); err != nil {
 		return fmt.Errorf("kernel verdicts: %w", err)
-	}
-	_, werr := tmp.Write(b)
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), s.path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("kernel verdicts: %w", werr)
 	}
 	return nil
 }

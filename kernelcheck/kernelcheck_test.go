@@ -209,7 +209,7 @@ func TestStoreDamagedFile(t *testing.T) {
 	if v, ok := OpenStore(path, &warn).Get("k2"); !ok || !v.OK || v.Seconds != math.Pi || warn.Len() != 0 {
 		t.Fatalf("rewritten file: %+v %v, warning %q", v, ok, warn.String())
 	}
-	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".kernel-verdicts-*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*.tmp")); len(left) != 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }
