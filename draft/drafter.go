@@ -72,6 +72,9 @@ func parseConfig(cfg *model.RawConfig) (Config, *model.Rope, error) {
 		return c, nil, err
 	}
 	c.RMSNormEps = float32(eps)
+	if err := cfg.LiftRopeParameters(); err != nil {
+		return c, nil, err
+	}
 	if c.RopeTheta, err = cfg.FloatOr("rope_theta", 1000000); err != nil {
 		return c, nil, err
 	}

@@ -111,3 +111,31 @@ func (r *Rope) inputs(x *mlxc.Array) (*mlxc.Array, float32, *mlxc.Array) {
 }
 
 func (r *Rope) Free() { r.freqsA.Free() }
+
+// LiftRopeParameters reads the rotary settings of a config that transformers ≥ 5 wrote,
+// which nests rope_theta and rope_scaling under rope_parameters: as mlx-lm, a flat
+// rope_theta or rope_scaling wins, and the nested block fills what is absent (the block
+// itself becomes rope_scaling, its rope_type naming the kind). cfg.M is updated in place,
+// before the flat keys are read.
+func (c *RawConfig) LiftRopeParameters() error {
+	raw, ok := c.M["rope_parameters"]
+	if !ok || raw == nil {
+		return nil
+	}
+	rp, ok := raw.(map[string]any)
+	if !ok {
+		return fmt.Errorf("%s: rope_parameters must be an object or null, got %v", c.Path, raw)
+	}
+	if len(rp) == 0 {
+		return nil
+	}
+	if v, ok := c.M["rope_theta"]; !ok || v == nil {
+		if t, ok := rp["rope_theta"]; ok {
+			c.M["rope_theta"] = t
+		}
+	}
+	if v, ok := c.M["rope_scaling"]; !ok || v == nil {
+		c.M["rope_scaling"] = rp
+	}
+	return nil
+}

@@ -105,6 +105,9 @@ func parseQwen3Arch(cfg *model.RawConfig) (model.Arch, int, error) {
 		return a, 0, err
 	}
 	a.RMSNormEps = float32(eps)
+	if err := cfg.LiftRopeParameters(); err != nil {
+		return a, 0, err
+	}
 	if a.RopeTheta, err = cfg.Float("rope_theta"); err != nil {
 		return a, 0, err
 	}
