@@ -14,6 +14,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 	"github.com/dflash-mlx/dflash-mlx/verify"
@@ -38,6 +39,8 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "repeats", Value: 3, Usage: "timed runs per prompt and mode (median reported)"},
 		&cli.IntFlag{Name: "warmup", Value: 1, Usage: "untimed runs first"},
 		&cli.IntFlag{Name: "block-size", Value: 0, Usage: "DFlash block (0: the drafter's)"},
+		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Value: 0, Usage: "sample at this temperature (0: greedy); DFlash keeps the target's distribution, not plain decoding's tokens, so exactness is not checked"},
+		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed of the first run (each run adds its index)"},
 		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "fix the acceptance: each draft counts as right with probability 1−ERR (0 = all right), while drafting, verification and rollback run for real; measures the engine's cycle cost at a known τ on random weights. Numbers are labelled 'replayed'"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
@@ -93,12 +96,14 @@ type benchRow struct {
 	BlockSizes    map[int]int  `json:"block_sizes,omitempty"`
 	BlockCurve    []blockPoint `json:"block_curve,omitempty"`
 	Exact         *bool        `json:"exact"`
-	LoopsAgree    *bool        `json:"loops_agree,omitempty"`
-	CycleMS       float64      `json:"cycle_ms"`
-	DraftMS       float64      `json:"draft_ms_per_cycle"`
-	VerifyMS      float64      `json:"verify_ms_per_cycle"`
-	BuildMS       float64      `json:"build_ms_per_cycle"`
-	RollbackMS    float64      `json:"rollback_ms_per_cycle"`
+	// AcceptHist counts the timed DFlash runs' cycles by drafts accepted (index = count).
+	AcceptHist []int   `json:"accept_hist,omitempty"`
+	LoopsAgree *bool   `json:"loops_agree,omitempty"`
+	CycleMS    float64 `json:"cycle_ms"`
+	DraftMS    float64 `json:"draft_ms_per_cycle"`
+	VerifyMS   float64 `json:"verify_ms_per_cycle"`
+	BuildMS    float64 `json:"build_ms_per_cycle"`
+	RollbackMS float64 `json:"rollback_ms_per_cycle"`
 	// The rollback of a cycle that keeps round(τ) rows, evaluated on its own (rollbackProbe:
 	// restore and tape replay in recurrent layers; in the loop it runs inside the next
 	// cycle's graphs), and its share of the timed cycle.
@@ -146,12 +151,14 @@ type benchRow struct {
 }
 
 type benchReport struct {
-	Target      string     `json:"target"`
-	Draft       string     `json:"draft"`
-	Backend     string     `json:"backend"`
-	Device      string     `json:"device"`
-	MLX         string     `json:"mlx"`
-	Replay      *float64   `json:"replay_error_rate,omitempty"`
+	Target  string   `json:"target"`
+	Draft   string   `json:"draft"`
+	Backend string   `json:"backend"`
+	Device  string   `json:"device"`
+	MLX     string   `json:"mlx"`
+	Replay  *float64 `json:"replay_error_rate,omitempty"`
+	// Temperature > 0: the runs sampled (exactness not checked).
+	Temperature float64    `json:"temperature,omitempty"`
 	MaxTokens   int        `json:"max_new_tokens"`
 	Repeats     int        `json:"repeats"`
 	Rows        []benchRow `json:"rows"`
@@ -262,18 +269,32 @@ func benchAction(c *cli.Context) error {
 		}
 		return benchMultiTurn(c, s, k, note)
 	}
+	temp := c.Float64("temperature")
+	if err := (sample.Params{Temperature: temp}).Validate(); err != nil {
+		return cli.Exit("bad --temperature: "+err.Error(), 2)
+	}
+	sampled := temp > 0
+	if sampled {
+		rep.Temperature = temp
+		rep.Note = joinNote(rep.Note, fmt.Sprintf("sampled at temperature %g (DFlash keeps the target's distribution, not plain decoding's tokens: exactness not checked)", temp))
+	}
 	if replay >= 0 {
 		rep.Replay = &replay
-		rep.Note = strings.TrimSpace(rep.Note + "; replayed acceptance (τ set by the error rate; draft, verify and rollback run for real; exactness not checked)")
+		rep.Note = joinNote(rep.Note, "replayed acceptance (τ set by the error rate; draft, verify and rollback run for real; exactness not checked)")
 	}
 	dfl := s.Engine.Proposer
 	blockOverride := 0 // > 0: the block of the --block-sweep runs
+	runs := uint64(0)  // each generation samples with its own seed
 	gen := func(prompt []int32, noDraft, profile bool) (engine.Result, error) {
 		bs := c.Int("block-size")
 		if blockOverride > 0 {
 			bs = blockOverride
 		}
 		req := engine.Request{Prompt: prompt, MaxTokens: n, IgnoreEOS: true, NoDraft: noDraft, BlockSize: bs, Profile: profile}
+		if sampled {
+			req.Sampling = sample.Params{Temperature: temp, TopP: 1, Seed: c.Uint64("seed") + runs}
+			runs++
+		}
 		return s.Generate(ctx, req, nil)
 	}
 	// dflash runs DFlash; with --replay-drafts, run (of prompt i) picks the acceptance pattern.
@@ -318,6 +339,7 @@ func benchAction(c *cli.Context) error {
 		var plainTPS, dTPS, taus, otherTPS []float64
 		var loopBuild, loopWait, loopHost, plainBuild, plainWait []float64
 		var ref, last engine.Result
+		var hist []int
 		exact, loopsAgree := true, true
 		for r := 0; r < repeats; r++ {
 			label(1)
@@ -339,6 +361,7 @@ func benchAction(c *cli.Context) error {
 			}
 			dTPS = append(dTPS, res.Stats.GenerationTPS)
 			taus = append(taus, res.Stats.Tau)
+			hist = addHist(hist, res.Stats.AcceptHist)
 			cycles := float64(max(1, res.Stats.Cycles))
 			loopBuild = append(loopBuild, ms(res.Stats.BuildTime)/cycles)
 			loopWait = append(loopWait, ms(res.Stats.WaitTime)/cycles)
@@ -384,7 +407,7 @@ func benchAction(c *cli.Context) error {
 			PlainStepOps: perStep(plainProf.Stats.StepOps, max(1, plainProf.Stats.GeneratedTokens-2)),
 			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps),
 			LoopBuildMS: median(loopBuild), LoopWaitMS: median(loopWait), LoopHostMS: median(loopHost),
-			PlainBuildMS: median(plainBuild), PlainWaitMS: median(plainWait)}
+			PlainBuildMS: median(plainBuild), PlainWaitMS: median(plainWait), AcceptHist: hist}
 		var probe engine.PipelineProbe
 		if err := mlxc.Do(func() error {
 			var err error
@@ -426,7 +449,7 @@ func benchAction(c *cli.Context) error {
 			row.Speedup = row.DFlashTPS / row.PlainTPS
 			row.PlainStepMS = 1000 / row.PlainTPS
 		}
-		if replay < 0 {
+		if replay < 0 && !sampled {
 			// Without replay the other loop must also give plain decoding's tokens.
 			ok := exact && loopsAgree
 			row.Exact = &ok
@@ -534,11 +557,18 @@ func printBench(r benchReport) {
 			fmt.Printf("  %-10s %s\n", part.name, topOps(part.ops, 8))
 		}
 	}
-	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %s", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, checkMark(r.AllExact, "not checked (replayed acceptance)"))
+	fmt.Printf("median: plain %.1f tok/s, dflash %.1f tok/s, speedup %.2fx, τ %.2f, all exact: %s", r.MedianPlain, r.MedianDFl, r.MedianSpeed, r.MedianTau, checkMark(r.AllExact, notCheckedWhy(r)))
 	if r.AllLoopsAgree != nil {
 		fmt.Printf(", both loops agree: %v", *r.AllLoopsAgree)
 	}
 	fmt.Println()
+	var hist []int
+	for _, x := range r.Rows {
+		hist = addHist(hist, x.AcceptHist)
+	}
+	if len(hist) > 0 {
+		fmt.Printf("accepted drafts a cycle (timed runs, all prompts): %s\n", histLine(hist))
+	}
 	fmt.Printf("memory: the loaded models hold %s; their checkpoints' tensors are %s (%.3f×)\n", human(r.ResidentBytes), human(r.CheckpointBytes), r.ResidentOverCkpt)
 	if r.CopyBandwidthGBs > 0 {
 		fmt.Printf("roofline: weights %s, copy bandwidth %.0f GB/s → plain ≤ %.1f tok/s; measured plain is %.0f%% of it\n", human(r.WeightBytes), r.CopyBandwidthGBs, r.RooflineTPS, 100*r.PlainOfRoofline)
@@ -629,6 +659,44 @@ func writeRandomPair(dir, shape string) (string, string, error) {
 // per shape (cuDNN attention plans on CUDA) would look cheaper than it is in use.
 func replaySeed(prompt, run int) uint64 {
 	return uint64(prompt+1)*1_000_003 + uint64(int64(run)+1_000)
+}
+
+// joinNote appends part to a report's note.
+func joinNote(note, part string) string {
+	if note == "" {
+		return part
+	}
+	return note + "; " + part
+}
+
+// notCheckedWhy says why a report has no exactness verdict.
+func notCheckedWhy(r benchReport) string {
+	if r.Temperature > 0 {
+		return "not checked (sampled)"
+	}
+	return "not checked (replayed acceptance)"
+}
+
+// histLine formats counts as "k:count" for each nonzero k.
+func histLine(h []int) string {
+	var parts []string
+	for k, v := range h {
+		if v > 0 {
+			parts = append(parts, fmt.Sprintf("%d:%d", k, v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// addHist adds the counts of b to a, growing a as needed.
+func addHist(a, b []int) []int {
+	for len(a) < len(b) {
+		a = append(a, 0)
+	}
+	for i, v := range b {
+		a[i] += v
+	}
+	return a
 }
 
 func replayAccept(errRate float64, seed uint64) func(n int) int {
