@@ -35,6 +35,7 @@ def parse():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--minutes", type=float, default=7.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: the budget decides)")
+    ap.add_argument("--eval-every", type=int, default=500, help="steps between held-out evaluations (the best is kept)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile (default: on a GPU)")
@@ -49,8 +50,8 @@ def heldout_loss(model, stream, seq, dev, dtype, batches=8, batch=16):
     for _ in range(batches):
         x = pairlib.windows(stream, batch, seq + 1, g).to(dev)
         with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-            total += model(input_ids=x[:, :-1], labels=x[:, 1:].contiguous(), shift_labels=x[:, 1:].contiguous()).loss.item() if False else \
-                torch.nn.functional.cross_entropy(model(input_ids=x[:, :-1]).logits.float().flatten(0, 1), x[:, 1:].flatten()).item()
+            logits = model(input_ids=x[:, :-1]).logits.float()
+        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()).item()
     model.train()
     return total / batches
 
@@ -83,6 +84,7 @@ def main():
     clock = pairlib.Clock()
     budget = a.minutes * 60
     total, step, timed_from, log = a.max_steps or 10**9, 0, None, []
+    best = (float("inf"), 0, None)  # held-out loss, step, weights: many epochs over a small corpus overfit
     model.train()
     while step < total:
         x = pairlib.windows(train, a.batch, a.seq + 1, gen).to(dev, non_blocking=True)
@@ -113,6 +115,12 @@ def main():
             per = (clock.elapsed() - timed_from[1]) / (step - timed_from[0])
             total = max(step + 1, int((budget - clock.elapsed()) / per) + step)
             print(f"target: {per * 1000:.1f} ms a step; {total} steps in the budget", flush=True)
+        if step % a.eval_every == 0:
+            hl = heldout_loss(model, held, min(a.seq, 512), dev, dtype)
+            log.append({"step": step, "heldout_loss": round(hl, 4)})
+            print(f"target: step {step} held-out loss {hl:.3f}", flush=True)
+            if hl < best[0]:
+                best = (hl, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
         if step % 100 == 0 or step == total:
             log.append({"step": step, "loss": round(loss.item(), 4), "seconds": round(clock.elapsed(), 1)})
             print(f"target: step {step}/{total} loss {loss.item():.3f} ({clock.elapsed():.0f} s)", flush=True)
@@ -121,14 +129,18 @@ def main():
             break
     trained_s = clock.elapsed()
     hl = heldout_loss(model, held, min(a.seq, 512), dev, dtype)
-    print(f"target: held-out loss {hl:.3f} after {step} steps, {trained_s:.0f} s", flush=True)
+    kept = step
+    if best[2] is not None and best[0] < hl:
+        model.load_state_dict(best[2])
+        hl, kept = best[0], best[1]
+    print(f"target: held-out loss {hl:.3f} (weights of step {kept} of {step}), {trained_s:.0f} s", flush=True)
     tmp = a.out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.tokenizer, f), tmp)
     pairlib.write_json(os.path.join(tmp, "training.json"), {
-        "parameters": params, "steps": step, "seconds": round(trained_s, 1), "batch": a.batch, "seq": a.seq,
+        "parameters": params, "steps": step, "kept_step": kept, "seconds": round(trained_s, 1), "batch": a.batch, "seq": a.seq,
         "tokens_seen": step * a.batch * a.seq, "lr": a.lr, "heldout_loss": round(hl, 4), "device": str(dev),
         "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None, "torch": torch.__version__, "log": log})
     shutil.rmtree(a.out, ignore_errors=True)
