@@ -165,8 +165,7 @@ def drafter_config(target_cfg, layers, taps, block):
 
 
 class Clock:
-    """Elapsed seconds since construction, and the step count a budget allows once a few
-    steps have been timed."""
+    """Elapsed seconds since construction (the trainers size their step count from it)."""
 
     def __init__(self):
         self.t0 = time.time()
