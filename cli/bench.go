@@ -30,7 +30,7 @@ var benchPrompts = []string{
 func benchCommand() *cli.Command {
 	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
-		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-4b-4bit (the same, 4-bit), qwen3-8b, qwen3.5-4b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-4b-4bit (the same, 4-bit), qwen3-8b, qwen3.5-4b, qwen3.5-9b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-27b-4bit, qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
 		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
 		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},

@@ -42,7 +42,7 @@ func TestPairShapeThin(t *testing.T) {
 	if !reflect.DeepEqual(q4, full) || !reflect.DeepEqual(q4D, fullD) {
 		t.Errorf("qwen3-4b-4bit %+v differs from the 4B pair beyond its quantization %+v", q4, full)
 	}
-	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
+	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
 		t.Errorf("unknown shape: error %v", err)
 	}
 }
@@ -91,7 +91,7 @@ func TestBenchQwen35ThinRollback(t *testing.T) {
 // vocabulary, taps inside its layers), and qwen3.5-4b-thin differs from qwen3.5-4b only in
 // its widths.
 func TestQwen35Shapes(t *testing.T) {
-	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin"} {
+	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-27b-4bit", "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin"} {
 		tg, d, ok := qwen35Shape(shape)
 		if !ok {
 			t.Fatalf("%s: not a Qwen3.5 shape", shape)

@@ -37,11 +37,23 @@ func qwen35Shape(shape string) (t modelgen.Qwen35Spec, d modelgen.DrafterSpec, o
 			t.Hidden, t.Inter, t.LinKeyDim, t.LinValueDim = 256, 256, 32, 32
 			d.Inter = 256
 		}
-	case "qwen3.5-27b":
+	case "qwen3.5-9b":
+		// Qwen3.5-9B (MODELS.md §3.1): 32 layers of 4096, 16 query and 4 KV heads of 256,
+		// GatedDeltaNet 16 key and 32 value heads of 128, MLP 12288, untied. Its drafter is
+		// assumed shaped like z-lab's others (5 layers, 32 and 8 heads of 128) with the
+		// target's MLP width, reading 5 layers spread from 1 to N−3.
+		t.Hidden, t.Layers, t.Inter, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads = 4096, 32, 12288, 16, 4, 256, 32
+		d.Inter, d.TargetLayerIDs = 12288, []int{1, 8, 15, 22, 29}
+	case "qwen3.5-27b", "qwen3.5-27b-4bit":
 		// Qwen3.5-27B: 64 layers (24 query, 4 KV heads of 256; 16 key, 48 value heads of
 		// 128), untied; its drafter's shape is z-lab's (DFLASH.md §3.1).
 		t.Hidden, t.Layers, t.Inter, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads = 5120, 64, 17408, 24, 4, 256, 48
 		d.Inter, d.TargetLayerIDs = 17408, []int{1, 16, 31, 46, 61}
+		if shape == "qwen3.5-27b-4bit" {
+			// mlx-community's Qwen3.5-27B-4bit: every product 4-bit in groups of 64 (the
+			// drafter stays bf16, as z-lab ships it).
+			t.QuantBits, t.QuantGroup = 4, 64
+		}
 	case "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin":
 		// Qwen3.5-35B-A3B as mlx-community's 4-bit (MODELS.md §3.1): 40 layers of 2048, 16
 		// query and 2 KV heads of 256, GatedDeltaNet 16 key and 32 value heads of 128; a

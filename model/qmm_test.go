@@ -39,22 +39,27 @@ func TestSmallMQuantMatmulMatchesQMM(t *testing.T) {
 		t.Skip("no GPU device selected (DFLASH_DEVICE): MLX's quantized_matmul runs")
 	}
 	defer func() { _ = mlxc.Do(func() error { op.Free(); return nil }) }()
-	err := mlxc.Do(func() error {
-		for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
-			for _, bits := range []int{4, 8} {
-				for _, gs := range []int{32, 64, 128} {
-					for _, nk := range [][2]int{{1003, 1536}, {4096, 2560}, {2560, 9728}} {
-						if err := qmmCase(op, dt, bits, gs, nk[0], nk[1]); err != nil {
-							return err
+	// One subtest per dtype, width and group, so that a run can take a part of the matrix
+	// (-run 'TestSmallMQuantMatmulMatchesQMM/bfloat16'): MLX's side JIT-compiles two launch
+	// shapes per case on CUDA.
+	for _, dt := range []mlxc.Dtype{mlxc.BFloat16, mlxc.Float16} {
+		for _, bits := range []int{4, 8} {
+			for _, gs := range []int{32, 64, 128} {
+				t.Run(fmt.Sprintf("%v/%dbit/g%d", dt, bits, gs), func(t *testing.T) {
+					err := mlxc.Do(func() error {
+						for _, nk := range [][2]int{{1003, 1536}, {4096, 2560}, {2560, 9728}} {
+							if err := qmmCase(op, dt, bits, gs, nk[0], nk[1]); err != nil {
+								return err
+							}
 						}
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
+				})
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
