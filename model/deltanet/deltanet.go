@@ -211,6 +211,11 @@ func ReplayAt(state *mlxc.Array, tape Tape, count *mlxc.Array) *mlxc.Array {
 // silu(conv) [B, T, C] and the new tail: the last K−1 rows of concat(tail, x), raw rows
 // and not convolved ones.
 func CausalConv(x, tail, w *mlxc.Array) (out, newTail *mlxc.Array) {
+	return causalConv(x, tail, w, nil)
+}
+
+// causalConv is CausalConv with the activation run by f (nil: the ops).
+func causalConv(x, tail, w *mlxc.Array, f *Fused) (out, newTail *mlxc.Array) {
 	const op = "deltanet.conv"
 	xs, ws := x.Shape(), w.Shape()
 	if len(xs) != 3 {
@@ -228,7 +233,7 @@ func CausalConv(x, tail, w *mlxc.Array) (out, newTail *mlxc.Array) {
 	in := mlxc.Concatenate([]*mlxc.Array{tail, x}, 1)
 	L := in.Dim(1)
 	newTail = mlxc.Contiguous(mlxc.SliceAxis(in, 1, L-(K-1), L))
-	out = mlxc.SiLU(mlxc.Conv1D(in, w, 1, 0, 1, C))
+	out = f.SiLU(mlxc.Conv1D(in, w, 1, 0, 1, C))
 	return out, newTail
 }
 
@@ -237,10 +242,17 @@ func CausalConv(x, tail, w *mlxc.Array) (out, newTail *mlxc.Array) {
 // q scaled by 1/Dk and k by 1/√Dk (the readout scale folded into q), both in the input
 // dtype.
 func NormalizeQK(q, k *mlxc.Array) (qn, kn *mlxc.Array) {
-	dk := q.Dim(q.Ndim() - 1)
+	eps := normEps(q.Dim(q.Ndim() - 1))
+	return scaleQK(mlxc.RMSNorm(q, nil, eps), mlxc.RMSNorm(k, nil, eps), math.Pow(float64(q.Dim(q.Ndim()-1)), -0.5))
+}
+
+// normEps is the rms_norm epsilon that stands for the l2 norm's 1e-6 on Dk-wide heads.
+func normEps(dk int) float32 {
 	inv := math.Pow(float64(dk), -0.5)
-	eps := float32(1e-6 * inv * inv)
-	qn = mlxc.Multiply(mlxc.Scalar(inv*inv, q.Dtype()), mlxc.RMSNorm(q, nil, eps))
-	kn = mlxc.Multiply(mlxc.Scalar(inv, k.Dtype()), mlxc.RMSNorm(k, nil, eps))
-	return qn, kn
+	return float32(1e-6 * inv * inv)
+}
+
+// scaleQK scales the normed q by inv² and k by inv (inv = 1/√Dk), in their dtype.
+func scaleQK(q, k *mlxc.Array, inv float64) (qs, ks *mlxc.Array) {
+	return mlxc.Multiply(mlxc.Scalar(inv*inv, q.Dtype()), q), mlxc.Multiply(mlxc.Scalar(inv, k.Dtype()), k)
 }

@@ -9,9 +9,10 @@ import "github.com/dflash-mlx/dflash-mlx/mlxc"
 type Mixer struct {
 	ConvW, ALog, DtBias                                *mlxc.Array
 	KeyHeads, ValueHeads, KeyDim, ValueDim, ConvKernel int
-	// Kernels runs the recurrence and the cache's replays (nil: the ops path); the family
-	// makes it once at load and owns it.
+	// Kernels runs the recurrence and the cache's replays (nil: the ops path), Fused the
+	// element-wise steps (nil: the ops); the family makes them once at load and owns them.
 	Kernels *Kernels
+	Fused   *Fused
 }
 
 // Channels is the conv's channel count C: the [q | k | v] projection width.
@@ -63,13 +64,13 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	record := c.recording(pos)
 	c.kern = m.Kernels // the cache's replays (begin, Commit, SetOffset) run through them too
 	state0, tail0 := c.begin(pos, []int{B, Hv, Dv, Dk}, []int{B, K - 1, m.Channels()}, qkv.Dtype())
-	conv, tail := CausalConv(qkv, tail0, m.ConvW)
+	conv, tail := causalConv(qkv, tail0, m.ConvW, m.Fused)
 	parts := mlxc.Split(conv, []int{Hk * Dk, 2 * Hk * Dk}, -1)
 	q := mlxc.Reshape(parts[0], B, T, Hk, Dk)
 	k := mlxc.Reshape(parts[1], B, T, Hk, Dk)
 	v := mlxc.Reshape(parts[2], B, T, Hv, Dv)
-	q, k = NormalizeQK(q, k)
-	g, beta := Gates(a, b, m.ALog, m.DtBias)
+	q, k = m.Fused.NormalizeQK(q, k)
+	g, beta := m.Fused.Gates(a, b, m.ALog, m.DtBias)
 	var y, state *mlxc.Array
 	var tape Tape
 	if record {

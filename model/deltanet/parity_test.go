@@ -102,20 +102,29 @@ func TestMatchesMLXLM(t *testing.T) {
 				same(t, "conv", conv, ref["conv"])
 				same(t, "conv tail", tail, ref["conv_tail"])
 
-				m := &Mixer{ConvW: x["conv_w"], ALog: x["A_log"], DtBias: x["dt_bias"],
-					KeyHeads: g.Hk, ValueHeads: g.Hv, KeyDim: g.Dk, ValueDim: g.Dv, ConvKernel: g.K}
-				c := NewCache()
-				defer c.Free()
-				if !tc.fresh {
-					c.set(mlxc.Copy(x["state"]), mlxc.Copy(x["tail"]))
-				}
-				my := m.Apply(x["qkv"], x["a"], x["b"], c, nil)
-				ct, cs := c.State()
-				same(t, "mixer y", my, ref["mix_y"])
-				same(t, "mixer state", cs, ref["mix_state"])
-				same(t, "mixer tail", ct, ref["mix_tail"])
-				if want := g.T; c.Offset() != want && tc.fresh {
-					t.Errorf("offset %d after %d rows", c.Offset(), want)
+				// The mixer through the ops and through the compiled element-wise steps.
+				f := NewFused(g.Dk)
+				defer f.Free()
+				for _, fused := range []*Fused{nil, f} {
+					what := "mixer"
+					if fused != nil {
+						what = "fused mixer"
+					}
+					m := &Mixer{ConvW: x["conv_w"], ALog: x["A_log"], DtBias: x["dt_bias"],
+						KeyHeads: g.Hk, ValueHeads: g.Hv, KeyDim: g.Dk, ValueDim: g.Dv, ConvKernel: g.K, Fused: fused}
+					c := NewCache()
+					defer c.Free()
+					if !tc.fresh {
+						c.set(mlxc.Copy(x["state"]), mlxc.Copy(x["tail"]))
+					}
+					my := m.Apply(x["qkv"], x["a"], x["b"], c, nil)
+					ct, cs := c.State()
+					same(t, what+" y", my, ref["mix_y"])
+					same(t, what+" state", cs, ref["mix_state"])
+					same(t, what+" tail", ct, ref["mix_tail"])
+					if want := g.T; c.Offset() != want && tc.fresh {
+						t.Errorf("%s: offset %d after %d rows", what, c.Offset(), want)
+					}
 				}
 			})
 		})

@@ -103,8 +103,7 @@ func (p *pass) deltaNet(l *linear, rc *deltanet.Cache, x *model.Normed) *mlxc.Ar
 	b := mlxc.Reshape(l.b.Apply(xn), B, L, Hv)
 	a := mlxc.Reshape(l.a.Apply(xn), B, L, Hv)
 	y := l.mixer.Apply(qkv, a, b, rc, p.opt.Pos)
-	n := mlxc.RMSNorm(y, l.norm, c.Eps)
-	out := mlxc.AsType(mlxc.Multiply(mlxc.SiLU(mlxc.AsType(z, mlxc.Float32)), mlxc.AsType(n, mlxc.Float32)), y.Dtype())
+	out := l.mixer.Fused.GatedOut(z, mlxc.RMSNorm(y, l.norm, c.Eps))
 	return mlxc.Reshape(out, p.rows, Hv*Dv)
 }
 

@@ -67,8 +67,10 @@ type Model struct {
 	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
-	// delta (on a GPU) runs the GatedDeltaNet layers' recurrence and replays.
-	delta *deltanet.Kernels
+	// delta (on a GPU) runs the GatedDeltaNet layers' recurrence and replays, deltaFused
+	// their element-wise steps (everywhere).
+	delta      *deltanet.Kernels
+	deltaFused *deltanet.Fused
 	// family is the model_type it was loaded as (qwen3_5 or qwen3_5_moe).
 	family string
 	// gpuExact: verify blocks round every row as a one-token step (the MoE blocks run
@@ -214,10 +216,11 @@ func (m *Model) bindKernels(s settings.Settings) error {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
 	m.delta = deltanet.NewKernels(s.Kernels)
+	m.deltaFused = deltanet.NewFused(m.cfg.LinKeyDim)
 	m.qmm = model.NewSmallMQuantMatmul(s.Kernels)
 	for i := range m.layers {
 		if l := m.layers[i].lin; l != nil {
-			l.mixer.Kernels = m.delta
+			l.mixer.Kernels, l.mixer.Fused = m.delta, m.deltaFused
 		}
 	}
 	return nil
@@ -316,6 +319,7 @@ func (m *Model) Free() {
 	m.fqa.Free()
 	m.scaleArr.Free()
 	m.delta.Free()
+	m.deltaFused.Free()
 }
 
 // freeLayers releases the layers' weights and the head (the Builder's partial results on a
