@@ -62,6 +62,66 @@ type Block struct {
 	// rounds every row as decoding does on a GPU, where the sorted products and the
 	// multi-row kernels round otherwise (GPU-exact mode).
 	Rowwise bool
+	// rows holds the index constants of decode and verify shapes (see rowIndex).
+	rows rowIndex
+}
+
+// maxCachedPairs bounds the shapes rowIndex keeps: verify blocks of up to 16 rows at any
+// top-k up to 16 (a prefill's row counts vary with the prompt, and its graph is not
+// host-bound).
+const maxCachedPairs = 16 * 16
+
+// rowIndex hands out the index arrays the gathered products and the sort take, per shape,
+// as constants on the device: built in the graph they cost an arange, a reshape and a
+// broadcast per product (three nodes of each expert product of a decode step, where the
+// host's graph building is the step's cost). The products read the same indices either way.
+type rowIndex struct {
+	byKey map[indexKey]*mlxc.Array
+}
+
+// indexKey names one index array: for N rows of k pairs, each pair's row (byPair false)
+// or its own number (byPair true), shaped [N, k] or flat [N·k].
+type indexKey struct {
+	N, k         int
+	byPair, flat bool
+}
+
+// get returns the uint32 array key names: element p (in row-major order) is p/k, or p.
+func (r *rowIndex) get(key indexKey) *mlxc.Array {
+	N, k := key.N, key.k
+	shape := []int{N, k}
+	if key.flat {
+		shape = []int{N * k}
+	}
+	if N*k > maxCachedPairs {
+		if key.byPair {
+			return mlxc.Reshape(mlxc.Arange(0, float64(N*k), 1, mlxc.Uint32), shape...)
+		}
+		return mlxc.Reshape(mlxc.BroadcastTo(mlxc.Reshape(mlxc.Arange(0, float64(N), 1, mlxc.Uint32), N, 1), N, k), shape...)
+	}
+	if a := r.byKey[key]; a != nil {
+		return a
+	}
+	v := make([]uint32, N*k)
+	for p := range v {
+		v[p] = uint32(p)
+		if !key.byPair {
+			v[p] = uint32(p / k)
+		}
+	}
+	if r.byKey == nil {
+		r.byKey = map[indexKey]*mlxc.Array{}
+	}
+	a := model.OnDeviceConst(mlxc.FromSlice(v, shape...))
+	r.byKey[key] = a
+	return a
+}
+
+func (r *rowIndex) free() {
+	for _, a := range r.byKey {
+		a.Free()
+	}
+	r.byKey = nil
 }
 
 // New takes the block at prefix (e.g. "model.layers.3.mlp") out of w. The routed experts'
@@ -188,10 +248,11 @@ func takeExperts(w *model.Weights, q *model.QuantConfig, path string, E, out, in
 }
 
 // apply runs the selected experts' product for rows x [..., 1, in] and expert ids idx
-// (mlx-lm's SwitchLinear: x·W[idx]ᵀ), sorted telling MLX the ids are ascending.
-func (e *Experts) apply(x, idx *mlxc.Array, sorted bool) *mlxc.Array {
+// (mlx-lm's SwitchLinear: x·W[idx]ᵀ), pair i reading x's batch element lhs[i]; sorted
+// tells MLX the ids are ascending.
+func (e *Experts) apply(x, lhs, idx *mlxc.Array, sorted bool) *mlxc.Array {
 	if e.Q != nil {
-		return mlxc.GatherQMM(x, *e.Q, nil, idx, true, sorted)
+		return mlxc.GatherQMM(x, *e.Q, lhs, idx, true, sorted)
 	}
 	wT := e.wT
 	if wT == nil {
@@ -205,12 +266,12 @@ func (e *Experts) apply(x, idx *mlxc.Array, sorted bool) *mlxc.Array {
 		if pairs := idx.Size(); pairs < wT.Dim(0) {
 			own := mlxc.Reshape(mlxc.Arange(0, float64(pairs), 1, mlxc.Uint32), idx.Shape()...)
 			w := mlxc.AsType(mlxc.Take(wT, mlxc.Reshape(idx, pairs), 0), mlxc.Float32)
-			return mlxc.AsType(mlxc.GatherMM(mlxc.AsType(x, mlxc.Float32), w, nil, own, sorted), dt)
+			return mlxc.AsType(mlxc.GatherMM(mlxc.AsType(x, mlxc.Float32), w, lhs, own, sorted), dt)
 		}
-		y := mlxc.GatherMM(mlxc.AsType(x, mlxc.Float32), mlxc.AsType(wT, mlxc.Float32), nil, idx, sorted)
+		y := mlxc.GatherMM(mlxc.AsType(x, mlxc.Float32), mlxc.AsType(wT, mlxc.Float32), lhs, idx, sorted)
 		return mlxc.AsType(y, dt)
 	}
-	return mlxc.GatherMM(x, wT, nil, idx, sorted)
+	return mlxc.GatherMM(x, wT, lhs, idx, sorted)
 }
 
 func (e *Experts) prepare() {
@@ -286,6 +347,7 @@ func (b *Block) Free() {
 	for _, l := range []*model.Linear{b.Router, b.SharedGate, b.SharedUp, b.SharedDown, b.SharedExpertGate} {
 		l.Free()
 	}
+	b.rows.free()
 	b.Gate, b.Up, b.Down, b.Router = nil, nil, nil, nil
 	b.SharedGate, b.SharedUp, b.SharedDown, b.SharedExpertGate = nil, nil, nil, nil
 }
@@ -359,22 +421,27 @@ func (b *Block) Experts(x, inds *mlxc.Array) *mlxc.Array {
 	N, H, k := x.Dim(0), x.Dim(1), inds.Dim(1)
 	if N*k < SortThreshold {
 		xe := mlxc.Reshape(x, N, 1, 1, H)
-		y := b.glu(xe, inds, false) // [N, k, 1, H]
+		// x's batch is [N, 1] for the gate and up products and [N, k] for the down product.
+		lhsIn, lhsDown := b.rows.get(indexKey{N: N, k: k}), b.rows.get(indexKey{N: N, k: k, byPair: true})
+		y := b.glu(xe, lhsIn, lhsDown, inds, false) // [N, k, 1, H]
 		return mlxc.Reshape(y, N, k, H)
 	}
 	flat := mlxc.Reshape(inds, N*k)
 	order := mlxc.Argsort(flat, 0)
 	inv := mlxc.Argsort(order, 0)
-	// rowOf[p] = p / k, the row of pair p, without an integer division op.
-	rowOf := mlxc.Reshape(mlxc.BroadcastTo(mlxc.Reshape(mlxc.Arange(0, float64(N), 1, mlxc.Uint32), N, 1), N, k), N*k)
+	rowOf := b.rows.get(indexKey{N: N, k: k, flat: true})                    // rowOf[p] = p / k, the row of pair p
 	xs := mlxc.Take(mlxc.Reshape(x, N, 1, H), mlxc.Take(rowOf, order, 0), 0) // [N·k, 1, H]
-	y := b.glu(xs, mlxc.Take(flat, order, 0), true)                          // [N·k, 1, H]
+	pairs := b.rows.get(indexKey{N: N, k: k, byPair: true, flat: true})      // x's batch is [N·k] for all three
+	y := b.glu(xs, pairs, pairs, mlxc.Take(flat, order, 0), true)            // [N·k, 1, H]
 	return mlxc.Reshape(mlxc.Take(y, inv, 0), N, k, H)
 }
 
-// glu is down(silu(gate(x))·up(x)) through the selected experts.
-func (b *Block) glu(x, idx *mlxc.Array, sorted bool) *mlxc.Array {
-	up := b.Up.apply(x, idx, sorted)
-	gate := b.Gate.apply(x, idx, sorted)
-	return b.Down.apply(b.cfg.SwiGLU.Apply(gate, up), idx, sorted)
+// glu is down(silu(gate(x))·up(x)) through the selected experts idx. Pair i of the gate
+// and up products reads x's batch element lhsIn[i], of the down product the activation's
+// lhsDown[i]: the indices MLX's gathered products would build from their inputs' batch
+// shapes.
+func (b *Block) glu(x, lhsIn, lhsDown, idx *mlxc.Array, sorted bool) *mlxc.Array {
+	up := b.Up.apply(x, lhsIn, idx, sorted)
+	gate := b.Gate.apply(x, lhsIn, idx, sorted)
+	return b.Down.apply(b.cfg.SwiGLU.Apply(gate, up), lhsDown, idx, sorted)
 }
