@@ -134,6 +134,9 @@ var (
 	splitKeys string
 	//go:embed cuda/split_keys_merge.cu
 	splitKeysMerge string
+	// splitKeysMMA is pass 1 on tensor cores: the same partials, q·kᵀ and P·V as mma.
+	//go:embed cuda/split_keys_mma.cu
+	splitKeysMMA string
 
 	// gatedDelta is the delta rule's state steps (decay, update: each rounded as MLX's ops
 	// round them) and a warp's fixed-order row sum, for both GatedDeltaNet kernels.
@@ -199,6 +202,10 @@ var (
 	SplitKeys = Kernel{Name: "dflash_split_keys", CUDA: Source{Body: splitKeys},
 		Metal:    Source{Body: metalSplitKeys},
 		Contract: Contract{Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"part_o", "part_ml"}, Template: []string{"T", "D", "WARPS", "ROWS", "CHUNK", "CAUSAL"}}}
+	// SplitKeysMMA is pass 1 on tensor cores (CUDA only, sm_80 on; the same inputs and
+	// partials as SplitKeys, so SplitKeysMerge serves both).
+	SplitKeysMMA = Kernel{Name: "dflash_split_keys_mma", CUDA: Source{Body: splitKeysMMA},
+		Contract: Contract{Inputs: []string{"q", "k", "v", "off", "scale"}, Outputs: []string{"part_o", "part_ml"}, Template: []string{"T", "D", "WARPS", "CHUNK", "CAUSAL"}}}
 	SplitKeysMerge = Kernel{Name: "dflash_split_keys_merge", CUDA: Source{Body: splitKeysMerge},
 		Metal:    Source{Body: metalSplitKeysMerge},
 		Contract: Contract{Inputs: []string{"part_o", "part_ml"}, Outputs: []string{"out"}, Template: []string{"T", "D"}}}

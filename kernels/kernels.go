@@ -66,7 +66,7 @@ func (k Kernel) Backends() []Backend {
 func All() []Kernel {
 	return []Kernel{SkinnyGEMMTC, SkinnyGEMMTCSplit, SkinnyGEMMTCSplitNorm, FewQueryAttention,
 		HeadPrep, HeadPrepInto, KVPrepInto, PrepAttention, GatedAct, PadPosition, RowArgmax, RowLead,
-		GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMerge, QuantMatmulSmallM}
+		GatedDeltaTape, GatedDeltaReplay, SplitKeys, SplitKeysMMA, SplitKeysMerge, QuantMatmulSmallM}
 }
 
 // Entry is one kernel as `dflash-mlx version --json` lists it.

@@ -25,13 +25,14 @@ type FewQueryAttention struct {
 	backend    mlxc.KernelBackend
 	k          *mlxc.Kernel
 	split      *mlxc.Kernel // pass 1 of the split-key attention
+	splitMMA   *mlxc.Kernel // pass 1 on tensor cores (settings.Kernels.SplitKeysMMA), nil: split
 	merge      *mlxc.Kernel // pass 2
 	splitFrom  int          // key count from which blocks take the split kernels (0: never)
 	minQueries int          // 2; 1 in GPU-exact mode, where decode steps use the kernel too
 	warps      int          // per block (fqaWarps unless settings.Kernels.FQAWarps says otherwise)
 	templates  templateCache[fqaKey]
 	// The split-key kernels' arguments (the merge's by type and D: causal false).
-	splitTemplates, mergeTemplates templateCache[fqaKey]
+	splitTemplates, splitMMATemplates, mergeTemplates templateCache[fqaKey]
 }
 
 type fqaKey struct {
@@ -62,6 +63,9 @@ func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention 
 		if !k.Allowed(kernels.SplitKeys.Name) || !k.Allowed(kernels.SplitKeysMerge.Name) {
 			a.splitFrom = 0 // the self-check disabled them: every key count takes the few-query kernel
 		}
+		if k.SplitKeysMMA && k.Allowed(kernels.SplitKeysMMA.Name) {
+			a.useSplitMMA()
+		}
 		if gpuExact {
 			// A verify row and the decode step at its position must take the same kernel,
 			// which a block straddling the threshold would not; and the split kernels at
@@ -70,6 +74,17 @@ func NewFewQueryAttention(k settings.Kernels, gpuExact bool) *FewQueryAttention 
 		}
 	}
 	return a
+}
+
+// useSplitMMA makes pass 1 of the split-key attention run on tensor cores, on CUDA
+// (elsewhere nothing changes).
+func (a *FewQueryAttention) useSplitMMA() {
+	if a.backend != mlxc.KernelCUDA || a.splitMMA != nil {
+		return
+	}
+	x := kernels.SplitKeysMMA
+	a.splitMMA = mlxc.NewKernel(mlxc.KernelSpec{Backend: a.backend, Name: x.Name, Inputs: x.Contract.Inputs,
+		Outputs: x.Contract.Outputs, Source: x.CUDA.Body, Header: x.CUDA.Header})
 }
 
 // RowConsistent reports whether the kernel also serves one-token steps (GPU-exact mode),
@@ -187,13 +202,17 @@ func (a *FewQueryAttention) applySplit(q, keys, values, scale, visible *mlxc.Arr
 	H, L, D, Hkv := q.Dim(1), q.Dim(2), q.Dim(3), keys.Dim(1)
 	S := (maxKeys + SplitChunk - 1) / SplitChunk
 	rows := H * L
-	parts := a.split.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
+	pass1, templates, template := a.split, &a.splitTemplates, splitKeysTemplate
+	if a.splitMMA != nil {
+		pass1, templates, template = a.splitMMA, &a.splitMMATemplates, splitKeysMMATemplate
+	}
+	parts := pass1.Call([]*mlxc.Array{q, keys, values, visible, scale}, mlxc.KernelCall{
 		OutputShapes: [][]int{{rows, S, D}, {rows, S, 2}},
 		OutputDtypes: []mlxc.Dtype{mlxc.Float32, mlxc.Float32},
 		Grid:         [3]int{S * splitWarps * 32, Hkv, 1},
 		ThreadGroup:  [3]int{splitWarps * 32, 1, 1},
-		Template: a.splitTemplates.get(fqaKey{q.Dtype(), D, causal}, func() []mlxc.TemplateArg {
-			return splitKeysTemplate(q.Dtype(), D, causal)
+		Template: templates.get(fqaKey{q.Dtype(), D, causal}, func() []mlxc.TemplateArg {
+			return template(q.Dtype(), D, causal)
 		}),
 	})
 	return a.merge.Call(parts, mlxc.KernelCall{
@@ -214,6 +233,11 @@ func splitKeysTemplate(dt mlxc.Dtype, D int, causal bool) []mlxc.TemplateArg {
 		{Name: "ROWS", Value: splitRows}, {Name: "CHUNK", Value: SplitChunk}, {Name: "CAUSAL", Value: causal}}
 }
 
+func splitKeysMMATemplate(dt mlxc.Dtype, D int, causal bool) []mlxc.TemplateArg {
+	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}, {Name: "WARPS", Value: splitWarps},
+		{Name: "CHUNK", Value: SplitChunk}, {Name: "CAUSAL", Value: causal}}
+}
+
 func splitMergeTemplate(dt mlxc.Dtype, D int) []mlxc.TemplateArg {
 	return []mlxc.TemplateArg{{Name: "T", Value: dt}, {Name: "D", Value: D}}
 }
@@ -232,6 +256,7 @@ func (a *FewQueryAttention) Free() {
 	if a != nil {
 		a.k.Free()
 		a.split.Free()
+		a.splitMMA.Free()
 		a.merge.Free()
 	}
 }

@@ -90,41 +90,61 @@ func TestFewQueryAttentionMatchesSDPA(t *testing.T) {
 
 // On a GPU (CUDA or the Metal twins): the split-key kernels against MLX's attention for
 // key counts from 1 to 64k (chunk edges included), GQA ratios 1–8, head sizes 64/128/256,
-// 1–16 queries, causal (verify) and not (drafts), with keys as views into a larger buffer;
+// 1–64 queries, causal (verify) and not (drafts), with keys as views into a larger buffer;
 // and each row of a causal block equals, bit for bit, a one-query call at its position
 // (GPU-exact mode's promise), and so does the same block with more chunks than its keys
-// need.
+// need. On CUDA both forms of pass 1 run: the scalar one and the tensor-core one.
 func TestSplitKeysMatchesSDPA(t *testing.T) {
-	onKernelGPU(t, func() error {
-		a := newFewQueryAttention()
-		if a == nil {
-			return fmt.Errorf("newFewQueryAttention: nil on a GPU with custom kernels")
+	for _, mma := range []bool{false, true} {
+		name := "scalar"
+		if mma {
+			name = "tensor cores"
 		}
-		defer a.Free()
-		a.splitFrom, a.minQueries = 1, 1
-		type shape struct{ Hkv, G, L, n, D int }
-		var cases []shape
-		for _, n := range []int{1, 31, 256, 257, 1000, 4099, 32768} {
-			for _, g := range []int{1, 2, 4, 8} {
-				for _, D := range []int{64, 128, 256} {
-					for _, L := range []int{1, 5, 16} {
-						if n >= L && (n < 32768 || (D == 128 && g == 4)) {
-							cases = append(cases, shape{8 / min(g, 4), g, L, n, D})
-						}
+		t.Run(name, func(t *testing.T) {
+			if mma && !mlxc.CUDAKernelsAvailable() {
+				t.Skip("the tensor-core pass 1 is CUDA's")
+			}
+			onKernelGPU(t, func() error { return splitKeysCases(mma) })
+		})
+	}
+}
+
+// splitKeysCases runs checkSplitKeys over the shapes, with pass 1 on tensor cores if mma.
+func splitKeysCases(mma bool) error {
+	a := newFewQueryAttention()
+	if a == nil {
+		return fmt.Errorf("newFewQueryAttention: nil on a GPU with custom kernels")
+	}
+	defer a.Free()
+	a.splitFrom, a.minQueries = 1, 1
+	if mma {
+		if a.useSplitMMA(); a.splitMMA == nil {
+			return fmt.Errorf("useSplitMMA made no kernel on CUDA")
+		}
+	}
+	type shape struct{ Hkv, G, L, n, D int }
+	var cases []shape
+	for _, n := range []int{1, 31, 256, 257, 1000, 4099, 32768} {
+		for _, g := range []int{1, 2, 4, 8} {
+			for _, D := range []int{64, 128, 256} {
+				for _, L := range []int{1, 5, 16} {
+					if n >= L && (n < 32768 || (D == 128 && g == 4)) {
+						cases = append(cases, shape{8 / min(g, 4), g, L, n, D})
 					}
 				}
 			}
 		}
-		cases = append(cases, shape{8, 4, 16, 65536, 128}, shape{2, 8, 16, 65536, 256})
-		for _, c := range cases {
-			for _, causal := range []bool{true, false} {
-				if err := checkSplitKeys(a, c.Hkv, c.G, c.L, c.n, c.D, causal); err != nil {
-					return err
-				}
+	}
+	// And blocks of more rows than a launch's warps hold at once (G·L past 64).
+	cases = append(cases, shape{8, 4, 16, 65536, 128}, shape{2, 8, 16, 65536, 256}, shape{2, 4, 64, 1000, 128}, shape{1, 8, 40, 4099, 64})
+	for _, c := range cases {
+		for _, causal := range []bool{true, false} {
+			if err := checkSplitKeys(a, c.Hkv, c.G, c.L, c.n, c.D, causal); err != nil {
+				return err
 			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // checkSplitKeys compares one split-key launch with SDPA and, causal, its rows with
@@ -186,11 +206,8 @@ func BenchmarkAttentionKernels(b *testing.B) {
 	const H, Hkv, D, calls = 32, 8, 128, 10
 	for _, n := range []int{256, 512, 1024, 2048, 4096, 8192, 16384, 32768} {
 		for _, L := range []int{1, 16} {
-			for _, split := range []bool{false, true} {
-				kind := "fqa"
-				if split {
-					kind = "split"
-				}
+			for _, kind := range []string{"fqa", "split", "split-mma"} {
+				split := kind != "fqa"
 				b.Run(fmt.Sprintf("keys%d/L%d/%s", n, L, kind), func(b *testing.B) {
 					err := mlxc.Do(func() error {
 						a := newFewQueryAttention()
@@ -198,6 +215,9 @@ func BenchmarkAttentionKernels(b *testing.B) {
 						a.minQueries = 1
 						if split {
 							a.splitFrom = 1
+						}
+						if kind == "split-mma" {
+							a.useSplitMMA()
 						}
 						s := mlxc.NewScope()
 						defer s.Close()

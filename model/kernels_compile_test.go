@@ -230,6 +230,9 @@ func kernelChecks(t *testing.T, inc string) []kernelCheck {
 				ks = append(ks, kernelCheck{Name: fmt.Sprintf("split_keys_%s_%d_%v", T, D, causal),
 					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
 					Outputs: [][2]string{{"part_o", "float"}, {"part_ml", "float"}}, Consts: constsOf(splitKeysTemplate(dt, D, causal)), Body: kernels.SplitKeys.CUDA.Body})
+				ks = append(ks, kernelCheck{Name: fmt.Sprintf("split_keys_mma_%s_%d_%v", T, D, causal),
+					Inputs:  [][2]string{{"q", T}, {"k", T}, {"v", T}, {"off", "int32_t"}, {"scale", "float"}},
+					Outputs: [][2]string{{"part_o", "float"}, {"part_ml", "float"}}, Consts: constsOf(splitKeysMMATemplate(dt, D, causal)), Body: kernels.SplitKeysMMA.CUDA.Body})
 			}
 			ks = append(ks, kernelCheck{Name: fmt.Sprintf("split_keys_merge_%s_%d", T, D),
 				Inputs: [][2]string{{"part_o", "float"}, {"part_ml", "float"}}, Outputs: [][2]string{{"out", T}},

@@ -20,11 +20,15 @@ import (
 func KernelChecks() []kernelcheck.Check {
 	return []kernelcheck.Check{
 		{Name: "few-query attention", Kernels: []kernels.Kernel{kernels.FewQueryAttention},
-			Wanted: func(k settings.Kernels) bool { return k.FQA }, Run: func() error { return checkAttention(false) },
-			Speed: func() (float64, float64, error) { return attentionSpeed(false) }},
+			Wanted: func(k settings.Kernels) bool { return k.FQA }, Run: func() error { return checkAttention(false, false) },
+			Speed: func() (float64, float64, error) { return attentionSpeed(false, false) }},
 		{Name: "split-key attention", Kernels: []kernels.Kernel{kernels.SplitKeys, kernels.SplitKeysMerge},
-			Wanted: func(k settings.Kernels) bool { return k.FQA && k.SplitKeysFrom > 0 }, Run: func() error { return checkAttention(true) },
-			Speed: func() (float64, float64, error) { return attentionSpeed(true) }},
+			Wanted: func(k settings.Kernels) bool { return k.FQA && k.SplitKeysFrom > 0 }, Run: func() error { return checkAttention(true, false) },
+			Speed: func() (float64, float64, error) { return attentionSpeed(true, false) }},
+		{Name: "split-key attention on tensor cores", Kernels: []kernels.Kernel{kernels.SplitKeysMMA},
+			Wanted: func(k settings.Kernels) bool { return k.FQA && k.SplitKeysFrom > 0 && k.SplitKeysMMA },
+			Run:    func() error { return checkAttention(true, true) },
+			Speed:  func() (float64, float64, error) { return attentionSpeed(true, true) }},
 		{Name: "greedy verdict argmax", Kernels: []kernels.Kernel{kernels.RowArgmax, kernels.RowLead},
 			Wanted: func(k settings.Kernels) bool { return k.ArgmaxKernel }, Run: checkArgmax, Speed: argmaxSpeed},
 		{Name: "small-M quantized product", Kernels: []kernels.Kernel{kernels.QuantMatmulSmallM},
@@ -59,9 +63,10 @@ func nearAll(what string, got, want *mlxc.Array, abs, rel float64) error {
 }
 
 // checkAttention runs a causal verify block and a draft block of the few-query (or, with
-// split, the split-key) kernel over 300 keys against MLX's attention, within the bound
+// split, the split-key kernels; with mma too, pass 1 on tensor cores) over 300 keys
+// against MLX's attention, within the bound
 // TestFewQueryAttentionMatchesSDPA states for bfloat16 attention.
-func checkAttention(split bool) error {
+func checkAttention(split, mma bool) error {
 	return caught(func() error {
 		a := newFewQueryAttention()
 		if a == nil {
@@ -70,6 +75,9 @@ func checkAttention(split bool) error {
 		defer a.Free()
 		if split {
 			a.splitFrom = 1
+		}
+		if mma {
+			a.useSplitMMA()
 		}
 		const H, Hkv, L, n, D = 8, 2, 5, 300, 64
 		scale := float32(1 / math.Sqrt(D))
@@ -195,8 +203,9 @@ func speedPair(setup func() (kernel, fallback func() *mlxc.Array, free func())) 
 }
 
 // attentionSpeed: a 16-query verify block of the 4B shape's heads over 2 048 keys (with
-// split, 8 192 through the split-key kernels) against MLX's attention.
-func attentionSpeed(split bool) (float64, float64, error) {
+// split, 8 192 through the split-key kernels, pass 1 on tensor cores with mma) against
+// MLX's attention.
+func attentionSpeed(split, mma bool) (float64, float64, error) {
 	return speedPair(func() (func() *mlxc.Array, func() *mlxc.Array, func()) {
 		a := newFewQueryAttention()
 		if a == nil {
@@ -205,6 +214,9 @@ func attentionSpeed(split bool) (float64, float64, error) {
 		n := 2048
 		if split {
 			a.splitFrom, n = 1, 8192
+		}
+		if mma {
+			a.useSplitMMA()
 		}
 		const H, Hkv, L, D = 32, 8, 16, 128
 		scale := float32(1 / math.Sqrt(D))

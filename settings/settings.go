@@ -76,6 +76,10 @@ type Kernels struct {
 	// attention of a block takes the split-key kernels (0: never; GPU-exact mode never
 	// does).
 	SplitKeysFrom int `json:"split_keys_from"`
+	// SplitKeysMMA (DFLASH_SPLIT_KEYS_MMA): pass 1 of the split-key attention on tensor
+	// cores (CUDA; elsewhere the scalar kernel runs). Off until measured against the
+	// scalar pass 1 (docs/perf/attention.md).
+	SplitKeysMMA bool `json:"split_keys_mma"`
 	// Fused (DFLASH_FUSED): the fused head-prep and activation kernels in the target.
 	Fused bool `json:"fused"`
 	// FusedDraft (DFLASH_FUSED_DRAFT): the same kernels in the drafter's block rows.
@@ -292,6 +296,7 @@ var variables = []variable{
 	{"DFLASH_FUSE_PREP_ATTN", boolVar(func(s *Settings) *bool { return &s.Kernels.FusePrepAttn })},
 	{"DFLASH_ARGMAX_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.ArgmaxKernel })},
 	{"DFLASH_DELTANET_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.DeltaNetKernel })},
+	{"DFLASH_SPLIT_KEYS_MMA", boolVar(func(s *Settings) *bool { return &s.Kernels.SplitKeysMMA })},
 	{"DFLASH_QMM_KERNEL", switchVar(func(s *Settings) *Switch { return &s.Kernels.QMMKernel },
 		"want 0 (MLX's quantized_matmul), 1 or unset (the small-M kernel on CUDA and Metal)")},
 	{"DFLASH_KV_BUCKET", func(s *Settings, v string) error {
