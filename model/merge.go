@@ -57,6 +57,63 @@ func MergeLinears(parts ...*Linear) *MergedLinear {
 	return &MergedLinear{all: all, sizes: sizes}
 }
 
+// MergeQuantizedLinears is MergeLinears for quantized parts: their packed weights, scales
+// and biases are stacked (the same bits, group size, mode and input size; no biases added
+// after the product), each part's arrays rewired to views of the stacks. Quantization
+// runs along a row's inputs, so a stacked row is the part's row, bit for bit. Nil, leaving
+// the parts alone, when they cannot be merged. MLX thread; weights evaluated.
+func MergeQuantizedLinears(parts ...*Linear) *MergedLinear {
+	if len(parts) < 2 {
+		return nil
+	}
+	first := parts[0]
+	if first == nil || first.Q == nil {
+		return nil
+	}
+	q0 := first.Q
+	var ws, ss, bs []*mlxc.Array
+	sizes := make([]int, len(parts))
+	for i, p := range parts {
+		if p == nil || p.Q == nil || p.Bias != nil || p.Q.W.Ndim() != 2 || p.Q.Bits != q0.Bits || p.Q.GroupSize != q0.GroupSize ||
+			p.Q.Mode != q0.Mode || p.Q.W.Dim(1) != q0.W.Dim(1) || p.Q.W.Dtype() != q0.W.Dtype() ||
+			p.Q.Scales.Dtype() != q0.Scales.Dtype() || (p.Q.Biases == nil) != (q0.Biases == nil) {
+			return nil
+		}
+		ws, ss = append(ws, p.Q.W), append(ss, p.Q.Scales)
+		if p.Q.Biases != nil {
+			bs = append(bs, p.Q.Biases)
+		}
+		sizes[i] = p.Q.W.Dim(0)
+	}
+	stack := func(xs []*mlxc.Array) *mlxc.Array {
+		if len(xs) == 0 {
+			return nil
+		}
+		a := mlxc.Concatenate(xs, 0).Detach()
+		mlxc.Eval(a)
+		return a
+	}
+	all := &Linear{Q: &mlxc.Quantized{W: stack(ws), Scales: stack(ss), Biases: stack(bs), GroupSize: q0.GroupSize, Bits: q0.Bits, Mode: q0.Mode},
+		skinny: first.skinny, qmm: first.qmm}
+	view := func(a *mlxc.Array, off, n int) *mlxc.Array {
+		if a == nil {
+			return nil
+		}
+		v := mlxc.SliceAxis(a, 0, off, off+n).Detach()
+		mlxc.Eval(v)
+		return v
+	}
+	off := 0
+	for i, p := range parts {
+		q := &mlxc.Quantized{W: view(all.Q.W, off, sizes[i]), Scales: view(all.Q.Scales, off, sizes[i]),
+			Biases: view(all.Q.Biases, off, sizes[i]), GroupSize: p.Q.GroupSize, Bits: p.Q.Bits, Mode: p.Q.Mode}
+		p.Q.Free()
+		p.Q = q
+		off += sizes[i]
+	}
+	return &MergedLinear{all: all, sizes: sizes}
+}
+
 // Span returns parts i..j−1 as one Linear whose weight is a view of the stack (the parts are
 // adjacent rows of it: no copy), for rows that need only those parts (the drafter's context
 // rows need k and v, not q). The caller frees it. MLX thread.
@@ -90,6 +147,19 @@ func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
 		off += n
 	}
 	return out
+}
+
+// Split returns each part's output for rows x [R, K] like Apply, cut from the one
+// product by a single split node rather than a slice per part.
+func (m *MergedLinear) Split(x *mlxc.Array) []*mlxc.Array {
+	y := m.all.Apply(x)
+	at := make([]int, len(m.sizes)-1)
+	off := 0
+	for i := range at {
+		off += m.sizes[i]
+		at[i] = off
+	}
+	return mlxc.Split(y, at, y.Ndim()-1)
 }
 
 // Whole returns the merged product for rows x [R, K]: the parts' outputs side by side

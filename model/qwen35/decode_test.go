@@ -221,3 +221,53 @@ func TestAttentionPathsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A decode step's graph on the CPU: each GatedDeltaNet layer's four input projections are
+// one product (two with out_proj), and its gates, activations and scales are compiled
+// functions, not chains of ops (no softplus node left: it lives inside the compiled gates);
+// in a quantized model too.
+func TestDecodeStepGraph(t *testing.T) {
+	if testenv.GPU() {
+		t.Skip("counts the CPU's graph: on a GPU products go to the kernels")
+	}
+	for _, quant := range []bool{false, true} {
+		spec := modelgen.TinyQwen35()
+		if quant {
+			spec.QuantBits, spec.QuantGroup = 4, 32
+		}
+		dir := filepath.Join(t.TempDir(), "m")
+		writeModel(t, dir, spec)
+		m := loadModel(t, dir)
+		linear := 0
+		for i := 0; i < spec.Layers; i++ {
+			if modelgen.Qwen35IsLinear(i, spec.Interval) {
+				linear++
+			}
+		}
+		attention := spec.Layers - linear
+		// Per linear layer: in (merged) and out; per attention layer q, k, v, o and the CPU
+		// attention's two matmuls (scores, then values); every layer's MLP gate, up and
+		// down; and the tied head.
+		want := linear*2 + attention*(4+2) + spec.Layers*3 + 1
+		err := mlxc.Do(func() error {
+			c := m.NewCache()
+			defer c.Free()
+			logitsOf(m, c, [][]int32{prompt[:5]}, nil)
+			s := mlxc.NewScope()
+			defer s.Close()
+			out := m.Forward(mlxc.FromSlice(prompt[5:6], 1, 1), c, model.ForwardOptions{Logits: model.LogitsLast})
+			ops := mlxc.GraphOps(out.Logits)
+			products := ops["Matmul"] + ops["QuantizedMatmul"]
+			if products != want {
+				t.Errorf("quantized %v: %d products in a decode step (%v), want %d", quant, products, ops, want)
+			}
+			if ops["LogAddExp"] != 0 {
+				t.Errorf("quantized %v: %d softplus nodes outside the compiled gates", quant, ops["LogAddExp"])
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

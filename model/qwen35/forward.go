@@ -98,10 +98,16 @@ func (p *pass) deltaNet(l *linear, rc *deltanet.Cache, x *model.Normed) *mlxc.Ar
 	c := &p.m.cfg
 	B, L, Hv, Dv := p.B, p.L, c.LinValueHeads, c.LinValueDim
 	xn := x.X()
-	qkv := mlxc.Reshape(l.qkv.Apply(xn), B, L, c.ConvDim())
-	z := mlxc.Reshape(l.z.Apply(xn), B, L, Hv, Dv)
-	b := mlxc.Reshape(l.b.Apply(xn), B, L, Hv)
-	a := mlxc.Reshape(l.a.Apply(xn), B, L, Hv)
+	var parts []*mlxc.Array
+	if l.in != nil {
+		parts = l.in.Split(xn)
+	} else {
+		parts = []*mlxc.Array{l.qkv.Apply(xn), l.z.Apply(xn), l.b.Apply(xn), l.a.Apply(xn)}
+	}
+	qkv := mlxc.Reshape(parts[0], B, L, c.ConvDim())
+	z := mlxc.Reshape(parts[1], B, L, Hv, Dv)
+	b := mlxc.Reshape(parts[2], B, L, Hv)
+	a := mlxc.Reshape(parts[3], B, L, Hv)
 	y := l.mixer.Apply(qkv, a, b, rc, p.opt.Pos)
 	out := l.mixer.Fused.GatedOut(z, mlxc.RMSNorm(y, l.norm, c.Eps))
 	return mlxc.Reshape(out, p.rows, Hv*Dv)

@@ -39,8 +39,12 @@ type attention struct {
 // linear is a GatedDeltaNet layer's projections and gated norm around the recurrence.
 type linear struct {
 	qkv, z, b, a, out *model.Linear
-	norm              *mlxc.Array
-	mixer             *deltanet.Mixer
+	// in is qkv, z, b and a merged into one product (nil where they cannot be: mixed
+	// precisions): a verify block's four products become one, and on a GPU each product is
+	// a kernel launch whose host cost the hybrid's cycle is made of (docs/perf/hybrid.md).
+	in    *model.MergedLinear
+	norm  *mlxc.Array
+	mixer *deltanet.Mixer
 }
 
 type layer struct {
@@ -276,6 +280,11 @@ func (m *Model) Prepare() {
 		x.UseQMM(m.qmm)
 	}
 	for i := range m.layers {
+		if l := m.layers[i].lin; l != nil {
+			if l.in = model.MergeLinears(l.qkv, l.z, l.b, l.a); l.in == nil {
+				l.in = model.MergeQuantizedLinears(l.qkv, l.z, l.b, l.a)
+			}
+		}
 		if b := m.layers[i].moe; b != nil {
 			b.Prepare()
 			b.UseSkinny(m.skinny)
@@ -335,6 +344,7 @@ func (m *Model) freeLayers() {
 		}
 		if l.lin != nil {
 			l.lin.norm.Free()
+			l.lin.in.Free()
 			l.lin.mixer.ConvW.Free()
 			l.lin.mixer.ALog.Free()
 			l.lin.mixer.DtBias.Free()
