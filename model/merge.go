@@ -116,10 +116,10 @@ func MergeQuantizedLinears(parts ...*Linear) *MergedLinear {
 
 // Span returns parts i..j−1 as one Linear whose weight is a view of the stack (the parts are
 // adjacent rows of it: no copy), for rows that need only those parts (the drafter's context
-// rows need k and v, not q). The caller frees it. MLX thread.
+// rows need k and v, not q); nil for a quantized stack. The caller frees it. MLX thread.
 func (m *MergedLinear) Span(i, j int) *Linear {
-	if m == nil || i < 0 || j > len(m.sizes) || i >= j {
-		return nil
+	if m == nil || m.all.W == nil || i < 0 || j > len(m.sizes) || i >= j {
+		return nil // no stack, or a quantized one
 	}
 	off, end := 0, 0
 	for p, n := range m.sizes {

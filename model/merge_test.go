@@ -13,10 +13,19 @@ import (
 )
 
 // Merged q/k/v and gate/up projections (the CUDA default) compute the same products as
-// separate ones: bit for bit on the CPU backend, for a prompt block and single steps.
+// separate ones: bit for bit on the CPU backend, for a prompt block and single steps, dense
+// and 4-bit.
 func TestMergedProjectionsMatchSeparate(t *testing.T) {
+	quant := modelgen.TinyQwen3()
+	quant.QuantBits, quant.QuantGroup = 4, 32
+	for name, spec := range map[string]modelgen.Qwen3Spec{"bf16": modelgen.TinyQwen3(), "4-bit": quant} {
+		t.Run(name, func(t *testing.T) { mergedMatchesSeparate(t, spec) })
+	}
+}
+
+func mergedMatchesSeparate(t *testing.T, spec modelgen.Qwen3Spec) {
 	dir := t.TempDir()
-	writeModel(t, dir, modelgen.TinyQwen3())
+	writeModel(t, dir, spec)
 	plain := loadModel(t, dir)
 	*model.MergeProjections = true
 	merged := loadModel(t, dir)
@@ -24,6 +33,7 @@ func TestMergedProjectionsMatchSeparate(t *testing.T) {
 	err := mlxc.Do(func() error {
 		s := mlxc.NewScope()
 		defer s.Close()
+		products := map[model.Model]int{}
 		run := func(m model.Model) [][]float32 {
 			c := m.NewCache()
 			defer c.Free()
@@ -33,11 +43,17 @@ func TestMergedProjectionsMatchSeparate(t *testing.T) {
 			out = append(out, mlxc.AsType(o.Logits, mlxc.Float32).Float32s(), mlxc.AsType(o.Hidden, mlxc.Float32).Float32s())
 			for _, tok := range []int32{7, 11, 13} {
 				o := m.Forward(mlxc.FromSlice([]int32{tok}, 1, 1), c, model.ForwardOptions{Logits: model.LogitsLast})
+				ops := mlxc.GraphOps(o.Logits)
+				products[m] = ops["Matmul"] + ops["QuantizedMatmul"]
 				out = append(out, mlxc.AsType(o.Logits, mlxc.Float32).Float32s())
 			}
 			return out
 		}
 		want, got := run(plain), run(merged)
+		// Per layer q/k/v become one product and gate/up another: three fewer.
+		if layers := spec.Layers; products[merged] != products[plain]-3*layers {
+			return fmt.Errorf("a merged step has %d products, a separate one %d: want %d fewer", products[merged], products[plain], 3*layers)
+		}
 		exact := mlxc.CurrentDevice().GPU == false
 		for i := range want {
 			for j := range want[i] {
@@ -134,4 +150,68 @@ func TestMergedSpanIsTheParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Quantized parts stack when their bits, groups, modes and inputs agree: the split product
+// is each part's product bit for bit (CPU) and the parts still compute alone, as views;
+// parts of other bits or group sizes are left alone.
+func TestMergeQuantizedLinears(t *testing.T) {
+	err := mlxc.Do(func() error {
+		s := mlxc.NewScope()
+		defer s.Close()
+		mk := func(n, bits, group int, seed uint64) *model.Linear {
+			w := mlxc.Normal([]int{n, 64}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(seed))
+			q := mlxc.Quantize(w, group, bits, "affine")
+			for _, a := range []*mlxc.Array{q.W, q.Scales, q.Biases} {
+				a.Detach()
+			}
+			mlxc.Eval(q.W, q.Scales, q.Biases)
+			return &model.Linear{Q: &q}
+		}
+		x := mlxc.Normal([]int{3, 64}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(9))
+		a, b, c := mk(48, 4, 32, 1), mk(16, 4, 32, 2), mk(8, 4, 32, 3)
+		defer func() { a.Free(); b.Free(); c.Free() }()
+		want := []*mlxc.Array{a.Apply(x), b.Apply(x), c.Apply(x)}
+		mlxc.Eval(want...)
+		m := model.MergeQuantizedLinears(a, b, c)
+		if m == nil {
+			return fmt.Errorf("4-bit parts of one group size did not merge")
+		}
+		defer m.Free()
+		got := m.Split(x)
+		for i := range want {
+			if err := sameFloats(fmt.Sprintf("part %d of the split product", i), got[i], want[i]); err != nil {
+				return err
+			}
+		}
+		if err := sameFloats("part 1 alone after the merge", b.Apply(x), want[1]); err != nil {
+			return err
+		}
+		if m.Span(0, 2) != nil {
+			return fmt.Errorf("Span of a quantized stack is not nil")
+		}
+		e8, g64 := mk(16, 8, 32, 4), mk(16, 4, 64, 5)
+		defer func() { e8.Free(); g64.Free() }()
+		if model.MergeQuantizedLinears(a, e8) != nil || model.MergeQuantizedLinears(a, g64) != nil {
+			return fmt.Errorf("parts of other bits or group sizes merged")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sameFloats reports whether got and want have the same shape and bits (as float32).
+func sameFloats(what string, got, want *mlxc.Array) error {
+	if fmt.Sprint(got.Shape()) != fmt.Sprint(want.Shape()) {
+		return fmt.Errorf("%s: shape %v, want %v", what, got.Shape(), want.Shape())
+	}
+	g, w := mlxc.AsType(got, mlxc.Float32).Float32s(), mlxc.AsType(want, mlxc.Float32).Float32s()
+	for i := range w {
+		if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+			return fmt.Errorf("%s: element %d is %g, want %g", what, i, g[i], w[i])
+		}
+	}
+	return nil
 }

@@ -220,12 +220,20 @@ func (m *Qwen3) Prepare() {
 			l.moe.Rowwise = m.gpuExact
 		}
 		if merge {
-			l.qkv = model.MergeLinears(l.attn.q, l.attn.k, l.attn.v)
+			l.qkv = mergeParts(l.attn.q, l.attn.k, l.attn.v)
 			if l.moe == nil {
-				l.gateUp = model.MergeLinears(l.gate, l.up)
+				l.gateUp = mergeParts(l.gate, l.up)
 			}
 		}
 	}
+}
+
+// mergeParts stacks dense or quantized projections of one input (nil: they cannot be).
+func mergeParts(parts ...*model.Linear) *model.MergedLinear {
+	if m := model.MergeLinears(parts...); m != nil {
+		return m
+	}
+	return model.MergeQuantizedLinears(parts...)
 }
 
 // model.Kernels are the few-row product kernel (nil off CUDA), the few-query attention kernel
