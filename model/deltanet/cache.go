@@ -36,12 +36,12 @@ type Cache struct {
 }
 
 // record is what a tentative forward keeps: the state and tail it started from, its tape
-// and its raw projection rows, from which the state and tail after any prefix of it are
-// rebuilt exactly.
+// and its conv's input rows (the start tail, then its raw projection rows), from which the
+// state and tail after any prefix of it are rebuilt exactly.
 type record struct {
 	state, tail *mlxc.Array
 	tape        Tape
-	qkv         *mlxc.Array // [B, T, C]
+	rows        *mlxc.Array // [B, K−1+T, C]: concat(tail, qkv)
 }
 
 func (r *record) free() {
@@ -51,12 +51,12 @@ func (r *record) free() {
 	r.state.Free()
 	r.tail.Free()
 	r.tape.Free()
-	r.qkv.Free()
+	r.rows.Free()
 }
 
 func (r *record) bytes() int64 {
 	var n int64
-	for _, a := range []*mlxc.Array{r.state, r.tail, r.tape.Delta, r.tape.K, r.tape.G, r.qkv} {
+	for _, a := range []*mlxc.Array{r.state, r.tail, r.tape.Delta, r.tape.K, r.tape.G, r.rows} {
 		if a != nil {
 			n += int64(a.NBytes())
 		}
@@ -68,16 +68,13 @@ func (r *record) bytes() int64 {
 // replayed through kn.
 func (r *record) at(kn *Kernels, n int) (state, tail *mlxc.Array) {
 	k := r.tail.Dim(1)
-	rows := mlxc.Concatenate([]*mlxc.Array{r.tail, r.qkv}, 1)
-	return kn.Replay(r.state, r.tape, n), mlxc.Contiguous(mlxc.SliceAxis(rows, 1, n, n+k))
+	return kn.Replay(r.state, r.tape, n), mlxc.Contiguous(mlxc.SliceAxis(r.rows, 1, n, n+k))
 }
 
 // atDevice returns the state and tail after the first count rows of the record, count an
 // int32 [1] array on the device, replayed through kn.
 func (r *record) atDevice(kn *Kernels, count *mlxc.Array) (state, tail *mlxc.Array) {
-	ts := r.tail.Shape()
-	rows := mlxc.Concatenate([]*mlxc.Array{r.tail, r.qkv}, 1)
-	return kn.ReplayAt(r.state, r.tape, count), mlxc.SliceDynamic(rows, count, []int{1}, ts)
+	return kn.ReplayAt(r.state, r.tape, count), mlxc.SliceDynamic(r.rows, count, []int{1}, r.tail.Shape())
 }
 
 // block is a forward placed at a device position: the record plus its start position on
@@ -232,13 +229,16 @@ func (c *Cache) recording(pos *mlxc.Array) bool {
 	return pos != nil || c.tentative
 }
 
-// end stores a forward's results: state and tail after its T rows of qkv, which started
-// from start, startTail (as begin returned them) with the given tape when recording.
-func (c *Cache) end(pos, qkv, start, startTail, state, tail *mlxc.Array, tape Tape) {
-	T := qkv.Dim(1)
+// end stores a forward's results: state and tail after its T rows (rows is the conv's
+// input, startTail then the T raw projection rows), which started from start, startTail
+// (as begin returned them) with the given tape when recording. A placed forward's tail is
+// nil: the next forward rebuilds it from rows.
+func (c *Cache) end(pos, rows, start, startTail, state, tail *mlxc.Array, tape Tape) {
+	K1 := startTail.Dim(1)
+	T := rows.Dim(1) - K1
 	switch {
 	case pos != nil:
-		b := &block{record: record{state: start.Ref(), tail: startTail.Ref(), tape: detachTape(tape), qkv: qkv.Ref()}, pos: mlxc.AsType(mlxc.Reshape(pos, 1), mlxc.Int32).Detach(), host: -1}
+		b := &block{record: record{state: start.Ref(), tail: startTail.Ref(), tape: detachTape(tape), rows: rows.Ref()}, pos: mlxc.AsType(mlxc.Reshape(pos, 1), mlxc.Int32).Detach(), host: -1}
 		if c.placed == nil {
 			b.host = c.offset // a first block starts at the committed end
 		}
@@ -248,7 +248,7 @@ func (c *Cache) end(pos, qkv, start, startTail, state, tail *mlxc.Array, tape Ta
 		state.Free()
 		tail.Free()
 	case c.tentative && c.spec == nil:
-		c.spec = &record{state: start.Ref(), tail: startTail.Ref(), tape: detachTape(tape), qkv: qkv.Ref()}
+		c.spec = &record{state: start.Ref(), tail: startTail.Ref(), tape: detachTape(tape), rows: rows.Ref()}
 		c.set(state, tail)
 		c.offset += T
 	case c.tentative:
@@ -261,10 +261,10 @@ func (c *Cache) end(pos, qkv, start, startTail, state, tail *mlxc.Array, tape Ta
 				K:     mlxc.Concatenate([]*mlxc.Array{old.tape.K, tape.K}, 1),
 				G:     mlxc.Concatenate([]*mlxc.Array{old.tape.G, tape.G}, 1),
 			}),
-			qkv: mlxc.Concatenate([]*mlxc.Array{old.qkv, qkv}, 1).Detach(),
+			rows: mlxc.Concatenate([]*mlxc.Array{old.rows, mlxc.SliceAxis(rows, 1, K1, K1+T)}, 1).Detach(),
 		}
 		old.tape.Free()
-		old.qkv.Free()
+		old.rows.Free()
 		c.set(state, tail)
 		c.offset += T
 	default:

@@ -211,11 +211,15 @@ func ReplayAt(state *mlxc.Array, tape Tape, count *mlxc.Array) *mlxc.Array {
 // silu(conv) [B, T, C] and the new tail: the last K−1 rows of concat(tail, x), raw rows
 // and not convolved ones.
 func CausalConv(x, tail, w *mlxc.Array) (out, newTail *mlxc.Array) {
-	return causalConv(x, tail, w, nil)
+	out, _, newTail = causalConv(x, tail, w, nil, true)
+	return out, newTail
 }
 
-// causalConv is CausalConv with the activation run by f (nil: the ops).
-func causalConv(x, tail, w *mlxc.Array, f *Fused) (out, newTail *mlxc.Array) {
+// causalConv is CausalConv with the activation run by f (nil: the ops) that also returns
+// the conv's input rows concat(tail, x) [B, K−1+T, C], and the new tail only when
+// wantTail (a forward placed at a device position never reads it: the next one starts
+// from the rows).
+func causalConv(x, tail, w *mlxc.Array, f *Fused, wantTail bool) (out, rows, newTail *mlxc.Array) {
 	const op = "deltanet.conv"
 	xs, ws := x.Shape(), w.Shape()
 	if len(xs) != 3 {
@@ -231,10 +235,12 @@ func causalConv(x, tail, w *mlxc.Array, f *Fused) (out, newTail *mlxc.Array) {
 		fail(op, "conv tail must be [%d %d %d], got %v", B, K-1, C, ts)
 	}
 	in := mlxc.Concatenate([]*mlxc.Array{tail, x}, 1)
-	L := in.Dim(1)
-	newTail = mlxc.Contiguous(mlxc.SliceAxis(in, 1, L-(K-1), L))
+	if wantTail {
+		L := in.Dim(1)
+		newTail = mlxc.Contiguous(mlxc.SliceAxis(in, 1, L-(K-1), L))
+	}
 	out = f.SiLU(mlxc.Conv1D(in, w, 1, 0, 1, C))
-	return out, newTail
+	return out, in, newTail
 }
 
 // NormalizeQK is the layer's parameter-free q/k normalisation: the reference l2 norm with

@@ -64,7 +64,7 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	record := c.recording(pos)
 	c.kern = m.Kernels // the cache's replays (begin, Commit, SetOffset) run through them too
 	state0, tail0 := c.begin(pos, []int{B, Hv, Dv, Dk}, []int{B, K - 1, m.Channels()}, qkv.Dtype())
-	conv, tail := causalConv(qkv, tail0, m.ConvW, m.Fused)
+	conv, rows, tail := causalConv(qkv, tail0, m.ConvW, m.Fused, pos == nil)
 	parts := mlxc.Split(conv, []int{Hk * Dk, 2 * Hk * Dk}, -1)
 	q := mlxc.Reshape(parts[0], B, T, Hk, Dk)
 	k := mlxc.Reshape(parts[1], B, T, Hk, Dk)
@@ -78,6 +78,6 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	} else {
 		y, state = m.Kernels.Recurrence(q, k, v, g, beta, state0)
 	}
-	c.end(pos, qkv, state0, tail0, state, tail, tape)
+	c.end(pos, rows, state0, tail0, state, tail, tape)
 	return y
 }
