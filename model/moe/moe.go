@@ -66,15 +66,16 @@ type Block struct {
 	rows rowIndex
 }
 
-// maxCachedPairs bounds the shapes rowIndex keeps: verify blocks of up to 16 rows at any
-// top-k up to 16 (a prefill's row counts vary with the prompt, and its graph is not
-// host-bound).
-const maxCachedPairs = 16 * 16
+// maxCachedRows is the largest row count whose index constants Prepare makes: decode
+// steps and verify blocks of up to 16 rows (a prefill's row counts vary with the prompt,
+// and its graph is not host-bound).
+const maxCachedRows = 16
 
-// rowIndex hands out the index arrays the gathered products and the sort take, per shape,
-// as constants on the device: built in the graph they cost an arange, a reshape and a
-// broadcast per product (three nodes of each expert product of a decode step, where the
-// host's graph building is the step's cost). The products read the same indices either way.
+// rowIndex holds the index arrays the gathered products and the sort take for decode and
+// verify shapes, as constants made once at Prepare: built in the graph they cost an
+// arange, a reshape and a broadcast per product (three nodes of each expert product of a
+// decode step, where the host's graph building is the step's cost). The products read the
+// same indices either way; other shapes build them in the graph.
 type rowIndex struct {
 	byKey map[indexKey]*mlxc.Array
 }
@@ -86,35 +87,52 @@ type indexKey struct {
 	byPair, flat bool
 }
 
+// prepare makes the constants Experts takes for 1..maxCachedRows rows of k pairs: [N, k]
+// rows and pairs below SortThreshold pairs, flat ones from there on. MLX thread.
+func (r *rowIndex) prepare(k int) {
+	if r.byKey != nil {
+		return
+	}
+	r.byKey = map[indexKey]*mlxc.Array{}
+	for N := 1; N <= maxCachedRows; N++ {
+		flat := N*k >= SortThreshold
+		for _, byPair := range []bool{false, true} {
+			key := indexKey{N: N, k: k, byPair: byPair, flat: flat}
+			v := make([]uint32, N*k)
+			for p := range v {
+				v[p] = uint32(p)
+				if !byPair {
+					v[p] = uint32(p / k)
+				}
+			}
+			// A copy made by a GPU op lives in device memory (an array made from host data
+			// stays in unified memory there: docs/perf/device-memory.md).
+			host := mlxc.FromSlice(v, key.shape()...)
+			a := mlxc.Copy(host).Detach()
+			mlxc.Eval(a)
+			host.Free()
+			r.byKey[key] = a
+		}
+	}
+}
+
+func (key indexKey) shape() []int {
+	if key.flat {
+		return []int{key.N * key.k}
+	}
+	return []int{key.N, key.k}
+}
+
 // get returns the uint32 array key names: element p (in row-major order) is p/k, or p.
 func (r *rowIndex) get(key indexKey) *mlxc.Array {
-	N, k := key.N, key.k
-	shape := []int{N, k}
-	if key.flat {
-		shape = []int{N * k}
-	}
-	if N*k > maxCachedPairs {
-		if key.byPair {
-			return mlxc.Reshape(mlxc.Arange(0, float64(N*k), 1, mlxc.Uint32), shape...)
-		}
-		return mlxc.Reshape(mlxc.BroadcastTo(mlxc.Reshape(mlxc.Arange(0, float64(N), 1, mlxc.Uint32), N, 1), N, k), shape...)
-	}
 	if a := r.byKey[key]; a != nil {
 		return a
 	}
-	v := make([]uint32, N*k)
-	for p := range v {
-		v[p] = uint32(p)
-		if !key.byPair {
-			v[p] = uint32(p / k)
-		}
+	N, k := key.N, key.k
+	if key.byPair {
+		return mlxc.Reshape(mlxc.Arange(0, float64(N*k), 1, mlxc.Uint32), key.shape()...)
 	}
-	if r.byKey == nil {
-		r.byKey = map[indexKey]*mlxc.Array{}
-	}
-	a := model.OnDeviceConst(mlxc.FromSlice(v, shape...))
-	r.byKey[key] = a
-	return a
+	return mlxc.Reshape(mlxc.BroadcastTo(mlxc.Reshape(mlxc.Arange(0, float64(N), 1, mlxc.Uint32), N, 1), N, k), key.shape()...)
 }
 
 func (r *rowIndex) free() {
@@ -316,6 +334,7 @@ func (b *Block) Prepare() {
 	b.Gate.prepare()
 	b.Up.prepare()
 	b.Down.prepare()
+	b.rows.prepare(b.cfg.TopK)
 	for _, l := range []*model.Linear{b.Router, b.SharedGate, b.SharedUp, b.SharedDown, b.SharedExpertGate} {
 		l.Prepare()
 	}
