@@ -29,6 +29,8 @@
   const float NEG_INF = __int_as_float((int)0xff800000u);
   __shared__ __align__(16) T ksm[KT][PITCH];
   __shared__ __align__(16) T vsm[KT][PITCH];
+  // The launch geometry is spelled out as in dflash_split_keys: MLX gives a kernel the
+  // shape and stride arguments whose names its body mentions, so a shared macro hides them.
   const int H = q_shape[1];
   const int L = q_shape[2];
   const int Hkv = k_shape[1];
