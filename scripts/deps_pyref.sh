@@ -12,15 +12,26 @@ PKGS=(
 # The reference runs on the CPU backend on Linux (same MLX version as ours); on macOS the
 # mlx wheel brings mlx-metal.
 if [ "$(uname -s)" = Linux ]; then PKGS+=("mlx-cpu==0.32.4"); fi
+# Installed after PKGS with --no-deps: z-lab's DFlash reference (dflash.model_mlx) imports only
+# mlx, mlx-lm and huggingface_hub; its declared requirements (tqdm, datasets, requests) are not used.
+NODEPS=("dflash==0.1.0")
 STAMP="$VENV/.installed"
-WANT="${PKGS[*]}"
+WANT="${PKGS[*]} --no-deps ${NODEPS[*]}"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
   echo "deps_pyref: reference venv up to date"; exit 0
 fi
-echo "deps_pyref: creating $VENV"
-rm -rf "$VENV"
-python3 -m venv "$VENV" || { echo "deps_pyref: python3 -m venv failed (install python3-venv)" >&2; exit 1; }
+# An existing venv is updated in place (pip leaves satisfied pins alone and adds or changes
+# the rest), so a list change does not tear down a venv that tests may be using.
+if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
+  echo "deps_pyref: updating $VENV"
+else
+  echo "deps_pyref: creating $VENV"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV" || { echo "deps_pyref: python3 -m venv failed (install python3-venv)" >&2; exit 1; }
+fi
 "$VENV/bin/pip" install -q --disable-pip-version-check "${PKGS[@]}" \
   || { echo "deps_pyref: pip install of the reference packages failed" >&2; exit 1; }
+"$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${NODEPS[@]}" \
+  || { echo "deps_pyref: pip install --no-deps ${NODEPS[*]} failed" >&2; exit 1; }
 echo "$WANT" > "$STAMP"
-echo "deps_pyref: installed ${#PKGS[@]} pinned packages"
+echo "deps_pyref: installed ${#PKGS[@]} pinned packages and ${#NODEPS[@]} without dependencies"
