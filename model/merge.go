@@ -57,6 +57,15 @@ func MergeLinears(parts ...*Linear) *MergedLinear {
 	return &MergedLinear{all: all, sizes: sizes}
 }
 
+// Merge stacks dense parts (MergeLinears) or quantized ones (MergeQuantizedLinears); nil
+// when neither can.
+func Merge(parts ...*Linear) *MergedLinear {
+	if m := MergeLinears(parts...); m != nil {
+		return m
+	}
+	return MergeQuantizedLinears(parts...)
+}
+
 // MergeQuantizedLinears is MergeLinears for quantized parts: their packed weights, scales
 // and biases are stacked (the same bits, group size, mode and input size; no biases added
 // after the product), each part's arrays rewired to views of the stacks. Quantization
@@ -137,21 +146,9 @@ func (m *MergedLinear) Span(i, j int) *Linear {
 	return l
 }
 
-// Apply returns each part's output for rows x [R, K], as column slices of one product.
+// Apply returns each part's output for rows x [R, K], as column views of one product cut
+// by a single split node (not a slice node per part).
 func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
-	y := m.all.Apply(x)
-	out := make([]*mlxc.Array, len(m.sizes))
-	off := 0
-	for i, n := range m.sizes {
-		out[i] = mlxc.SliceAxis(y, y.Ndim()-1, off, off+n)
-		off += n
-	}
-	return out
-}
-
-// Split returns each part's output for rows x [R, K] like Apply, cut from the one
-// product by a single split node rather than a slice per part.
-func (m *MergedLinear) Split(x *mlxc.Array) []*mlxc.Array {
 	y := m.all.Apply(x)
 	at := make([]int, len(m.sizes)-1)
 	off := 0

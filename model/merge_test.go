@@ -178,7 +178,7 @@ func TestMergeQuantizedLinears(t *testing.T) {
 			return fmt.Errorf("4-bit parts of one group size did not merge")
 		}
 		defer m.Free()
-		got := m.Split(x)
+		got := m.Apply(x)
 		for i := range want {
 			if err := sameFloats(fmt.Sprintf("part %d of the split product", i), got[i], want[i]); err != nil {
 				return err

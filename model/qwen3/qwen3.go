@@ -220,20 +220,12 @@ func (m *Qwen3) Prepare() {
 			l.moe.Rowwise = m.gpuExact
 		}
 		if merge {
-			l.qkv = mergeParts(l.attn.q, l.attn.k, l.attn.v)
+			l.qkv = model.Merge(l.attn.q, l.attn.k, l.attn.v)
 			if l.moe == nil {
-				l.gateUp = mergeParts(l.gate, l.up)
+				l.gateUp = model.Merge(l.gate, l.up)
 			}
 		}
 	}
-}
-
-// mergeParts stacks dense or quantized projections of one input (nil: they cannot be).
-func mergeParts(parts ...*model.Linear) *model.MergedLinear {
-	if m := model.MergeLinears(parts...); m != nil {
-		return m
-	}
-	return model.MergeQuantizedLinears(parts...)
 }
 
 // model.Kernels are the few-row product kernel (nil off CUDA), the few-query attention kernel

@@ -223,7 +223,7 @@ func TestAttentionPathsAgree(t *testing.T) {
 }
 
 // A decode step's graph on the CPU: each GatedDeltaNet layer's four input projections are
-// one product (two with out_proj), and its gates, activations and scales are compiled
+// one product (two with out_proj), an attention layer's q/k/v one and an MLP's gate/up one, and its gates, activations and scales are compiled
 // functions, not chains of ops (no softplus node left: it lives inside the compiled gates);
 // in a quantized model too.
 func TestDecodeStepGraph(t *testing.T) {
@@ -245,10 +245,10 @@ func TestDecodeStepGraph(t *testing.T) {
 			}
 		}
 		attention := spec.Layers - linear
-		// Per linear layer: in (merged) and out; per attention layer q, k, v, o and the CPU
-		// attention's two matmuls (scores, then values); every layer's MLP gate, up and
-		// down; and the tied head.
-		want := linear*2 + attention*(4+2) + spec.Layers*3 + 1
+		// Per linear layer: in (merged) and out; per attention layer q/k/v (merged), o and
+		// the CPU attention's two matmuls (scores, then values); every layer's MLP gate/up
+		// (merged) and down; and the tied head.
+		want := linear*2 + attention*(2+2) + spec.Layers*2 + 1
 		err := mlxc.Do(func() error {
 			c := m.NewCache()
 			defer c.Free()

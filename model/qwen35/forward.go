@@ -87,7 +87,7 @@ func (p *pass) layer(i int, h *mlxc.Array) *mlxc.Array {
 	if l.moe != nil {
 		return mlxc.Add(h, mlxc.Reshape(l.moe.Apply(mlxc.Reshape(post.X(), -1, m.cfg.Hidden)), h.Shape()...))
 	}
-	h, _ = model.MLPAdd(nil, m.swiglu, nil, l.gate, l.up, l.down, post, h, nil, eps)
+	h, _ = model.MLPAdd(nil, m.swiglu, l.gateUp, l.gate, l.up, l.down, post, h, nil, eps)
 	return h
 }
 
@@ -100,7 +100,7 @@ func (p *pass) deltaNet(l *linear, rc *deltanet.Cache, x *model.Normed) *mlxc.Ar
 	xn := x.X()
 	var parts []*mlxc.Array
 	if l.in != nil {
-		parts = l.in.Split(xn)
+		parts = l.in.Apply(xn)
 	} else {
 		parts = []*mlxc.Array{l.qkv.Apply(xn), l.z.Apply(xn), l.b.Apply(xn), l.a.Apply(xn)}
 	}
@@ -120,11 +120,12 @@ func (p *pass) attention(l *attention, lc *model.KVCache, x *model.Normed) (merg
 	B, L, hd := p.B, p.L, c.HeadDim
 	xn := x.X()
 	// Per head, q_proj writes the query's hd values and then the gate's hd values.
-	qg := mlxc.Split(mlxc.Reshape(l.q.Apply(xn), B, L, c.Heads, 2*hd), []int{hd}, -1)
+	qkv := model.ApplyParts(l.qkv, xn, l.q, l.k, l.v)
+	qg := mlxc.Split(mlxc.Reshape(qkv[0], B, L, c.Heads, 2*hd), []int{hd}, -1)
 	gate = mlxc.Reshape(qg[1], p.rows, c.Heads*hd)
 	q := mlxc.Transpose(mlxc.RMSNorm(qg[0], l.qNorm, c.Eps), 0, 2, 1, 3)
-	k := model.SplitHeads(l.k.Apply(xn), B, L, c.KVHeads, l.kNorm, c.Eps)
-	v := model.SplitHeads(l.v.Apply(xn), B, L, c.KVHeads, nil, 0)
+	k := model.SplitHeads(qkv[1], B, L, c.KVHeads, l.kNorm, c.Eps)
+	v := model.SplitHeads(qkv[2], B, L, c.KVHeads, nil, 0)
 	if p.RotateAt() {
 		q, k = p.m.rope.ApplyAt(q, p.Position()), p.m.rope.ApplyAt(k, p.Position())
 	} else {

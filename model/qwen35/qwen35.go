@@ -33,6 +33,7 @@ var (
 // and then its output gate.
 type attention struct {
 	q, k, v, o   *model.Linear
+	qkv          *model.MergedLinear // q, k and v as one product (nil: they cannot be stacked)
 	qNorm, kNorm *mlxc.Array
 }
 
@@ -49,10 +50,11 @@ type linear struct {
 
 type layer struct {
 	inputNorm, postNorm *mlxc.Array
-	attn                *attention    // nil for a linear layer
-	lin                 *linear       // nil for an attention layer
-	gate, up, down      *model.Linear // the dense MLP (nil when moe is set)
-	moe                 *moe.Block    // the sparse MoE MLP of a qwen3_5_moe model
+	attn                *attention          // nil for a linear layer
+	lin                 *linear             // nil for an attention layer
+	gate, up, down      *model.Linear       // the dense MLP (nil when moe is set)
+	gateUp              *model.MergedLinear // gate and up as one product (nil: not stacked)
+	moe                 *moe.Block          // the sparse MoE MLP of a qwen3_5_moe model
 }
 
 // Model is a loaded Qwen3.5 text model.
@@ -281,9 +283,15 @@ func (m *Model) Prepare() {
 	}
 	for i := range m.layers {
 		if l := m.layers[i].lin; l != nil {
-			if l.in = model.MergeLinears(l.qkv, l.z, l.b, l.a); l.in == nil {
-				l.in = model.MergeQuantizedLinears(l.qkv, l.z, l.b, l.a)
-			}
+			l.in = model.Merge(l.qkv, l.z, l.b, l.a)
+		}
+		// Products that read the same rows are stacked: a kernel launch each in a verify
+		// block on a GPU, whose host cost the cycle is made of.
+		if a := m.layers[i].attn; a != nil {
+			a.qkv = model.Merge(a.q, a.k, a.v)
+		}
+		if l := &m.layers[i]; l.moe == nil {
+			l.gateUp = model.Merge(l.gate, l.up)
 		}
 		if b := m.layers[i].moe; b != nil {
 			b.Prepare()
@@ -349,6 +357,10 @@ func (m *Model) freeLayers() {
 			l.lin.mixer.ALog.Free()
 			l.lin.mixer.DtBias.Free()
 		}
+		if l.attn != nil {
+			l.attn.qkv.Free()
+		}
+		l.gateUp.Free()
 		l.moe.Free()
 	}
 	for _, x := range m.linears() {
