@@ -24,6 +24,33 @@ type Config struct {
 	// Causal is the config's is_causal when it sets one (nil: sliding layers are causal
 	// inside the block and full layers are not, as in z-lab's drafter).
 	Causal *bool
+	// Kind is the drafter generation, from config.json's architectures.
+	Kind Kind
+	// DFlash2 settings (zero for DFlash1): the grouped dynamic convolution's taps and
+	// group size, the candidate selector's rank and candidates per position, and the
+	// optional input and output scalings (1 and none when absent).
+	ConvKernel, ConvGroup      int
+	SelectorRank, SelectorTopK int
+	InputEmbeddingScale        float64
+	OutputMultiplier, LogitCap float64
+}
+
+// Kind is a drafter generation.
+type Kind int
+
+const (
+	// DFlash1 is z-lab's first-generation block drafter (DFlashDraftModel).
+	DFlash1 Kind = iota
+	// DFlash2 adds a grouped dynamic convolution around each sublayer, bounded
+	// non-causal sliding attention and a candidate selector (DFlash2DraftModel).
+	DFlash2
+)
+
+func (k Kind) String() string {
+	if k == DFlash2 {
+		return "dflash2"
+	}
+	return "dflash"
 }
 
 // Layer attention kinds a drafter's layer_types may name.
@@ -78,7 +105,10 @@ func parseConfig(cfg *model.RawConfig) (Config, *model.Rope, error) {
 	if c.RopeTheta, err = cfg.FloatOr("rope_theta", 1000000); err != nil {
 		return c, nil, err
 	}
-	if c.BlockSize, err = cfg.IntOr("block_size", 16); err != nil {
+	if c.Kind, err = kindOf(cfg); err != nil {
+		return c, nil, err
+	}
+	if c.BlockSize, err = blockSizeOf(cfg); err != nil {
 		return c, nil, err
 	}
 	if c.BlockSize < 2 {
@@ -131,6 +161,11 @@ func parseConfig(cfg *model.RawConfig) (Config, *model.Rope, error) {
 	}
 	if err := parseLayerTypes(cfg, &c); err != nil {
 		return c, nil, err
+	}
+	if c.Kind == DFlash2 {
+		if err := parseDFlash2(cfg, dc, &c); err != nil {
+			return c, nil, err
+		}
 	}
 	rope, err := model.ParseRope(cfg, c.HeadDim, c.RopeTheta, 0)
 	if err != nil {

@@ -27,6 +27,8 @@ type layer struct {
 	// the whole block.
 	window int
 	causal bool
+	// attnConv and mlpConv are a DFlash2 layer's convolutions (nil for DFlash1).
+	attnConv, mlpConv *dynConv
 }
 
 // masked reports whether the layer needs a mask: the attention kernels serve only the
@@ -71,6 +73,10 @@ type Drafter struct {
 	// Settings are what Load was given (LoadOptions.Settings); its proposer reads the
 	// kernel choices there (verify.DFlash).
 	Settings settings.Settings
+	// Selector and conv are a DFlash2 drafter's candidate selector and its compiled
+	// convolution (nil for DFlash1).
+	Selector *Selector
+	conv     *Conv
 }
 
 // LoadOptions tunes Load.
@@ -101,13 +107,20 @@ func Load(dir string, target model.Model, opt LoadOptions) (*Drafter, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := readWeights(dir)
+	w, err := readWeights(dir, cfg.Kind)
 	if err != nil {
 		return nil, err
 	}
 	d := &Drafter{Cfg: cfg, target: target, rope: rope, scale: float32(math.Pow(float64(cfg.HeadDim), -0.5))}
 	if err := d.build(dir, model.NewBuilder(w, q)); err != nil {
 		return nil, err
+	}
+	if cfg.Kind == DFlash2 {
+		if err := d.prepare2(s); err != nil {
+			d.Free()
+			return nil, fmt.Errorf("load drafter %s: %w", dir, err)
+		}
+		return d, nil
 	}
 	k := d.bindKernels(s)
 	if err := d.prepare(k); err != nil {
@@ -155,11 +168,12 @@ func checkTarget(path string, cfg Config, ta model.Arch) error {
 
 // readWeights reads the drafter's weight files, refusing an embedding or head of its
 // own because the drafter uses the target's.
-func readWeights(dir string) (*model.Weights, error) {
+func readWeights(dir string, kind Kind) (*model.Weights, error) {
 	w, err := model.ReadWeightHeaders(dir)
 	if err != nil {
 		return nil, err
 	}
+
 	for name := range w.Info {
 		if len(name) >= 8 && name[:8] == "lm_head." || len(name) >= 13 && name[:13] == "embed_tokens." {
 			return nil, fmt.Errorf("%s: drafter has its own %s; DFlash drafters share the target's embedding and head", dir, name)
@@ -167,6 +181,12 @@ func readWeights(dir string) (*model.Weights, error) {
 	}
 	if err := w.Load(nil); err != nil {
 		return nil, err
+	}
+	if kind == DFlash2 {
+		if err := remapCodebooks(dir, w); err != nil {
+			w.Free()
+			return nil, err
+		}
 	}
 	return w, nil
 }
@@ -195,6 +215,15 @@ func (d *Drafter) build(dir string, b *model.Builder) error {
 		l.up = b.Linear(p+"mlp.up_proj", cfg.Intermediate, H, false)
 		l.down = b.Linear(p+"mlp.down_proj", H, cfg.Intermediate, false)
 		l.window, l.causal = cfg.LayerMask(i)
+		if cfg.Kind == DFlash2 {
+			d.buildConvs(b, p, l)
+		}
+	}
+	if cfg.Kind == DFlash2 {
+		d.Selector = &Selector{TopK: cfg.SelectorTopK, Rank: cfg.SelectorRank,
+			proj: b.Linear("candidate_selector.hidden_projection", cfg.SelectorRank, H, false),
+			pred: b.Embedding("candidate_selector.predecessor_codebook", cfg.VocabSize, cfg.SelectorRank),
+			succ: b.Embedding("candidate_selector.successor_codebook", cfg.VocabSize, cfg.SelectorRank)}
 	}
 	if err := b.Finish(func(name string) bool { return false }); err != nil {
 		return fmt.Errorf("load drafter %s: %w", dir, err)
@@ -693,8 +722,12 @@ func (d *Drafter) heads(l *layer, kp, vp *mlxc.Array, rotate func(*mlxc.Array) *
 
 func (d *Drafter) weights() []*mlxc.Array {
 	ws := append(d.fc.Arrays(), d.hiddenNorm, d.norm)
+	if d.Selector != nil {
+		ws = append(ws, d.Selector.arrays()...)
+	}
 	for i := range d.layers {
 		l := &d.layers[i]
+		ws = append(ws, l.convArrays()...)
 		ws = append(ws, l.inputNorm, l.postNorm, l.qNorm, l.kNorm)
 		for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 			ws = append(ws, x.Arrays()...)
@@ -720,7 +753,10 @@ func (d *Drafter) Free() {
 		l.qkv.Free()
 		l.gateUp.Free()
 		l.kv.Free()
+		l.freeConvs()
 	}
+	d.Selector.Free()
+	d.conv.Free()
 	d.rope.Free()
 	d.swiglu.Free()
 	d.scaleArr.Free()

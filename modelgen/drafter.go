@@ -23,6 +23,28 @@ type DrafterSpec struct {
 	// and SlidingWindow, the window of the sliding layers.
 	LayerTypes    []string
 	SlidingWindow int
+	// DFlash2 writes a second-generation drafter in the published layout: every layer
+	// sliding (SlidingWindow), non-causal, the block settings nested in dflash_config,
+	// RoPE under rope_parameters, each layer's two grouped dynamic convolutions
+	// (ConvKernel taps, groups of ConvGroup channels) and the candidate selector
+	// (SelectorRank, SelectorTopK) with its codebooks stored without ".weight".
+	DFlash2                                           bool
+	ConvKernel, ConvGroup, SelectorRank, SelectorTopK int
+}
+
+// DFlash2For turns s into a DFlash2 drafter with the published settings scaled to a
+// small model: 2 taps, groups of 16 (or the hidden size when smaller), rank 32, 8
+// candidates, block 8, window 64.
+func (s DrafterSpec) DFlash2For() DrafterSpec {
+	s.DFlash2 = true
+	s.ConvKernel, s.ConvGroup = 2, min(16, s.Hidden)
+	s.SelectorRank, s.SelectorTopK = 32, min(8, s.Vocab)
+	s.BlockSize, s.SlidingWindow = 8, 64
+	s.LayerTypes = make([]string, s.Layers)
+	for i := range s.LayerTypes {
+		s.LayerTypes[i] = "sliding_attention"
+	}
+	return s
 }
 
 // DrafterFor sizes a small drafter for a target spec.
@@ -64,6 +86,9 @@ func spreadLayerIDs(N, n int) []int {
 
 func (s DrafterSpec) config() map[string]any {
 	cfg := s.baseConfig()
+	if s.DFlash2 {
+		s.dflash2Config(cfg)
+	}
 	if s.LayerTypes != nil {
 		cfg["layer_types"] = s.LayerTypes
 		cfg["sliding_window"] = s.SlidingWindow
@@ -107,9 +132,42 @@ func (s DrafterSpec) tensors() []tensorSpec {
 		{name: "norm.weight", shape: []int{H}, norm: true},
 	}
 	for i := 0; i < s.Layers; i++ {
-		ts = append(ts, decoderLayer(fmt.Sprintf("layers.%d.", i), H, hd, s.Heads, s.KVHeads, s.Inter)...)
+		p := fmt.Sprintf("layers.%d.", i)
+		ts = append(ts, decoderLayer(p, H, hd, s.Heads, s.KVHeads, s.Inter)...)
+		if s.DFlash2 {
+			G := H / s.ConvGroup
+			for _, c := range []string{"attention_conv", "mlp_conv"} {
+				// The base kernel is drawn around 1 (z-lab's initial value is 0, which would
+				// leave the base path unexercised).
+				ts = append(ts, tensorSpec{name: p + c + ".base_kernel", shape: []int{2, s.ConvKernel, H}, norm: true},
+					tensorSpec{name: p + c + ".kernel_projection.weight", shape: []int{2 * s.ConvKernel * G, H}, quant: true})
+			}
+		}
+	}
+	if s.DFlash2 {
+		R := s.SelectorRank
+		ts = append(ts, tensorSpec{name: "candidate_selector.hidden_projection.weight", shape: []int{R, H}, quant: true},
+			tensorSpec{name: "candidate_selector.predecessor_codebook.weight", shape: []int{s.Vocab, R}, quant: true, bare: true},
+			tensorSpec{name: "candidate_selector.successor_codebook.weight", shape: []int{s.Vocab, R}, quant: true, bare: true})
 	}
 	return ts
+}
+
+// dflash2Config rewrites a DFlash1 config into DFlash2's published layout.
+func (s DrafterSpec) dflash2Config(cfg map[string]any) {
+	cfg["architectures"] = []string{"DFlash2DraftModel"}
+	cfg["is_causal"] = false
+	cfg["max_window_layers"] = s.Layers
+	cfg["rope_parameters"] = map[string]any{"rope_theta": s.RopeTheta, "rope_type": "default"}
+	delete(cfg, "rope_theta")
+	delete(cfg, "rope_scaling")
+	delete(cfg, "block_size")
+	dc := cfg["dflash_config"].(map[string]any)
+	dc["block_size"] = s.BlockSize
+	dc["conv_kernel_size"] = s.ConvKernel
+	dc["conv_group_size"] = s.ConvGroup
+	dc["selector_rank"] = s.SelectorRank
+	dc["selector_top_k"] = s.SelectorTopK
 }
 
 // WriteDrafter writes the drafter into dir. It must run on the MLX thread.

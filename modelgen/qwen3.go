@@ -143,6 +143,8 @@ type tensorSpec struct {
 	// perExpert: a stacked expert tensor [E, out, in] stored as E tensors named
 	// name's prefix + "experts.{e}." + part (see expertName).
 	perExpert bool
+	// bare: stored without its ".weight" suffix unless quantized (DFlash2's codebooks).
+	bare bool
 }
 
 func (s Qwen3Spec) tensors() []tensorSpec {
@@ -246,6 +248,8 @@ func writeCheckpoint(dir string, cfg map[string]any, ts []tensorSpec, seed uint6
 				part[t.name] = q.W
 				part[base+".scales"] = q.Scales
 				part[base+".biases"] = q.Biases
+			} else if t.bare {
+				part[base] = a
 			} else {
 				part[t.name] = a
 			}

@@ -467,9 +467,11 @@ def _randn(shape, scale, dtype):
 def write_random_drafter(out, target_cfg, seed=0, layers=2, heads=4, kv_heads=2, head_dim=16,
                          intermediate=128, window=64, block_size=8, target_layer_ids=None,
                          group_size=16, rank=8, top_k=4, mask_token_id=None, dtype="float32",
-                         rope_theta=1e6):
+                         rope_theta=1e6, favour_scale=None):
     """A random DFlash2 drafter for a target (its hidden size, vocabulary and layer count) in the
-    published on-disk layout. Every tensor is random, base_kernel included."""
+    published on-disk layout. Every tensor is random, base_kernel included. favour_scale sets
+    channel 0 of the final norm, so that over a target written with favour=A the drafter leans
+    toward A by that much (the selector's edge terms pull the other way): some drafts accepted."""
     tc = target_cfg.get("text_config", target_cfg)
     hsz, vocab, n_target = tc["hidden_size"], tc["vocab_size"], tc["num_hidden_layers"]
     if target_layer_ids is None:
@@ -542,6 +544,9 @@ def write_random_drafter(out, target_cfg, seed=0, layers=2, heads=4, kv_heads=2,
             w[p + f"{conv}.base_kernel"] = base.astype(dt)
             w[p + f"{conv}.kernel_projection.weight"] = _randn(
                 (2 * kernel * groups, hsz), 0.2 * hsz ** -0.5, dt)
+    if favour_scale is not None:
+        w["norm.weight"] = mx.concatenate(
+            [mx.array([favour_scale], dtype=dt), w["norm.weight"][1:]])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
@@ -571,8 +576,10 @@ def tiny_target_config(kind):
     raise SystemExit(f"unknown target kind {kind}")
 
 
-def write_random_target(out, kind, seed=0):
-    """A tiny random float32 target written with mlx-lm (its own classes and save_model)."""
+def write_random_target(out, kind, seed=0, favour=None):
+    """A tiny random float32 target written with mlx-lm (its own classes and save_model).
+    favour=A makes its greedy continuation A, A, ... (channel 0 of every embedding is 3, of the
+    final norm 30, and A's LM-head row has 1 there), so a drafter can be made to agree."""
     from mlx_lm.utils import _get_classes, save_model
 
     cfg = tiny_target_config(kind)
@@ -581,9 +588,20 @@ def write_random_target(out, kind, seed=0):
     model = model_class(args_class.from_dict(json.loads(json.dumps(cfg))))
     model.set_dtype(mx.float32)
     # norms off 1 so their weights matter
-    upd = [(k, v + _randn(v.shape, 0.1, v.dtype)) for k, v in tree_flatten(model.parameters())
-           if k.endswith("norm.weight") and v.ndim == 1]
-    model.load_weights(upd, strict=False)
+    upd = {k: v + _randn(v.shape, 0.1, v.dtype) for k, v in tree_flatten(model.parameters())
+           if k.endswith("norm.weight") and v.ndim == 1}
+    if favour is not None:
+        params = dict(tree_flatten(model.parameters()))
+        for k, v in params.items():
+            if k.endswith("embed_tokens.weight"):
+                upd[k] = mx.concatenate([mx.full((v.shape[0], 1), 3.0, v.dtype), v[:, 1:]], 1)
+            elif k.endswith("lm_head.weight"):
+                col = mx.where(mx.arange(v.shape[0]) == favour, 1.0, v[:, 0]).astype(v.dtype)
+                upd[k] = mx.concatenate([col[:, None], v[:, 1:]], 1)
+            elif k.endswith("model.norm.weight"):
+                v = upd.get(k, v)
+                upd[k] = mx.concatenate([mx.array([30.0], v.dtype), v[1:]])
+    model.load_weights(list(upd.items()), strict=False)
     mx.eval(model.parameters())
     out = Path(out)
     save_model(out, model)
@@ -761,6 +779,41 @@ def _selftest(tmp, failures):
         f0 = _run_mode("forward", tdir, ddir, {"block": rec[0][0], "target_hidden": rec[0][1]}, tmp)
         _check((np.array(f0["tokens"]) == np.array(r["drafts"])[0]).all(),
                "forward reproduces the loop's first drafts", failures)
+        # a pair that agrees part of the time: accepted counts between 0 and bs - 1, rollback
+        fdir = str(Path(tmp) / f"{kind}_favour")
+        write_random_target(fdir, kind, seed=1, favour=123)
+        mixed = None
+        for fs in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16):
+            fd = str(Path(tmp) / f"{kind}_favour_draft_{fs}")
+            write_random_drafter(fd, tcfg, seed=2, window=64, block_size=5, favour_scale=fs)
+            r = _run_mode("generate", fdir, fd, dict(gin, max_tokens=mx.array(30, dtype=mx.int32)),
+                          tmp)
+            acc = np.array(r["accepted"])
+            _check((np.array(r["tokens"]) == np.array(r["plain"])).all(),
+                   f"greedy == plain, favour scale {fs}: accepted {acc.tolist()}", failures)
+            # keep the run with the most distinct accepted counts; three or more is enough
+            if ((acc > 0) & (acc < 4)).any() and (
+                    mixed is None or len(set(acc.tolist())) > len(set(np.array(mixed["accepted"]).tolist()))):
+                mixed = r
+            if mixed is not None and len(set(np.array(mixed["accepted"]).tolist())) >= 3:
+                break
+        _check(mixed is not None, "some cycle accepted part of its drafts", failures)
+        if mixed is not None:
+            acc, emi = np.array(mixed["accepted"]), np.array(mixed["emitted"])
+            ctx, off = np.array(mixed["cycle_ctx"]), np.array(mixed["cycle_offset"])
+            dr = np.array(mixed["drafts"])
+            toks = np.array(mixed["tokens"])
+            # the emitted run of each cycle is its accepted drafts, then the target's token
+            pos, ok = 1, True
+            for c in range(len(acc)):
+                a, e = acc[c], emi[c]
+                ok &= (toks[pos:pos + min(a, e)] == dr[c, :min(a, e)]).all()
+                ok &= e == min(a + 1, 30 - pos)
+                pos += e
+            _check(ok and pos == 30 and (ctx[1:] == acc[:-1] + 1).all()
+                   and (off[1:] == off[:-1] + ctx[:-1]).all(),
+                   "mixed acceptance: emitted runs, context rows and offsets", failures)
+
         # a prompt longer than the drafter's window (W=8): still lossless
         long_prompt = mx.array([(11 * i + 5) % vocab for i in range(30)], dtype=mx.int32)
         r = _run_mode("generate", tdir, ddir_small, dict(gin, prompt=long_prompt,
@@ -792,8 +845,9 @@ def main():
         p.add_argument("kind", choices=["qwen3", "qwen3_5"])
         p.add_argument("--out", required=True)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--favour", type=int, default=None, help="token the greedy output repeats")
         a = p.parse_args(sys.argv[2:])
-        write_random_target(a.out, a.kind, a.seed)
+        write_random_target(a.out, a.kind, a.seed, favour=a.favour)
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "makedraft":
         p = argparse.ArgumentParser(prog="dflash2_ref.py makedraft")
@@ -807,12 +861,14 @@ def main():
         p.add_argument("--top-k", type=int, default=4)
         p.add_argument("--dtype", default="float32", choices=list(DTYPES))
         p.add_argument("--target-layer-ids", default=None, help="comma-separated, 0-based")
+        p.add_argument("--favour-scale", type=float, default=None,
+                       help="lean toward the token of a target made with --favour")
         a = p.parse_args(sys.argv[2:])
         tcfg = json.loads((Path(a.target) / "config.json").read_text())
         ids = [int(x) for x in a.target_layer_ids.split(",")] if a.target_layer_ids else None
         write_random_drafter(a.out, tcfg, seed=a.seed, layers=a.layers, window=a.window,
                              block_size=a.block_size, rank=a.rank, top_k=a.top_k, dtype=a.dtype,
-                             target_layer_ids=ids)
+                             target_layer_ids=ids, favour_scale=a.favour_scale)
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=list(MODES))

@@ -1,0 +1,346 @@
+package draft
+
+import (
+	"fmt"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/settings"
+)
+
+// A DFlash2 layer (DFLASH2.md §6.3) wraps attention and the MLP each in a grouped dynamic
+// convolution: the sublayer reads conv(norm(x)) and its output passes through the
+// convolution's second side, with coefficients computed from the same normed input,
+// before the residual add. Attention is bidirectional inside the block, and every layer
+// reads a bounded window of context (WindowCache).
+
+// dynConv is one layer's grouped dynamic causal convolution (attention_conv or mlp_conv).
+type dynConv struct {
+	base *mlxc.Array    // [2 (side), K (tap), H]
+	proj *model.Linear  // kernel_projection: H → 2·K·G
+	side [2]*mlxc.Array // base[side] [K, H], views made once at load
+}
+
+// buildConvs takes a layer's two convolutions (under prefix p) from b.
+func (d *Drafter) buildConvs(b *model.Builder, p string, l *layer) {
+	cfg := d.Cfg
+	H, K, G := cfg.HiddenSize, cfg.ConvKernel, cfg.HiddenSize/cfg.ConvGroup
+	for _, c := range []struct {
+		name string
+		dst  **dynConv
+	}{{"attention_conv", &l.attnConv}, {"mlp_conv", &l.mlpConv}} {
+		*c.dst = &dynConv{
+			base: b.Float(p+c.name+".base_kernel", 2, K, H),
+			proj: b.Linear(p+c.name+".kernel_projection", 2*K*G, H, false),
+		}
+	}
+}
+
+// prepareConvs makes the per-side views of the base kernels once the weights are read.
+func (d *Drafter) prepareConvs() {
+	for i := range d.layers {
+		for _, c := range []*dynConv{d.layers[i].attnConv, d.layers[i].mlpConv} {
+			for s := range c.side {
+				c.side[s] = mlxc.Reshape(mlxc.SliceAxis(c.base, 0, s, s+1), d.Cfg.ConvKernel, d.Cfg.HiddenSize).Detach()
+			}
+			c.proj.Prepare()
+		}
+	}
+}
+
+// convArrays are the convolutions' weights.
+func (l *layer) convArrays() []*mlxc.Array {
+	var out []*mlxc.Array
+	for _, c := range []*dynConv{l.attnConv, l.mlpConv} {
+		if c != nil {
+			out = append(append(out, c.base), c.proj.Arrays()...)
+		}
+	}
+	return out
+}
+
+// freeConvs releases the convolutions' weights.
+func (l *layer) freeConvs() {
+	for _, c := range []*dynConv{l.attnConv, l.mlpConv} {
+		if c != nil {
+			c.base.Free()
+			c.proj.Free()
+			c.side[0].Free()
+			c.side[1].Free()
+		}
+	}
+}
+
+// prepareSide is the first side of layer convolution c over the normed rows n [L, H]: the
+// rows the sublayer reads, and the coefficients [L, K, G] its output's side uses.
+func (d *Drafter) prepareSide(c *dynConv, n *mlxc.Array) (u, finish *mlxc.Array) {
+	L, K, G := n.Dim(0), d.Cfg.ConvKernel, d.Cfg.HiddenSize/d.Cfg.ConvGroup
+	dyn := mlxc.Split(mlxc.Reshape(c.proj.Apply(n), L, 2, K, G), []int{1}, 1)
+	first := mlxc.Reshape(dyn[0], L, K, G)
+	return d.conv.Apply(n, first, c.side[0]), mlxc.Reshape(dyn[1], L, K, G)
+}
+
+// finishSide is the second side of c over the sublayer's output rows h [L, H].
+func (d *Drafter) finishSide(c *dynConv, h, coeff *mlxc.Array) *mlxc.Array {
+	return d.conv.Apply(h, coeff, c.side[1])
+}
+
+// Block is what a DFlash2 forward gives the selector: the block's normed final rows
+// after the anchor [L−1, H] and their logits [L−1, V].
+type Block struct {
+	Hidden, Logits *mlxc.Array
+}
+
+// ForwardWindow drafts a DFlash2 block. block is int32 [1, L] = [anchor, mask…]; ctx holds
+// the target's tapped rows [1, S, n·H] of the positions committed since the last call
+// (nil when none), which go into c at its offset; the block follows them.
+func (d *Drafter) ForwardWindow(block, ctx *mlxc.Array, c *WindowCache) (Block, error) {
+	L := block.Dim(1)
+	off := c.Offset()
+	proj, skip, err := d.windowContext(ctx, c, off)
+	if err != nil {
+		return Block{}, err
+	}
+	S := 0
+	if proj != nil {
+		S = proj.Dim(0)
+	}
+	q0 := off + skip + S
+	x := d.embedBlock(block)
+	var mask *mlxc.Array
+	for i := range d.layers {
+		l := &d.layers[i]
+		x = d.layer2(l, x, func(u *mlxc.Array) *mlxc.Array {
+			q, kb, vb := d.blockHeads(l, u, func(a *mlxc.Array) *mlxc.Array { return d.rope.Apply(a, q0) })
+			if proj != nil {
+				k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), off+skip)
+				c.write(i, k, v)
+			}
+			kc, vc := c.keys(i)
+			if mask == nil {
+				mask = d.windowMask(c.start0(i, proj != nil, off+skip, S), q0, kcRows(kc), L)
+			}
+			return d.attend2(l, q, kc, vc, kb, vb, mask, L)
+		})
+	}
+	if proj != nil {
+		c.advance(off+skip, S, S)
+	}
+	return d.finalRows(x), nil
+}
+
+// ForwardWindowAt is ForwardWindow when only the device knows how many of the previous
+// verify block's rows are committed (the engine's run-ahead loop): ctx's T rows all go
+// into c at its offset, the first valid (int32 [1], device) of them committed, and the
+// block follows those. c's offset is left past all T rows; the caller sets it
+// (WindowCache.SetOffset) once it has read the count.
+func (d *Drafter) ForwardWindowAt(block, ctx, valid *mlxc.Array, c *WindowCache) (Block, error) {
+	L, T := block.Dim(1), ctx.Dim(1)
+	off := c.Offset()
+	if T > c.keep {
+		return Block{}, fmt.Errorf("draft: %d context rows at once exceed the window's %d", T, c.keep)
+	}
+	if err := c.begin(off); err != nil {
+		return Block{}, err
+	}
+	proj := d.project(d.activation(mlxc.Reshape(ctx, T, -1)))
+	q0 := mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid)
+	x := d.embedBlock(block)
+	var mask *mlxc.Array
+	for i := range d.layers {
+		l := &d.layers[i]
+		x = d.layer2(l, x, func(u *mlxc.Array) *mlxc.Array {
+			q, kb, vb := d.blockHeads(l, u, func(a *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(a, q0) })
+			k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), off)
+			c.write(i, k, v)
+			kc, vc := c.keys(i)
+			if mask == nil {
+				start := off + T - kc.Dim(2)
+				mask = d.windowMaskAt(start, q0, kc.Dim(2), L)
+			}
+			return d.attend2(l, q, kc, vc, kb, vb, mask, L)
+		})
+	}
+	c.advance(off, T, T)
+	return d.finalRows(x), nil
+}
+
+// kcRows is the number of context rows in keys kc (nil: none).
+func kcRows(kc *mlxc.Array) int {
+	if kc == nil {
+		return 0
+	}
+	return kc.Dim(2)
+}
+
+// start0 is the position of the first context row layer i attends to in this forward:
+// the cache's oldest kept row once the new rows (S of them at position at) are written.
+func (c *WindowCache) start0(i int, wrote bool, at, S int) int {
+	if !wrote {
+		return c.start
+	}
+	return at + S - c.k[i].Dim(2)
+}
+
+// windowContext projects the new context rows ctx [1, S, n·H] and begins the window
+// cache's write at position off. Rows older than the window can never be read, so of more
+// than keep new rows only the last keep are projected (skip of them are passed over).
+func (d *Drafter) windowContext(ctx *mlxc.Array, c *WindowCache, off int) (proj *mlxc.Array, skip int, err error) {
+	if ctx == nil {
+		return nil, 0, nil
+	}
+	S := ctx.Dim(1)
+	rows := mlxc.Reshape(ctx, S, -1)
+	if S > c.keep {
+		skip = S - c.keep
+		rows = mlxc.SliceAxis(rows, 0, skip, S)
+	}
+	if err := c.begin(off); err != nil {
+		return nil, 0, err
+	}
+	if skip > 0 {
+		c.from = c.to // none of the old rows stay in the window
+	}
+	return d.project(d.activation(rows)), skip, nil
+}
+
+// AddWindowContext appends committed context rows [1, T, n·H] to c without drafting
+// (prefill chunks, and a cycle that drafts nothing).
+func (d *Drafter) AddWindowContext(ctx *mlxc.Array, c *WindowCache) error {
+	off := c.Offset()
+	proj, skip, err := d.windowContext(ctx, c, off)
+	if err != nil || proj == nil {
+		return err
+	}
+	for i := range d.layers {
+		l := &d.layers[i]
+		k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), off+skip)
+		c.write(i, k, v)
+	}
+	c.advance(off+skip, proj.Dim(0), proj.Dim(0))
+	return nil
+}
+
+// embedBlock is the block's input rows [L, H]: the target's embedding of its tokens,
+// times input_embedding_scale when the checkpoint sets one.
+func (d *Drafter) embedBlock(block *mlxc.Array) *mlxc.Array {
+	x := d.activation(d.target.Embed(mlxc.Reshape(block, block.Dim(1))))
+	if s := d.Cfg.InputEmbeddingScale; s != 1 {
+		x = mlxc.Multiply(x, mlxc.Scalar(s, x.Dtype()))
+	}
+	return x
+}
+
+// activation computes float16 rows in float32: DFlash2 drafts collapse with float16
+// activations (DFLASH2.md §11.1); bfloat16 and float32 pass unchanged.
+func (d *Drafter) activation(x *mlxc.Array) *mlxc.Array {
+	if x.Dtype() == mlxc.Float16 {
+		return mlxc.AsType(x, mlxc.Float32)
+	}
+	return x
+}
+
+// layer2 is one DFlash2 decoder layer over the block rows x [L, H]; attend maps the
+// attention convolution's output rows to the attention's output rows (after o_proj).
+func (d *Drafter) layer2(l *layer, x *mlxc.Array, attend func(u *mlxc.Array) *mlxc.Array) *mlxc.Array {
+	eps := d.Cfg.RMSNormEps
+	u, coeff := d.prepareSide(l.attnConv, mlxc.RMSNorm(x, l.inputNorm, eps))
+	x = mlxc.Add(x, d.finishSide(l.attnConv, attend(u), coeff))
+	u, coeff = d.prepareSide(l.mlpConv, mlxc.RMSNorm(x, l.postNorm, eps))
+	m := l.down.Apply(d.swiglu.Apply(l.gate.Apply(u), l.up.Apply(u)))
+	return mlxc.Add(x, d.finishSide(l.mlpConv, m, coeff))
+}
+
+// blockHeads are the block's rotated query heads [1, nH, L, hd] and its own keys and
+// values [1, nKV, L, hd] from the convolution's rows u [L, H].
+func (d *Drafter) blockHeads(l *layer, u *mlxc.Array, rotate func(*mlxc.Array) *mlxc.Array) (q, k, v *mlxc.Array) {
+	c0 := d.Cfg
+	L := u.Dim(0)
+	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.q.Apply(u), 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	k, v = d.heads(l, l.k.Apply(u), l.v.Apply(u), rotate)
+	return rotate(q), k, v
+}
+
+// attend2 is the block's attention over the window's context keys kc, vc (nil: none) and
+// its own keys kb, vb, visible as mask [1, 1, L, ctx+L] says, through o_proj: rows [L, H].
+func (d *Drafter) attend2(l *layer, q, kc, vc, kb, vb, mask *mlxc.Array, L int) *mlxc.Array {
+	keys, values := kb, vb
+	if kc != nil {
+		keys = mlxc.Concatenate([]*mlxc.Array{kc, kb}, 2)
+		values = mlxc.Concatenate([]*mlxc.Array{vc, vb}, 2)
+	}
+	o := mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
+	return l.o.Apply(mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1))
+}
+
+// windowMask is the block's mask over R context rows (positions start…start+R−1) and its
+// own L rows, the block's row i at position q0+i: a context row at p is seen when
+// q0+i−p < window; every block row sees every other.
+func (d *Drafter) windowMask(start, q0, R, L int) *mlxc.Array {
+	return d.windowMaskAt(start, mlxc.FromSlice([]int32{int32(q0)}, 1), R, L)
+}
+
+// windowMaskAt is windowMask with the block's first position on the device (q0, int32
+// [1]); context rows at or past q0 (an uncommitted tail) are hidden too.
+func (d *Drafter) windowMaskAt(start int, q0 *mlxc.Array, R, L int) *mlxc.Array {
+	W := int32(d.Cfg.SlidingWindow)
+	q := mlxc.Add(mlxc.Reshape(mlxc.Arange(0, float64(L), 1, mlxc.Int32), L, 1), q0) // [L, 1]
+	p := mlxc.Reshape(mlxc.Arange(float64(start), float64(start+R), 1, mlxc.Int32), 1, R)
+	ctx := mlxc.LogicalAnd(mlxc.Less(p, q0), mlxc.Less(mlxc.Subtract(q, p), mlxc.ScalarInt(int64(W), mlxc.Int32)))
+	all := mlxc.Full([]int{L, L}, mlxc.ScalarInt(1, mlxc.Bool), mlxc.Bool)
+	return mlxc.Reshape(mlxc.Concatenate([]*mlxc.Array{ctx, all}, 1), 1, 1, L, R+L)
+}
+
+// finalRows are the final norm of the block's rows after the anchor and their logits
+// through the target's head (times output_multiplier, soft-capped when the checkpoint
+// says so).
+func (d *Drafter) finalRows(x *mlxc.Array) Block {
+	L := x.Dim(0)
+	n := model.NormOf(mlxc.SliceAxis(x, 0, 1, L), d.norm, d.Cfg.RMSNormEps)
+	logits := d.target.Head(n)
+	if m := d.Cfg.OutputMultiplier; m != 1 {
+		logits = mlxc.Multiply(logits, mlxc.Scalar(m, logits.Dtype()))
+	}
+	if c := d.Cfg.LogitCap; c > 0 {
+		cap := mlxc.Scalar(c, logits.Dtype())
+		logits = mlxc.Multiply(mlxc.Tanh(mlxc.Divide(logits, cap)), cap)
+	}
+	return Block{Hidden: n.X(), Logits: logits}
+}
+
+// remapCodebooks renames the selector's codebooks, stored as bare tensors
+// (candidate_selector.predecessor_codebook), to the embedding names the builder reads
+// (….weight); quantized codebooks already carry .weight/.scales/.biases. Both spellings
+// at once is an error: which one is meant cannot be told.
+func remapCodebooks(dir string, w *model.Weights) error {
+	for _, name := range []string{"candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook"} {
+		if !w.Has(name) {
+			continue
+		}
+		if w.Has(name + ".weight") {
+			return fmt.Errorf("%s: the checkpoint has both %s and %s.weight", dir, name, name)
+		}
+		w.Rename(name, name+".weight")
+	}
+	return nil
+}
+
+// prepare2 readies a DFlash2 drafter: its projections (MLX's products: the custom
+// kernels serve DFlash1's block layout), the convolutions' side views, the compiled
+// convolution and activation.
+func (d *Drafter) prepare2(s settings.Settings) error {
+	d.Settings = s
+	d.swiglu = model.NewSwiGLU()
+	return mlxc.Catch(func() {
+		d.fc.Prepare()
+		for i := range d.layers {
+			l := &d.layers[i]
+			for _, x := range []*model.Linear{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+				x.Prepare()
+			}
+		}
+		d.prepareConvs()
+		d.Selector.proj.Prepare()
+		d.conv = NewConv(d.Cfg.ConvGroup)
+	})
+}
