@@ -3,7 +3,8 @@ for the Go parity tests of DFlash2 drafters. Run with third_party/pyref/bin/pyth
 
     dflash2_ref.py MODE --target DIR --draft DIR --inputs IN.safetensors --out OUT.safetensors [--dtype D]
     dflash2_ref.py makedraft --target DIR --out DIR [--seed N] [--layers N] [--window W] ...
-    dflash2_ref.py maketarget {qwen3|qwen3_5} --out DIR [--seed N]
+    dflash2_ref.py maketarget {qwen3|qwen3_5} --out DIR [--seed N] [--favour ID]
+    dflash2_ref.py quantizedraft SRC DST [--bits 8] [--group-size 32]
     dflash2_ref.py selftest
 
 Checkpoints
@@ -554,6 +555,28 @@ def write_random_drafter(out, target_cfg, seed=0, layers=2, heads=4, kv_heads=2,
     return cfg
 
 
+def quantize_drafter(src, dst, bits=8, group_size=32):
+    """A quantized copy of a drafter folder in the mlx-lm layout: "quantization" {group_size, bits}
+    in config.json, q/k/v/o, MLP, fc, kernel projections, selector projection and codebooks as
+    weight + scales + biases (the codebooks keep their bare on-disk names, so their scales are
+    candidate_selector.predecessor_codebook.scales etc.); a module whose input width is not a
+    multiple of group_size stays unquantized."""
+    model = load_draft_dir(src)
+    nn.quantize(model, group_size=group_size, bits=bits,
+                class_predicate=lambda _p, m: hasattr(m, "to_quantized")
+                and m.weight.shape[-1] % group_size == 0)
+    w = dict(tree_flatten(model.parameters()))
+    for name in ("predecessor_codebook", "successor_codebook"):
+        key = f"candidate_selector.{name}"
+        w[key] = w.pop(key + ".weight")
+    cfg = json.loads((Path(src) / "config.json").read_text())
+    cfg["quantization"] = {"group_size": group_size, "bits": bits}
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    mx.save_safetensors(str(dst / "model.safetensors"), w, metadata={"format": "mlx"})
+
+
 def tiny_target_config(kind):
     common = {
         "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
@@ -757,6 +780,16 @@ def _selftest(tmp, failures):
                        dtype="bfloat16")
         _check(rb["logits"].dtype == mx.bfloat16, "forward in bfloat16", failures)
 
+        # a quantized drafter (8-bit, the codebooks too when their width allows) loads and runs
+        qdir = str(Path(tmp) / f"{kind}_draft_q8")
+        quantize_drafter(ddir, qdir, bits=8, group_size=32)
+        dq = load_draft_dir(qdir)
+        nq = sum(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in dq.named_modules())
+        rq = _run_mode("forward", tdir, qdir, {k: fin[k] for k in ("block", "target_hidden")}, tmp)
+        err = float(mx.abs(rq["logits"] - r1["logits"]).max().item())
+        _check(nq > 0 and err < 0.05 * float(mx.abs(r1["logits"]).max().item()),
+               f"8-bit drafter: {nq} quantized modules, logits within {err:.4f}", failures)
+
         # generate: greedy equals plain decoding; per-cycle records are consistent
         prompt = mx.array([(7 * i + 3) % vocab for i in range(20)], dtype=mx.int32)
         gin = {"prompt": prompt, "block_size": mx.array(5, dtype=mx.int32),
@@ -848,6 +881,15 @@ def main():
         p.add_argument("--favour", type=int, default=None, help="token the greedy output repeats")
         a = p.parse_args(sys.argv[2:])
         write_random_target(a.out, a.kind, a.seed, favour=a.favour)
+        return
+    if len(sys.argv) >= 2 and sys.argv[1] == "quantizedraft":
+        p = argparse.ArgumentParser(prog="dflash2_ref.py quantizedraft")
+        p.add_argument("src")
+        p.add_argument("dst")
+        p.add_argument("--bits", type=int, default=8)
+        p.add_argument("--group-size", type=int, default=32)
+        a = p.parse_args(sys.argv[2:])
+        quantize_drafter(a.src, a.dst, a.bits, a.group_size)
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "makedraft":
         p = argparse.ArgumentParser(prog="dflash2_ref.py makedraft")
