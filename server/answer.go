@@ -23,8 +23,11 @@ type answerWriter interface {
 // outcome is how a generation ended, as the client sees it.
 type outcome struct {
 	finish string // "stop", "length" or "tool_calls"
-	usage  usage
-	stats  dflashStats
+	// stopSequence is the stop string that ended the answer when the server applied it
+	// (generation.serverStops); "" otherwise.
+	stopSequence string
+	usage        usage
+	stats        dflashStats
 }
 
 // answerMeta is what every response object of one request shares.

@@ -40,10 +40,10 @@ const (
 //
 //   - <think>…</think> at the very start of the answer (or from the start when the prompt
 //     opened the block) becomes reasoning_content. Later <think> tags are plain text.
-//   - With tools enabled, each <tool_call>{"name": …, "arguments": {…}}</tool_call> block
-//     becomes one tool call when its closing tag arrives. A block that is not valid JSON of
-//     that shape, or that the generation never closes, is passed on as answer text, so
-//     nothing the model wrote is lost.
+//   - With tools enabled, each <tool_call>…</tool_call> block becomes a tool call when its
+//     closing tag arrives, read by the model's format (JSON or qwen3_coder XML, see
+//     toolCallParser). A block that does not parse in that format, or that the generation
+//     never closes, is passed on as answer text, so nothing the model wrote is lost.
 //   - Newlines right after <think> and </think> are dropped, as is whitespace-only text
 //     before the answer starts and after a tool call, which the Qwen format puts between
 //     blocks.
@@ -56,6 +56,8 @@ type chatOutputParser struct {
 	// maxToolCalls limits parsed calls (1 when parallel_tool_calls is false; 0: no limit).
 	// Blocks beyond it are dropped.
 	maxToolCalls int
+	// parseCall reads one block's body; the JSON form unless the handler sets another.
+	parseCall func(body string) ([]parsedCall, bool)
 
 	section      chatSection
 	pending      string // undecided text: may be the start of a marker
@@ -75,6 +77,7 @@ func newChatOutputParser(toolsEnabled bool, maxToolCalls int, opensInThinking bo
 		maxToolCalls: maxToolCalls,
 		thinkAllowed: true,
 		holdingSpace: true,
+		parseCall:    toolCallParser(ToolCallJSON, nil),
 	}
 	if opensInThinking {
 		p.section, p.thinkAllowed, p.trimNewlines = sectionReasoning, false, true
@@ -163,19 +166,21 @@ func (p *chatOutputParser) enter(marker string) {
 func (p *chatOutputParser) closeToolCall() {
 	body := p.toolText.String()
 	p.toolText.Reset()
-	name, args, ok := parseToolCallBody(body)
+	calls, ok := p.parseCall(body)
 	if !ok {
 		p.emitAnswer(toolCallOpen + body + toolCallClose)
 		return
 	}
 	p.holdingSpace, p.heldSpace = true, ""
-	if p.maxToolCalls > 0 && p.calls >= p.maxToolCalls {
-		return
+	for _, c := range calls {
+		if p.maxToolCalls > 0 && p.calls >= p.maxToolCalls {
+			return
+		}
+		p.events = append(p.events, chatEvent{ToolCall: &toolCallOut{
+			Index: p.calls, ID: newToolCallID(), Name: c.Name, Arguments: c.Arguments,
+		}})
+		p.calls++
 	}
-	p.events = append(p.events, chatEvent{ToolCall: &toolCallOut{
-		Index: p.calls, ID: newToolCallID(), Name: name, Arguments: args,
-	}})
-	p.calls++
 }
 
 func (p *chatOutputParser) emit(text string) {

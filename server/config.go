@@ -54,6 +54,11 @@ type Config struct {
 
 	MaxBodyBytes int64 // default 8 MiB; larger bodies get 413
 
+	// ResponseStoreBytes bounds the memory of the stored responses that /v1/responses keeps
+	// for GET, previous_response_id and item_reference (default 64 MiB); the least recently
+	// used are dropped first.
+	ResponseStoreBytes int64
+
 	// DrainTimeout is how long shutdown waits for running and queued requests to finish
 	// before it cancels them (default 30s).
 	DrainTimeout time.Duration
@@ -73,6 +78,7 @@ const (
 	defaultIdleTimeout       = 120 * time.Second
 	defaultMaxBodyBytes      = 8 << 20
 	defaultDrainTimeout      = 30 * time.Second
+	defaultResponseStore     = 64 << 20
 )
 
 // queueLimit is how many requests may wait, NoQueue read as none.
@@ -90,6 +96,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, defaultIdleTimeout)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, defaultMaxBodyBytes)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, defaultDrainTimeout)
+	cfg.ResponseStoreBytes = cmp.Or(cfg.ResponseStoreBytes, defaultResponseStore)
 	return cfg
 }
 
@@ -110,6 +117,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("default top_p %g is outside [0, 1]", cfg.DefaultTopP)
 	case cfg.MaxBodyBytes < 0:
 		return fmt.Errorf("max body bytes %d is negative", cfg.MaxBodyBytes)
+	case cfg.ResponseStoreBytes < 0:
+		return fmt.Errorf("response store bytes %d is negative", cfg.ResponseStoreBytes)
 	case cfg.ReadHeaderTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 ||
 		cfg.IdleTimeout < 0 || cfg.DrainTimeout < 0:
 		return fmt.Errorf("timeouts must not be negative")

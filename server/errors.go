@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -91,6 +92,17 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="dflash-mlx"`)
 	}
 	writeJSON(w, e.Status, e.body())
+}
+
+// writeAPIErrorAs answers with err through the API's error writer; anything but an
+// *apiError is a server bug and becomes a 500.
+func writeAPIErrorAs(w http.ResponseWriter, err error, write func(http.ResponseWriter, *apiError)) {
+	var apiErr *apiError
+	if errors.As(err, &apiErr) {
+		write(w, apiErr)
+		return
+	}
+	write(w, internalError(err.Error()))
 }
 
 // marshalJSON encodes v without HTML escaping, so that answers holding "<think>" or "&"

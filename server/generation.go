@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -19,6 +20,12 @@ type generation struct {
 	parse     func(string) []chatEvent
 	finish    func() []chatEvent
 	toolCalls func() int
+	// serverStops are stop strings the server applies itself instead of passing them to the
+	// backend, for APIs that report which one matched (a backend ends at its stop strings
+	// with the same FinishStop as at end of sequence).
+	serverStops []string
+	// writeError answers a request refused before its answer began, in its API's shape.
+	writeError func(http.ResponseWriter, *apiError)
 }
 
 // plainTextGeneration is a generation whose output is sent as it comes (text completions).
@@ -30,8 +37,9 @@ func plainTextGeneration(req GenerateRequest) *generation {
 			one[0] = chatEvent{Content: text}
 			return one[:]
 		},
-		finish:    func() []chatEvent { return nil },
-		toolCalls: func() int { return 0 },
+		finish:     func() []chatEvent { return nil },
+		toolCalls:  func() int { return 0 },
+		writeError: writeError,
 	}
 }
 
@@ -46,9 +54,10 @@ var (
 // runOutcome is what happened during Backend.Generate.
 type runOutcome struct {
 	result    GenerateResult
-	err       error // the backend's error
-	stopped   bool  // the server's stop filter ended the output
-	writeErr  error // sending to the client failed: it is gone
+	err       error  // the backend's error
+	stopped   bool   // the server's stop filter ended the output
+	stopText  string // the stop string the filter matched
+	writeErr  error  // sending to the client failed: it is gone
 	firstText time.Time
 	ended     time.Time
 }
@@ -71,7 +80,7 @@ func (s *Server) runGeneration(w http.ResponseWriter, r *http.Request, g *genera
 	info.queueWait = time.Since(queued)
 	watch.setProbe(nil)
 	if err != nil {
-		s.refuse(ctx, w, info, err)
+		s.refuse(ctx, w, info, err, g.writeError)
 		return
 	}
 	defer release()
@@ -102,7 +111,8 @@ func abandon(info *requestInfo) {
 }
 
 // refuse answers a request that never got the generation slot.
-func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, info *requestInfo, err error) {
+func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, info *requestInfo, err error,
+	writeError func(http.ResponseWriter, *apiError)) {
 	switch {
 	case errors.Is(err, errQueueFull):
 		s.metrics.observeQueueRejected()
@@ -122,7 +132,7 @@ func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, info *reques
 // does from then on can reach it.
 func (s *Server) generate(ctx context.Context, cancel context.CancelCauseFunc, g *generation, out answerWriter) *runOutcome {
 	run := &runOutcome{}
-	filter := newStopFilter(g.req.Stop)
+	filter := newStopFilter(append(slices.Clone(g.req.Stop), g.serverStops...))
 	var mu sync.Mutex // makes a late emit harmless instead of racing the final writes
 	returned := false
 	emit := func(d Delta) error {
@@ -148,7 +158,7 @@ func (s *Server) generate(ctx context.Context, cancel context.CancelCauseFunc, g
 			}
 		}
 		if matched {
-			run.stopped = true
+			run.stopped, run.stopText = true, filter.matchedStop
 			return errStopString
 		}
 		return nil
@@ -184,7 +194,7 @@ func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, ru
 	outcome := "cancelled"
 	defer func() {
 		info.finish = outcome
-		s.metrics.observeGeneration(outcome, promptTokens, res.CompletionTokens, stats.Tau, stats.TokensPerSecond)
+		s.metrics.observeGeneration(info.endpoint, outcome, promptTokens, res.CompletionTokens, stats.Tau, stats.TokensPerSecond)
 	}()
 	interrupted := !run.stopped && (run.err != nil || res.FinishReason == FinishCancelled)
 	switch {
@@ -213,7 +223,11 @@ func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, ru
 		finish = "tool_calls"
 	}
 	outcome = finish
-	if err := out.end(outcomeFor(finish, promptTokens, res.CompletionTokens, stats)); err != nil {
+	o := outcomeFor(finish, promptTokens, res.CompletionTokens, stats)
+	if run.stopped && finish == string(FinishStop) {
+		o.stopSequence = run.stopText
+	}
+	if err := out.end(o); err != nil {
 		abandon(info)
 	}
 }

@@ -49,39 +49,10 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	toolsOn := len(req.Tools) > 0 && req.ToolChoice.Mode != "none"
-	var tools []Tool
-	opts := req.Template
-	if toolsOn {
-		tools = req.Tools
-		if prefix := toolCallPrefix(req.ToolChoice); prefix != "" {
-			// Forcing a tool call: the answer starts with the call, not with reasoning.
-			opts.ResponsePrefix, opts.EnableThinking = prefix, ptr(false)
-		}
-	}
-	if err := s.checkPromptBytes(chatTextBytes(req.Messages), "messages"); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	prompt, err := s.backend.ChatPrompt(req.Messages, tools, opts)
-	if err != nil {
-		writeAPIError(w, s.promptError(err, "messages", "the chat template could not render the messages"))
-		return
-	}
-	info := infoFrom(r.Context())
-	genReq, err := s.planGeneration(info.id, req.commonRequest, prompt, "messages")
+	g, err := s.planChat(infoFrom(r.Context()).id, req, "messages")
 	if err != nil {
 		writeAPIError(w, err)
 		return
-	}
-	maxCalls := 0
-	if !req.ParallelToolCalls {
-		maxCalls = 1
-	}
-	parser := newChatOutputParser(toolsOn, maxCalls, prompt.OpensInThinking && opts.ResponsePrefix == "")
-	g := &generation{req: genReq, parse: parser.feed, finish: parser.finish, toolCalls: parser.toolCalls}
-	if opts.ResponsePrefix != "" {
-		g.initial = append([]chatEvent(nil), parser.feed(opts.ResponsePrefix)...)
 	}
 	meta := newAnswerMeta("chatcmpl-", s.backend.ModelID(), req.Stream && req.IncludeUsage)
 	var out answerWriter = &chatCollector{meta: meta, w: w, writeTimeout: s.cfg.WriteTimeout}

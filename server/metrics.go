@@ -17,7 +17,7 @@ import (
 type metrics struct {
 	mu               sync.Mutex
 	requests         map[[2]string]uint64 // {endpoint, status code} → count
-	generations      map[string]uint64    // finish reason (or "error", "cancelled") → count
+	generations      map[[2]string]uint64 // {endpoint, finish reason (or "error", "cancelled")} → count
 	promptTokens     uint64
 	completionTokens uint64
 	queueRejected    uint64
@@ -30,7 +30,7 @@ type metrics struct {
 func newMetrics() *metrics {
 	return &metrics{
 		requests:        make(map[[2]string]uint64),
-		generations:     make(map[string]uint64),
+		generations:     make(map[[2]string]uint64),
 		tau:             newHistogram([]float64{1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16}),
 		tokensPerSecond: newHistogram([]float64{5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000}),
 		queueWait:       newHistogram([]float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
@@ -48,12 +48,12 @@ func (m *metrics) observeRequest(endpoint string, status int, elapsed time.Durat
 	}
 }
 
-// observeGeneration counts one generation that ran (outcome is the finish reason, or
-// "cancelled" or "error").
-func (m *metrics) observeGeneration(outcome string, promptTokens, completionTokens int, tau float64, tokensPerSecond *float64) {
+// observeGeneration counts one generation that ran through endpoint, the API it came from
+// (outcome is the finish reason, or "cancelled" or "error").
+func (m *metrics) observeGeneration(endpoint, outcome string, promptTokens, completionTokens int, tau float64, tokensPerSecond *float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.generations[outcome]++
+	m.generations[[2]string{endpoint, outcome}]++
 	m.promptTokens += uint64(max(promptTokens, 0))
 	m.completionTokens += uint64(max(completionTokens, 0))
 	if tau > 0 {
@@ -83,28 +83,13 @@ func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheS
 	var b strings.Builder
 
 	header(&b, "dflash_http_requests_total", "counter", "HTTP requests by endpoint and status code.")
-	keys := make([][2]string, 0, len(m.requests))
-	for k := range m.requests {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
-	for _, k := range keys {
+	for _, k := range sortedPairs(m.requests) {
 		fmt.Fprintf(&b, "dflash_http_requests_total{endpoint=%s,code=%s} %d\n", label(k[0]), label(k[1]), m.requests[k])
 	}
 
-	header(&b, "dflash_generations_total", "counter", "Generations by outcome (finish reason, cancelled or error).")
-	outcomes := make([]string, 0, len(m.generations))
-	for k := range m.generations {
-		outcomes = append(outcomes, k)
-	}
-	sort.Strings(outcomes)
-	for _, k := range outcomes {
-		fmt.Fprintf(&b, "dflash_generations_total{outcome=%s} %d\n", label(k), m.generations[k])
+	header(&b, "dflash_generations_total", "counter", "Generations by API endpoint and outcome (finish reason, cancelled or error).")
+	for _, k := range sortedPairs(m.generations) {
+		fmt.Fprintf(&b, "dflash_generations_total{endpoint=%s,outcome=%s} %d\n", label(k[0]), label(k[1]), m.generations[k])
 	}
 
 	header(&b, "dflash_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.")
@@ -130,6 +115,21 @@ func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheS
 
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// sortedPairs returns the keys of a two-label counter in order, so the output is stable.
+func sortedPairs(counts map[[2]string]uint64) [][2]string {
+	keys := make([][2]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	return keys
 }
 
 // writePromptCache renders the prefix cache's counters and gauges.

@@ -80,7 +80,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			if p != nil && p != http.ErrAbortHandler {
 				s.log.Error("handler panic", "id", info.id, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				if rec.status == 0 {
-					writeError(rec, internalError("internal server error; see the server log for request "+info.id))
+					errorWriterFor(r.URL.Path)(rec, internalError("internal server error; see the server log for request "+info.id))
 				}
 			}
 			s.finishRequest(r, rec, info, time.Since(start))
@@ -150,7 +150,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 		}
 		route, ok := lookupRoute(r.URL.Path)
 		if !ok {
-			writeError(w, notFound("no route for "+r.URL.Path))
+			errorWriterFor(r.URL.Path)(w, notFound("no route for "+r.URL.Path))
 			return
 		}
 		h := w.Header()
@@ -177,23 +177,34 @@ func (s *Server) originAllowed(origin string) bool {
 	return false
 }
 
-// auth requires the API key on everything but /health, which load balancers probe.
+// auth requires the API key on everything but /health, which load balancers probe. The key
+// may come as "Authorization: Bearer <key>" (OpenAI's SDKs, and Anthropic's since 2.x) or
+// as "x-api-key: <key>" (Anthropic's older SDKs and Claude Code's ANTHROPIC_API_KEY).
 func (s *Server) auth(next http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next
 	}
 	want := sha256.Sum256([]byte(s.cfg.APIKey))
+	// Comparing digests keeps the comparison constant-time whatever the lengths.
+	matches := func(key string) bool {
+		got := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			next.ServeHTTP(w, r)
 			return
 		}
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		// Comparing digests keeps the comparison constant-time whatever the lengths.
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
-				Message: "a valid API key is required: send \"Authorization: Bearer <key>\""})
+		bearerOK := strings.EqualFold(scheme, "Bearer") && matches(token)
+		apiKeyOK := r.Header.Get("X-Api-Key") != "" && matches(r.Header.Get("X-Api-Key"))
+		if !bearerOK && !apiKeyOK {
+			e := &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+				Message: "a valid API key is required: send \"Authorization: Bearer <key>\""}
+			if isAnthropicPath(r.URL.Path) {
+				e.Message = "a valid API key is required: send \"x-api-key: <key>\" or \"Authorization: Bearer <key>\""
+			}
+			errorWriterFor(r.URL.Path)(w, e)
 			return
 		}
 		next.ServeHTTP(w, r)

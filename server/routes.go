@@ -39,11 +39,21 @@ var routes = map[string]route{
 	"/completions":         {"/v1/completions", []string{http.MethodPost}, (*Server).handleCompletions},
 	"/v1/models":           {"/v1/models", []string{http.MethodGet}, (*Server).handleModels},
 	"/models":              {"/v1/models", []string{http.MethodGet}, (*Server).handleModels},
-	"/health":              {"/health", []string{http.MethodGet}, (*Server).handleHealth},
-	"/metrics":             {"/metrics", []string{http.MethodGet}, (*Server).handleMetrics},
+	"/v1/responses":        {"/v1/responses", []string{http.MethodPost}, (*Server).handleResponses},
+	"/responses":           {"/v1/responses", []string{http.MethodPost}, (*Server).handleResponses},
+	"/v1/messages":         {"/v1/messages", []string{http.MethodPost}, (*Server).handleMessages},
+	"/v1/messages/count_tokens": {"/v1/messages/count_tokens", []string{http.MethodPost},
+		(*Server).handleCountTokens},
+	"/health":  {"/health", []string{http.MethodGet}, (*Server).handleHealth},
+	"/metrics": {"/metrics", []string{http.MethodGet}, (*Server).handleMetrics},
 }
 
 var modelRoute = route{"/v1/models/{id}", []string{http.MethodGet}, (*Server).handleModel}
+
+// responsePathPrefix starts /v1/responses/{id}, a stored response.
+const responsePathPrefix = "/v1/responses/"
+
+var responseRoute = route{"/v1/responses/{id}", []string{http.MethodGet, http.MethodDelete}, (*Server).handleStoredResponse}
 
 func lookupRoute(path string) (route, bool) {
 	if rt, ok := routes[path]; ok {
@@ -51,6 +61,9 @@ func lookupRoute(path string) (route, bool) {
 	}
 	if strings.HasPrefix(path, modelPathPrefix) && len(path) > len(modelPathPrefix) {
 		return modelRoute, true
+	}
+	if id, ok := strings.CutPrefix(path, responsePathPrefix); ok && id != "" && !strings.Contains(id, "/") {
+		return responseRoute, true
 	}
 	return route{}, false
 }
@@ -65,15 +78,21 @@ func endpointName(path string) string {
 }
 
 func isGenerationEndpoint(endpoint string) bool {
-	return endpoint == "/v1/chat/completions" || endpoint == "/v1/completions"
+	switch endpoint {
+	case "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages":
+		return true
+	}
+	return false
 }
 
 // dispatch answers 404 and 405 in the OpenAI error shape, which http.ServeMux would answer
 // in plain text.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	writeError := errorWriterFor(r.URL.Path)
 	rt, ok := lookupRoute(r.URL.Path)
 	if !ok {
-		writeError(w, notFound("no route for "+r.URL.Path+"; the API lives under /v1 (chat/completions, completions, models)"))
+		writeError(w, notFound("no route for "+r.URL.Path+
+			"; the API lives under /v1 (chat/completions, completions, responses, messages, models)"))
 		return
 	}
 	if !rt.accepts(r.Method) {

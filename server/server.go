@@ -20,6 +20,8 @@ type Server struct {
 	queue   *generationQueue
 	metrics *metrics
 	handler http.Handler
+	// responses keeps finished /v1/responses answers (bounded by Config.ResponseStoreBytes).
+	responses *responseStore
 
 	// hardStop is cancelled when the drain deadline passes: every generation and every
 	// queued request still running is cancelled then.
@@ -52,6 +54,7 @@ func New(cfg Config, backend Backend, logger *slog.Logger) (*Server, error) {
 		log:         logger,
 		queue:       newGenerationQueue(cfg.queueLimit()),
 		metrics:     newMetrics(),
+		responses:   newResponseStore(cfg.ResponseStoreBytes),
 		hardStop:    hardStop,
 		stopAllWork: stopAllWork,
 	}

@@ -42,6 +42,18 @@ func (s *sseStream) send(v any) error {
 	return s.write(append(append([]byte("data: "), payload...), '\n', '\n'))
 }
 
+// sendNamed writes v as one event with an "event:" line naming it. The Responses and
+// Messages APIs name every event; Anthropic's SDK skips events that have no name.
+func (s *sseStream) sendNamed(name string, v any) error {
+	payload, err := marshalJSON(v)
+	if err != nil {
+		return fmt.Errorf("encoding stream event %s: %w", name, err)
+	}
+	b := make([]byte, 0, len(name)+len(payload)+16)
+	b = append(append(append(b, "event: "...), name...), "\ndata: "...)
+	return s.write(append(append(b, payload...), '\n', '\n'))
+}
+
 // done writes the terminating event.
 func (s *sseStream) done() error {
 	return s.write([]byte("data: [DONE]\n\n"))

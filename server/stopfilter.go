@@ -11,6 +11,8 @@ type stopFilter struct {
 	stops   []string
 	held    string
 	matched bool
+	// matchedStop is the stop string that ended the output, once matched.
+	matchedStop string
 }
 
 func newStopFilter(stops []string) *stopFilter {
@@ -27,8 +29,8 @@ func (f *stopFilter) push(text string) (safe string, matched bool) {
 		return text, false
 	}
 	buf := f.held + text
-	if cut := f.firstStop(buf); cut >= 0 {
-		f.matched, f.held = true, ""
+	if cut, stop := f.firstStop(buf); cut >= 0 {
+		f.matched, f.held, f.matchedStop = true, "", stop
 		return buf[:cut], true
 	}
 	keep := f.partialTail(buf)
@@ -47,15 +49,15 @@ func (f *stopFilter) flush() string {
 	return held
 }
 
-// firstStop is the index of the earliest stop string in buf, or -1.
-func (f *stopFilter) firstStop(buf string) int {
-	cut := -1
+// firstStop is the index of the earliest stop string in buf and that string, or -1.
+func (f *stopFilter) firstStop(buf string) (int, string) {
+	cut, stop := -1, ""
 	for _, s := range f.stops {
 		if i := strings.Index(buf, s); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
+			cut, stop = i, s
 		}
 	}
-	return cut
+	return cut, stop
 }
 
 // partialTail is the length of the longest suffix of buf that is a proper prefix of some

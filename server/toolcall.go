@@ -59,16 +59,3 @@ func argumentsText(raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 }
-
-// toolCallPrefix is the answer prefix that makes the model call a tool: any tool for
-// tool_choice "required", the named one for a function choice. The Qwen format has the
-// name first, so writing it into the prefix fixes the function without constrained decoding.
-func toolCallPrefix(choice toolChoice) string {
-	switch choice.Mode {
-	case "required":
-		return toolCallOpen + "\n"
-	case "function":
-		return toolCallOpen + "\n{\"name\": " + quote(choice.Function) + ", \"arguments\": "
-	}
-	return ""
-}

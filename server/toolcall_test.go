@@ -35,14 +35,14 @@ func TestParseToolCallBody(t *testing.T) {
 }
 
 func TestToolCallPrefix(t *testing.T) {
-	if got := toolCallPrefix(toolChoice{Mode: "auto"}); got != "" {
+	if got := toolCallPrefix(ToolCallJSON, toolChoice{Mode: "auto"}); got != "" {
 		t.Errorf("auto: got %q, want no prefix", got)
 	}
-	if got := toolCallPrefix(toolChoice{Mode: "required"}); got != "<tool_call>\n" {
+	if got := toolCallPrefix(ToolCallJSON, toolChoice{Mode: "required"}); got != "<tool_call>\n" {
 		t.Errorf("required: got %q", got)
 	}
 	want := "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-	if got := toolCallPrefix(toolChoice{Mode: "function", Function: "get_weather"}); got != want {
+	if got := toolCallPrefix(ToolCallJSON, toolChoice{Mode: "function", Function: "get_weather"}); got != want {
 		t.Errorf("function: got %q, want %q", got, want)
 	}
 }

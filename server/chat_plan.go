@@ -1,0 +1,60 @@
+package server
+
+// renderedChat is a chat request after its tool policy was applied and the template ran.
+type renderedChat struct {
+	prompt  Prompt
+	opts    TemplateOptions
+	toolsOn bool
+	format  ToolCallFormat
+}
+
+// renderChat applies the request's tool policy and renders the conversation through the
+// model's chat template. Chat completions, responses and messages all come through here, so
+// the three APIs build the same prompt for the same conversation. promptParam names the
+// request field the conversation came from, for errors.
+func (s *Server) renderChat(req *chatRequest, promptParam string) (renderedChat, error) {
+	rc := renderedChat{opts: req.Template, format: s.toolCallFormat()}
+	rc.toolsOn = len(req.Tools) > 0 && req.ToolChoice.Mode != "none"
+	var tools []Tool
+	if rc.toolsOn {
+		tools = req.Tools
+		if prefix := toolCallPrefix(rc.format, req.ToolChoice); prefix != "" {
+			// Forcing a tool call: the answer starts with the call, not with reasoning.
+			rc.opts.ResponsePrefix, rc.opts.EnableThinking = prefix, ptr(false)
+		}
+	}
+	if err := s.checkPromptBytes(chatTextBytes(req.Messages), promptParam); err != nil {
+		return rc, err
+	}
+	prompt, err := s.backend.ChatPrompt(req.Messages, tools, rc.opts)
+	if err != nil {
+		return rc, s.promptError(err, promptParam, "the chat template could not render the conversation")
+	}
+	rc.prompt = prompt
+	return rc, nil
+}
+
+// planChat renders a chat request and plans its generation: the output goes through the
+// think splitter and the tool-call parser of the model's format.
+func (s *Server) planChat(id string, req *chatRequest, promptParam string) (*generation, error) {
+	rc, err := s.renderChat(req, promptParam)
+	if err != nil {
+		return nil, err
+	}
+	genReq, err := s.planGeneration(id, req.commonRequest, rc.prompt, promptParam)
+	if err != nil {
+		return nil, err
+	}
+	maxCalls := 0
+	if !req.ParallelToolCalls {
+		maxCalls = 1
+	}
+	parser := newChatOutputParser(rc.toolsOn, maxCalls, rc.prompt.OpensInThinking && rc.opts.ResponsePrefix == "")
+	parser.parseCall = toolCallParser(rc.format, req.Tools)
+	g := &generation{req: genReq, parse: parser.feed, finish: parser.finish, toolCalls: parser.toolCalls,
+		writeError: writeError}
+	if rc.opts.ResponsePrefix != "" {
+		g.initial = append([]chatEvent(nil), parser.feed(rc.opts.ResponsePrefix)...)
+	}
+	return g, nil
+}

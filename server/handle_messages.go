@@ -1,0 +1,68 @@
+package server
+
+import (
+	"net/http"
+)
+
+// handleMessages answers POST /v1/messages (Anthropic): the request becomes a chat
+// conversation and runs on the same generation path as chat completions; errors take
+// Anthropic's shape.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	req, err := decodeMessagesRequest(body, false)
+	if err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	if err := s.checkModel(req.chat.Model); err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	info := infoFrom(r.Context())
+	g, err := s.planChat(info.id, &req.chat, "messages")
+	if err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	// The server applies the stop sequences itself, so that it knows which one matched.
+	g.serverStops, g.writeError = req.StopSequences, writeAnthropicError
+	base := anthropicMessage{ID: randomID("msg_"), Type: "message", Role: "assistant", Model: s.backend.ModelID(),
+		Content: []any{}, Usage: anthropicUsage{InputTokens: len(g.req.Prompt)}}
+	if req.chat.Model != "" {
+		base.Model = req.chat.Model
+	}
+	var out answerWriter = &messagesCollector{base: base, w: w, writeTimeout: s.cfg.WriteTimeout}
+	if req.chat.Stream {
+		out = newMessagesStreamer(base, newSSEStream(w, s.cfg.WriteTimeout))
+	}
+	s.runGeneration(w, r, g, out)
+}
+
+// handleCountTokens answers POST /v1/messages/count_tokens with the prompt's length as a
+// generation would render it.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	req, err := decodeMessagesRequest(body, true)
+	if err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	if err := s.checkModel(req.chat.Model); err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	rc, err := s.renderChat(&req.chat, "messages")
+	if err != nil {
+		writeAPIErrorAs(w, err, writeAnthropicError)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(rc.prompt.Tokens)})
+}
