@@ -50,7 +50,8 @@ MODE forward (--target and --draft)
            target_hidden  [1, S, nT*H] float: context tap rows (S < sliding_window - 1 keeps
                           clear of the reference's slot-based mask, see below)
            temperature    scalar float, optional (default 0 = greedy walk)
-           seed           scalar int, optional (default 0): mx.random.seed before each walk at T>0
+           seed           scalar int, optional (default 0): at T>0, mx.random.seed(seed) before
+                          the first call's walk and mx.random.seed(seed + 1) before the second's
            offset         scalar int, optional (default 0): position count of every fresh draft
                           cache before the first call (the reference's prefill sets P - rows)
            block2, target_hidden2   optional: a second call on the same draft cache
@@ -66,11 +67,11 @@ MODE forward (--target and --draft)
                                        predecessor (anchor, then the drafted tokens); recomputed
                                        here with the reference's expression, not returned by it
            tokens         [L-1] int32: the walk's drafts (select(hidden, logits, anchor, T)[0])
+           offset_before / offset_after  scalar int32: cache[0].offset before and after the call
            at T > 0 only:
            q / q_raw      [L-1, Kc] float32: the reference's q rows, aligned with candidates_raw
                                        (q == q_raw); q[l] = softmax(scores_raw[l] / T) in float32
            q_sorted       [L-1, Kc] float32: q aligned with candidates
-           offset_before / offset_after  scalar int32: cache[0].offset before and after the call
 MODE generate (--target and --draft)
   inputs   prompt         [P] int32
            block_size     scalar int (rows per cycle incl. the anchor; the reference's argument)
@@ -96,13 +97,26 @@ MODE generate (--target and --draft)
 
 Reference behaviours the Go side must match (dflash 0.1.0 + mlx-lm 0.32.2):
   * conv: per tap t (0 then 1) output += base[t]*h[l-t] then output += d[l,t,group]*h[l-t], two
-    separately rounded adds, starting from zeros; row 0's tap 1 reads zeros (block-local).
+    separately rounded adds, starting from zeros; row 0's tap 1 reads zeros (block-local); base is
+    cast to the activation dtype first. prepare(n) projects n once ([.., 2, K, G]: side, tap,
+    group); side 0 convolves n, side 1 is returned and later convolves the sublayer's output.
   * selector: candidates come from argpartition (unordered); greedy takes argmax of scores over the
-    argpartition order (ties: first in that order); q is softmax over float32 scores / T.
+    argpartition order (ties: first in that order); q is softmax over float32 scores / T. In
+    bfloat16 exact ties (at the top-Kc boundary or in the walk) are likely; compare in float32 or
+    treat tied rows as equal.
+  * a quantized drafter folder (see quantizedraft) is the mlx-lm layout: config "quantization",
+    and for a codebook the packed table under its bare name with NAME.scales / NAME.biases.
   * positions: context row j of a call at cache offset o gets position o + j; block row i gets
     o + S + i. The draft cache keeps only context K/V (RotatingKVCache of W-1 rows); its offset
     advances by S per call. The reference builds the sliding mask from buffer slots, which is wrong
     once the cache is full and a call appends exactly one row: keep S_total < W - 1 for parity.
+  * the loop (generate): the prefill hands the drafter the last min(P, W-1) tap rows and sets every
+    draft cache's offset to P - rows; the first token is the argmax of the prefill's last logits.
+    Each cycle: bs = min(block_size, max_tokens - n + 1) (n = tokens so far; stop when bs <= 1),
+    block = [last token, mask x (bs-1)], drafts = the walk; verify [last token, drafts] in one
+    target forward; a = longest prefix where draft == target argmax; emit drafts[:a] + [argmax at
+    a], cut to max_tokens - n; the target cache is trimmed by bs - a - 1 (qwen3_5: the GDN state is
+    recomputed over the a + 1 kept rows); the next call's context is verify taps[:a + 1].
 """
 import argparse
 import json
