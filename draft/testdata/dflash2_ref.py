@@ -104,8 +104,9 @@ Reference behaviours the Go side must match (dflash 0.1.0 + mlx-lm 0.32.2):
     argpartition order (ties: first in that order); q is softmax over float32 scores / T. In
     bfloat16 exact ties (at the top-Kc boundary or in the walk) are likely; compare in float32 or
     treat tied rows as equal.
-  * a quantized drafter folder (see quantizedraft) is the mlx-lm layout: config "quantization",
-    and for a codebook the packed table under its bare name with NAME.scales / NAME.biases.
+  * a quantized drafter folder is the mlx-lm layout: config "quantization", NAME.weight /
+    NAME.scales / NAME.biases; a codebook's packed table may be stored bare or as NAME.weight
+    (both load; quantizedraft and modelgen write NAME.weight).
   * positions: context row j of a call at cache offset o gets position o + j; block row i gets
     o + S + i. The draft cache keeps only context K/V (RotatingKVCache of W-1 rows); its offset
     advances by S per call. The reference builds the sliding mask from buffer slots, which is wrong
@@ -570,11 +571,11 @@ def write_random_drafter(out, target_cfg, seed=0, layers=2, heads=4, kv_heads=2,
 
 
 def quantize_drafter(src, dst, bits=8, group_size=32):
-    """A quantized copy of a drafter folder in the mlx-lm layout: "quantization" {group_size, bits}
-    in config.json, q/k/v/o, MLP, fc, kernel projections, selector projection and codebooks as
-    weight + scales + biases (the codebooks keep their bare on-disk names, so their scales are
-    candidate_selector.predecessor_codebook.scales etc.); a module whose input width is not a
-    multiple of group_size stays unquantized."""
+    """A quantized copy of a drafter folder in the mlx-lm layout: "quantization" {group_size, bits,
+    mode} in config.json, q/k/v/o, MLP, fc, kernel projections, selector projection and codebooks
+    as NAME.weight + NAME.scales + NAME.biases (a quantized codebook keeps ".weight", as modelgen
+    writes it; an unquantized one is stored bare); a module whose input width is not a multiple of
+    group_size stays unquantized."""
     model = load_draft_dir(src)
     nn.quantize(model, group_size=group_size, bits=bits,
                 class_predicate=lambda _p, m: hasattr(m, "to_quantized")
@@ -582,9 +583,10 @@ def quantize_drafter(src, dst, bits=8, group_size=32):
     w = dict(tree_flatten(model.parameters()))
     for name in ("predecessor_codebook", "successor_codebook"):
         key = f"candidate_selector.{name}"
-        w[key] = w.pop(key + ".weight")
+        if key + ".scales" not in w:
+            w[key] = w.pop(key + ".weight")
     cfg = json.loads((Path(src) / "config.json").read_text())
-    cfg["quantization"] = {"group_size": group_size, "bits": bits}
+    cfg["quantization"] = {"group_size": group_size, "bits": bits, "mode": "affine"}
     dst = Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
@@ -795,14 +797,20 @@ def _selftest(tmp, failures):
         _check(rb["logits"].dtype == mx.bfloat16, "forward in bfloat16", failures)
 
         # a quantized drafter (8-bit, the codebooks too when their width allows) loads and runs
+        d32 = str(Path(tmp) / f"{kind}_draft_r32")
+        write_random_drafter(d32, tcfg, seed=2, window=64, block_size=5, rank=32)
         qdir = str(Path(tmp) / f"{kind}_draft_q8")
-        quantize_drafter(ddir, qdir, bits=8, group_size=32)
+        quantize_drafter(d32, qdir, bits=8, group_size=32)
         dq = load_draft_dir(qdir)
         nq = sum(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in dq.named_modules())
-        rq = _run_mode("forward", tdir, qdir, {k: fin[k] for k in ("block", "target_hidden")}, tmp)
-        err = float(mx.abs(rq["logits"] - r1["logits"]).max().item())
-        _check(nq > 0 and err < 0.05 * float(mx.abs(r1["logits"]).max().item()),
-               f"8-bit drafter: {nq} quantized modules, logits within {err:.4f}", failures)
+        two = {k: fin[k] for k in ("block", "target_hidden")}
+        rq = _run_mode("forward", tdir, qdir, two, tmp)
+        r32 = _run_mode("forward", tdir, d32, two, tmp)
+        err = float(mx.abs(rq["logits"] - r32["logits"]).max().item())
+        _check(isinstance(dq.candidate_selector.predecessor_codebook, nn.QuantizedEmbedding)
+               and err < 0.05 * float(mx.abs(r32["logits"]).max().item()),
+               f"8-bit drafter: {nq} quantized modules (codebooks too), logits within {err:.4f}",
+               failures)
 
         # generate: greedy equals plain decoding; per-cycle records are consistent
         prompt = mx.array([(7 * i + 3) % vocab for i in range(20)], dtype=mx.int32)
