@@ -100,8 +100,10 @@ Reference behaviours the Go side must match (dflash 0.1.0 + mlx-lm 0.32.2):
     separately rounded adds, starting from zeros; row 0's tap 1 reads zeros (block-local); base is
     cast to the activation dtype first. prepare(n) projects n once ([.., 2, K, G]: side, tap,
     group); side 0 convolves n, side 1 is returned and later convolves the sublayer's output.
-  * selector: candidates come from argpartition (unordered); greedy takes argmax of scores over the
-    argpartition order (ties: first in that order); q is softmax over float32 scores / T. In
+  * selector: candidates come from argpartition (unordered); unary = logits at them; per position,
+    edges = sum over R of (pred_cb[prev] * hp[l]) * succ_cb[cand] (that product order, in cdt),
+    scores = unary + edges; greedy takes argmax of scores over the argpartition order (ties: first
+    in that order); q = softmax(float32(scores) / T). In
     bfloat16 exact ties (at the top-Kc boundary or in the walk) are likely; compare in float32 or
     treat tied rows as equal.
   * a quantized drafter folder is the mlx-lm layout: config "quantization", NAME.weight /
