@@ -44,7 +44,9 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 			pc = &st
 		}
 	}
-	if err := s.metrics.write(w, waiting, running, pc); err != nil {
+	bytes, entries := s.responses.usage()
+	store := storeGauges{bytes: bytes, budget: s.cfg.ResponseStoreBytes, entries: entries}
+	if err := s.metrics.write(w, waiting, running, pc, store); err != nil {
 		s.log.Debug("writing metrics failed", "err", err)
 	}
 }

@@ -76,8 +76,14 @@ func (m *metrics) observeQueueRejected() {
 	m.queueRejected++
 }
 
+// storeGauges are the response store's size at scrape time.
+type storeGauges struct {
+	bytes, budget int64
+	entries       int
+}
+
 // write renders every metric; waiting and running come from the queue at scrape time.
-func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheState) error {
+func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheState, store storeGauges) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
@@ -103,6 +109,13 @@ func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheS
 	fmt.Fprintf(&b, "dflash_queue_depth %d\n", waiting)
 	header(&b, "dflash_generation_running", "gauge", "1 while a generation runs.")
 	fmt.Fprintf(&b, "dflash_generation_running %d\n", boolToInt(running))
+
+	header(&b, "dflash_response_store_bytes", "gauge", "Bytes held by stored /v1/responses answers.")
+	fmt.Fprintf(&b, "dflash_response_store_bytes %d\n", store.bytes)
+	header(&b, "dflash_response_store_budget_bytes", "gauge", "The memory budget of the response store.")
+	fmt.Fprintf(&b, "dflash_response_store_budget_bytes %d\n", store.budget)
+	header(&b, "dflash_response_store_entries", "gauge", "Stored /v1/responses answers.")
+	fmt.Fprintf(&b, "dflash_response_store_entries %d\n", store.entries)
 
 	if pc != nil {
 		writePromptCache(&b, *pc)

@@ -44,6 +44,9 @@ type Fake struct {
 	Script func(Input) []string
 	// Fail, when set, makes Generate fail with this error after emitting its first delta.
 	Fail error
+	// ToolFormat is the tool-call format the fake's template teaches (ToolCallFormat reports
+	// it, and earlier calls are rendered in it); empty means Qwen3's JSON form.
+	ToolFormat server.ToolCallFormat
 
 	mu        sync.Mutex
 	active    int
@@ -68,7 +71,18 @@ type Run struct {
 	ContextCancelled bool // ctx was done when Generate returned
 }
 
-var _ server.Backend = (*Fake)(nil)
+var (
+	_ server.Backend           = (*Fake)(nil)
+	_ server.ToolCallFormatter = (*Fake)(nil)
+)
+
+// ToolCallFormat reports the fake's ToolFormat, Qwen3's JSON form by default.
+func (f *Fake) ToolCallFormat() server.ToolCallFormat {
+	if f.ToolFormat == "" {
+		return server.ToolCallJSON
+	}
+	return f.ToolFormat
+}
 
 func (f *Fake) ModelID() string {
 	if f.Model == "" {
@@ -106,6 +120,10 @@ func (f *Fake) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opts s
 		}
 		b.WriteString(m.Content)
 		for _, c := range m.ToolCalls {
+			if f.ToolCallFormat() == server.ToolCallQwen3Coder {
+				fmt.Fprintf(&b, "\n<tool_call>\n<function=%s>\n%s\n</function>\n</tool_call>", c.Name, c.Arguments)
+				continue
+			}
 			fmt.Fprintf(&b, "\n<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, c.Arguments)
 		}
 		b.WriteString("<|im_end|>\n")
