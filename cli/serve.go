@@ -36,13 +36,16 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "block-size", Value: 0, Usage: "DFlash block (0 = the drafter's)"},
 		&cli.BoolFlag{Name: "log-json", Usage: "log as JSON lines"},
 		&cli.BoolFlag{Name: "profile", Usage: "split draft and verify time in the dflash stats (one extra sync per cycle)"},
+		&cli.StringSliceFlag{Name: "model-alias", Usage: "another name accepted in a request's model (repeatable; e.g. the model names an agent sends)"},
+		&cli.IntFlag{Name: "response-store-mib", Value: 64, Usage: "memory for stored /v1/responses answers (previous_response_id, GET); least recently used go first"},
 	)
 	return &cli.Command{
 		Name:  "serve",
-		Usage: "serve an OpenAI-compatible API (chat completions, completions, SSE streaming)",
-		Description: `Starts an HTTP server with the OpenAI API shape on --host:--port:
-  POST /v1/chat/completions   POST /v1/completions   GET /v1/models
-  GET /health                 GET /metrics (Prometheus)
+		Usage: "serve OpenAI- and Anthropic-compatible APIs (chat completions, responses, messages, SSE streaming)",
+		Description: `Starts an HTTP server with the OpenAI and Anthropic API shapes on --host:--port:
+  POST /v1/chat/completions   POST /v1/completions   POST /v1/responses
+  POST /v1/messages           POST /v1/messages/count_tokens
+  GET /v1/models              GET /health          GET /metrics (Prometheus)
 One generation runs at a time; others wait in a FIFO queue (--max-queue). SIGTERM drains.
 
 Point clients at it:
@@ -89,7 +92,7 @@ func serveAction(c *cli.Context) error {
 	if id == "" {
 		id = s.TargetRef
 	}
-	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile")}
+	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok)}
 	cfg := server.Config{
 		Host: c.String("host"), Port: c.Int("port"), MaxQueue: maxQueue, APIKey: c.String("api-key"),
 		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),
@@ -99,6 +102,12 @@ func serveAction(c *cli.Context) error {
 	if base := s.TargetRef[strings.LastIndex(s.TargetRef, "/")+1:]; base != id {
 		cfg.ModelAliases = []string{base}
 	}
+	cfg.ModelAliases = append(cfg.ModelAliases, c.StringSlice("model-alias")...)
+	mib := c.Int("response-store-mib")
+	if mib < 1 {
+		return fmt.Errorf("--response-store-mib %d: give 1 or more", mib)
+	}
+	cfg.ResponseStoreBytes = int64(mib) << 20
 	srv, err := server.New(cfg, b, logger)
 	if err != nil {
 		return err
@@ -130,17 +139,33 @@ func queueFlag(n int) (int, error) {
 
 // backend adapts a Session to server.Backend.
 type backend struct {
-	s         *Session
-	id        string
-	blockSize int
-	profile   bool
+	s          *Session
+	id         string
+	blockSize  int
+	profile    bool
+	toolFormat server.ToolCallFormat
 }
 
 func (b *backend) ModelID() string    { return b.id }
 func (b *backend) ContextLength() int { return b.s.Engine.ContextLen() }
 
+// ToolCallFormat is the chat template's tool-call format, which picks the server's parser.
+func (b *backend) ToolCallFormat() server.ToolCallFormat { return b.toolFormat }
+
+// templateToolFormat reads the tool-call format from the chat templates' sources, as mlx-lm
+// picks its tool parser.
+func templateToolFormat(tok *tokenizer.Tokenizer) server.ToolCallFormat {
+	var src strings.Builder
+	for _, name := range tok.ChatTemplateNames() {
+		text, _ := tok.ChatTemplateSource(name)
+		src.WriteString(text)
+	}
+	return server.DetectToolCallFormat(src.String())
+}
+
 func (b *backend) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opts server.TemplateOptions) (server.Prompt, error) {
 	tm := make([]tokenizer.Message, 0, len(msgs))
+	coder := b.ToolCallFormat() == server.ToolCallQwen3Coder
 	for _, m := range msgs {
 		content := m.Content
 		msg := tokenizer.Message{Role: m.Role, Content: &content, ToolCallID: m.ToolCallID, Name: m.Name}
@@ -156,8 +181,12 @@ func (b *backend) ChatPrompt(msgs []server.ChatMessage, tools []server.Tool, opt
 			if args == "" {
 				args = "{}"
 			}
-			// OpenAI sends arguments as a JSON string; the template prints strings as they are.
+			// OpenAI sends arguments as a JSON string; Qwen3's template prints strings as they
+			// are. The qwen3_coder templates iterate the arguments' items, so they get the object.
 			raw, _ := json.Marshal(args)
+			if coder {
+				raw = json.RawMessage(args)
+			}
 			msg.ToolCalls = append(msg.ToolCalls, tokenizer.ToolCall{ID: tc.ID, Type: "function", Function: tokenizer.FunctionCall{Name: tc.Name, Arguments: raw}})
 		}
 		tm = append(tm, msg)
