@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Creates the Python reference environment third_party/pyref used only by tests and
 # reference benchmarks (mlx-lm parity, tokenizer/template parity, Hub cache interop,
-# OpenAI SDK). The engine itself never needs Python. Idempotent via a stamp file.
+# the OpenAI and Anthropic SDKs). The engine itself never needs Python. Idempotent via a
+# stamp file.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/third_party/pyref"
 PKGS=(
   "mlx==0.32.4" "mlx-lm==0.32.2" "tokenizers==0.23.3" "transformers==5.24.0"
-  "jinja2==3.1.6" "huggingface_hub==2.4.0" "openai==3.57.0" "safetensors==0.8.0" "numpy==2.4.6"
+  "jinja2==3.1.6" "huggingface_hub==2.4.0" "openai==3.57.0" "anthropic==2.16.0" "safetensors==0.8.0"
+  "numpy==2.4.6"
 )
 # The reference runs on the CPU backend on Linux (same MLX version as ours); on macOS the
 # mlx wheel brings mlx-metal.
