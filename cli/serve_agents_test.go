@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/reftest"
+)
+
+// The APIs coding agents use, through their official SDKs, against `dflash-mlx serve` on
+// the Go-code pair (testdata/gocode, with DFlash): the openai SDK's Responses calls (plain,
+// streamed, chained by previous_response_id, a function-call round trip sent as history),
+// the Vercel AI SDK's default provider (generateText, streamText), and the anthropic SDKs
+// (messages.create, messages.stream, count_tokens, a tool_use → tool_result round trip).
+// Answers are greedy, and each must equal the chat-completions answer to the same
+// conversation, with the same usage. The pair's model writes Go and never calls tools, so
+// the scripts run without DFLASH_SDK_STRICT_TOOLS: the model side of a tool call is
+// covered by server/templatetest and the fake-backed SDK tests in server.
+func TestServeAgentAPIsWithSDKsOnTheGoCodePair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("serves the Go-code pair and runs the SDK scripts (about a minute on a CPU)")
+	}
+	py := reftest.Python(t)
+	if err := exec.Command(py, "-c", "import openai, anthropic").Run(); err != nil {
+		reftest.Missing(t, "the openai and anthropic Python SDKs in "+py)
+	}
+	pair := filepath.Join(reftest.RepoRoot(), "testdata", "gocode")
+	base, logs := startServeArgs(t, "--target-model", filepath.Join(pair, "target"),
+		"--draft-model", filepath.Join(pair, "draft"), "--model-id", "gocode")
+	dir := filepath.Join(reftest.RepoRoot(), "server", "sdktest")
+	run := func(interp, script string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, interp, script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "DFLASH_BASE_URL="+base+"/v1", "DFLASH_API_KEY=unused", "DFLASH_MODEL=gocode",
+			"DFLASH_SDK_STRICT_TOOLS=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s\nserver log:\n%s", script, err, out, logs.String())
+			return
+		}
+		t.Logf("%s", out)
+	}
+	run(py, "agents_test.py")
+	for _, pkg := range []string{"ai", "@ai-sdk/openai", "@anthropic-ai/sdk"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg)); err != nil {
+			reftest.Missing(t, "server/sdktest/node_modules/"+pkg+" (npm ci)")
+		}
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		reftest.Missing(t, "node")
+	}
+	run(node, "agents_test.mjs")
+}
+
+// startServeArgs runs `dflash-mlx serve` with args on a free port, waits for /health, and
+// drains it with SIGTERM when the test ends.
+func startServeArgs(t *testing.T, args ...string) (string, *syncBuffer) {
+	port := freePort(t)
+	cmd := cliCmd(t, append([]string{"serve", "--port", fmt.Sprint(port)}, args...)...)
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve did not exit cleanly on SIGTERM: %v\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("serve did not drain within 30 s")
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if resp, err := http.Get(base + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base, &logs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not come up: %s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
