@@ -37,6 +37,11 @@ var builtinPairs = []Pair{
 	{Target: "Qwen3.5-35B-A3B", Draft: "z-lab/Qwen3.5-35B-A3B-DFlash", Family: "qwen3_5_moe"},
 	{Target: "Qwen3.6-27B", Draft: "z-lab/Qwen3.6-27B-DFlash", Family: "qwen3_5"},
 	{Target: "Qwen3.6-35B-A3B", Draft: "z-lab/Qwen3.6-35B-A3B-DFlash", Family: "qwen3_5_moe"},
+	// Qwen3.8-27B (model_type qwen3_5) has only a second-generation drafter. Conversions
+	// seen in public sources: Qwen/Qwen3.8-27B, mlx-community/Qwen3.8-27B-4bit and
+	// mlx-community/Qwen3.8-27B-mxfp8; a -bf16 conversion is reported without its
+	// organisation. The prefix rule pairs any of them (and -8bit, unconfirmed).
+	{Target: "Qwen3.8-27B", Draft: "z-lab/Qwen3.8-27B-DFlash2", Family: "qwen3_5"},
 }
 
 // Registry resolves drafts for targets: the built-in table plus user pairs (which win).

@@ -31,6 +31,9 @@ func TestRegistryResolve(t *testing.T) {
 		{"mlx-community/Qwen3.5-9B-4bit", "z-lab/Qwen3.5-9B-DFlash", true},
 		{"mlx-community/Qwen3.5-27B-4bit", "z-lab/Qwen3.5-27B-DFlash", true},
 		{"mlx-community/Qwen3.6-27B-4bit", "z-lab/Qwen3.6-27B-DFlash", true},
+		{"mlx-community/Qwen3.8-27B-4bit", "z-lab/Qwen3.8-27B-DFlash2", true},
+		{"Qwen/Qwen3.8-27B", "z-lab/Qwen3.8-27B-DFlash2", true},
+		{"mlx-community/Qwen3.8-27B-mxfp8", "z-lab/Qwen3.8-27B-DFlash2", true},
 		// The Qwen3.5/3.6 MoE family (qwen3_5_moe) is served too.
 		{"mlx-community/Qwen3.5-35B-A3B-4bit", "z-lab/Qwen3.5-35B-A3B-DFlash", true},
 		{"Qwen/Qwen3.6-35B-A3B", "z-lab/Qwen3.6-35B-A3B-DFlash", true},

@@ -19,6 +19,10 @@ type DFlash2 struct {
 	cache *draft.WindowCache
 	// maskRow is the block's mask tokens [1, B−1], made once.
 	maskRow *mlxc.Array
+	// ProposalQ, when set, replaces the q handed to the verdict (nil: the selector's q
+	// scattered over the vocabulary, the only right choice). The sampling tests set a
+	// wrong one to show that their statistic rejects it.
+	ProposalQ func(b draft.Block, path draft.Path, T float64) *mlxc.Array
 }
 
 // NewDFlash2 wraps a loaded DFlash2 drafter.
@@ -98,7 +102,10 @@ func (p *DFlash2) walk(b draft.Block, anchor *mlxc.Array, n int, sp sample.Param
 	if sp.Greedy() {
 		return Proposal{Tokens: s.Walk(b, anchor, n, 0, nil).Tokens}
 	}
-	path := s.Walk(b, anchor, n, float64(sp.Temperature), mlxc.RandomSplit(keys.Next(), n))
+	path := s.Walk(b, anchor, n, sp.Temperature, mlxc.RandomSplit(keys.Next(), n))
+	if p.ProposalQ != nil {
+		return Proposal{Tokens: path.Tokens, Probs: p.ProposalQ(b, path, sp.Temperature)}
+	}
 	V := b.Logits.Dim(1)
 	q := mlxc.PutAlongAxis(mlxc.Zeros([]int{n, V}, mlxc.Float32), path.Candidates, path.Q, 1)
 	return Proposal{Tokens: path.Tokens, Probs: q}

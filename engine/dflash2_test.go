@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// DFlash2 drafters (convolutions, bidirectional windowed block attention, the candidate
+// selector) over dense and hybrid targets, bf16 and 4-bit, in both loops.
+
+func dflash2Pairs(t *testing.T) map[string]*pair {
+	t.Helper()
+	q := decisiveSpec(51)
+	q4 := decisiveSpec(52)
+	q4.QuantBits, q4.QuantGroup = 4, 64
+	h := decisiveHybrid(53)
+	h4 := decisiveHybrid(54)
+	h4.QuantBits, h4.QuantGroup = 4, 32
+	qd := modelgen.DrafterFor(q, 2).DFlash2For()
+	q4d := modelgen.DrafterFor(q4, 2).DFlash2For()
+	q4d.QuantBits, q4d.QuantGroup = 4, 32
+	hd := modelgen.DrafterForQwen35(h, 2).DFlash2For()
+	h4d := modelgen.DrafterForQwen35(h4, 2).DFlash2For()
+	return map[string]*pair{
+		"qwen3-bf16":  loadPairWith(t, "dflash2-qwen3-bf16", q.Vocab, func(dir string) error { return modelgen.WriteQwen3(dir, q) }, &qd),
+		"qwen3-4bit":  loadPairWith(t, "dflash2-qwen3-4bit", q4.Vocab, func(dir string) error { return modelgen.WriteQwen3(dir, q4) }, &q4d),
+		"qwen35-bf16": loadPairWith(t, "dflash2-qwen35-bf16", h.Vocab, func(dir string) error { return modelgen.WriteQwen35(dir, h) }, &hd),
+		"qwen35-4bit": loadPairWith(t, "dflash2-qwen35-4bit", h4.Vocab, func(dir string) error { return modelgen.WriteQwen35(dir, h4) }, &h4d),
+	}
+}
+
+// longPrompt is a prompt longer than the test drafters' window (64), so the window drops
+// rows during prefill and again while decoding.
+func longPrompt(vocab, n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32((i*37 + 11) % (vocab - 1))
+	}
+	return p
+}
+
+// Greedy DFlash2 emits plain decoding's tokens: serial and run-ahead loops, dense and
+// hybrid targets, bf16 and 4-bit, short prompts and prompts past the drafter's window.
+func TestDFlash2GreedyEqualsPlain(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	for name, p := range dflash2Pairs(t) {
+		if p.drft.Cfg.Kind.String() != "dflash2" {
+			t.Fatalf("%s: drafter loaded as %s", name, p.drft.Cfg.Kind)
+		}
+		ps := append(prompts(p.vocab)[:3], longPrompt(p.vocab, 100))
+		for pi, prompt := range ps {
+			for _, maxTok := range []int{1, 9, 90} {
+				if maxTok == 90 && pi != len(ps)-1 {
+					continue
+				}
+				want := plainGreedy(t, p, prompt, maxTok)
+				for _, B := range []int{3, 8} {
+					for _, ahead := range []bool{false, true} {
+						t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/ahead%v", name, pi, maxTok, B, ahead), func(t *testing.T) {
+							e := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft), RunAhead: ahead}
+							res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
+							checkLossless(t, res, evs, want, B)
+							if st := res.Stats; st.RunAhead != ahead || st.RunAheadFallback != "" {
+								t.Errorf("run ahead %v (fallback %q), asked %v", st.RunAhead, st.RunAheadFallback, ahead)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
