@@ -79,7 +79,7 @@ const tests = {
   },
 
   async aiSdkToolRoundTrip() {
-    if (!strictTools) return "skipped: the SDK runs a tool only when the model calls it (DFLASH_SDK_STRICT_TOOLS=1)";
+    if (!strictTools) return "the SDK runs a tool only when the model calls it (DFLASH_SDK_STRICT_TOOLS=1)";
     const getWeather = tool({
       description: "Current weather for a city",
       inputSchema: jsonSchema(weatherSchema),
