@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 	"github.com/dflash-mlx/dflash-mlx/verify"
@@ -31,6 +32,14 @@ func dflash2Pairs(t *testing.T) map[string]*pair {
 		"qwen35-bf16": loadPairWith(t, "dflash2-qwen35-bf16", h.Vocab, func(dir string) error { return modelgen.WriteQwen35(dir, h) }, &hd),
 		"qwen35-4bit": loadPairWith(t, "dflash2-qwen35-4bit", h4.Vocab, func(dir string) error { return modelgen.WriteQwen35(dir, h4) }, &h4d),
 	}
+}
+
+// proposerOf is the proposer of a loaded drafter's generation.
+func proposerOf(d *draft.Drafter) verify.Proposer {
+	if d.Cfg.Kind == draft.DFlash2 {
+		return verify.NewDFlash2(d)
+	}
+	return verify.NewDFlash(d)
 }
 
 // longPrompt is a prompt longer than the test drafters' window (64), so the window drops
@@ -72,5 +81,32 @@ func TestDFlash2GreedyEqualsPlain(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A window narrower than the drafter's own (the --draft-window option) changes drafts,
+// never the output; a second turn resumed from the prefix cache past the window's length
+// emits what the uncached turn does.
+func TestDFlash2WindowOptionAndPrefixCache(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	p := dflash2Pairs(t)["qwen35-bf16"]
+	prompt := longPrompt(p.vocab, 100)
+	want := plainGreedy(t, p, prompt, 40)
+	p.drft.ContextWindow = 16
+	e := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft)}
+	res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true})
+	p.drft.ContextWindow = 0
+	checkLossless(t, res, evs, want, p.drft.BlockSize())
+
+	pc := newPrefixCache(t, 0, 4)
+	defer pc.Free()
+	cached := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft), Prefix: pc}
+	first, _ := run(t, cached, Request{Prompt: prompt, MaxTokens: 20, IgnoreEOS: true})
+	turn2 := append(append(append([]int32(nil), prompt...), first.Tokens...), 5, 6, 7)
+	want2 := plainGreedy(t, p, turn2, 30)
+	got, evs := run(t, cached, Request{Prompt: turn2, MaxTokens: 30, IgnoreEOS: true})
+	checkLossless(t, got, evs, want2, p.drft.BlockSize())
+	if got.Stats.PromptCacheTokens < len(prompt) {
+		t.Errorf("second turn reused %d prompt tokens, want at least the first prompt's %d", got.Stats.PromptCacheTokens, len(prompt))
 	}
 }

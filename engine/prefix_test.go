@@ -48,6 +48,8 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 	}{
 		{"qwen3", loadPair(t, "decisive-bf16", decisiveSpec(11), 2), false},
 		{"qwen35", loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2), true},
+		{"qwen3-dflash2", dflash2Pairs(t)["qwen3-bf16"], false},
+		{"qwen35-dflash2", dflash2Pairs(t)["qwen35-bf16"], true},
 	}
 	const every = 4
 	for _, pc := range pairs {
@@ -60,7 +62,7 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 					newEngine := func(pcache *prefixcache.Cache) *Engine {
 						e := &Engine{Target: pc.p.target, RunAhead: lp.ahead, Prefix: pcache}
 						if lp.draft {
-							e.Proposer = verify.NewDFlash(pc.p.drft)
+							e.Proposer = proposerOf(pc.p.drft)
 						}
 						return e
 					}
