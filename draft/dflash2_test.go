@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,6 +192,80 @@ func TestConvCompiledMatchesOps(t *testing.T) {
 			}
 		})
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The selector's compiled walk chooses what its ops path chooses, greedy and sampled with
+// the same keys (the same tokens, and q bit for bit), and QOf gives the q of a path the
+// walk drew; every drawn token is one of its row's candidates.
+func TestSelectorWalkCompiledMatchesOps(t *testing.T) {
+	dir := t.TempDir()
+	spec := modelgen.TinyQwen3()
+	spec.Dtype = mlxc.Float32
+	target := loadTarget(t, dir, spec)
+	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
+	ds.Dtype = mlxc.Float32
+	var fail error
+	err := mlxc.Do(func() error {
+		dd := filepath.Join(dir, "d")
+		if err := modelgen.WriteDrafter(dd, ds); err != nil {
+			return err
+		}
+		d, err := draft.Load(dd, target, draft.LoadOptions{})
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		return mlxc.Catch(func() {
+			s := mlxc.NewScope()
+			defer s.Close()
+			L := d.Cfg.BlockSize
+			keys := mlxc.RandomSplit(mlxc.RandomKey(3), 2)
+			ctx := mlxc.Normal([]int{1, 12, len(d.Cfg.TargetLayerIDs) * d.Cfg.HiddenSize}, mlxc.Float32, 0, 1, mlxc.Reshape(mlxc.SliceAxis(keys, 0, 0, 1), 2))
+			block := []int32{42}
+			for len(block) < L {
+				block = append(block, int32(d.Cfg.MaskTokenID))
+			}
+			c := draft.NewWindowCache(d.Cfg.NumLayers, d.Cfg.SlidingWindow-1)
+			defer c.Free()
+			b, err := d.ForwardWindow(mlxc.FromSlice(block, 1, L), ctx, c)
+			if err != nil {
+				fail = err
+				return
+			}
+			anchor := mlxc.FromSlice([]int32{42}, 1)
+			for _, n := range []int{L - 1, 3} {
+				g, go_ := d.Selector.Walk(b, anchor, n, 0, nil), d.Selector.WalkOps(b, anchor, n, 0, nil)
+				if fail = sameInts(fmt.Sprintf("greedy path of %d", n), g.Tokens, go_.Tokens); fail != nil {
+					return
+				}
+				wk := mlxc.RandomSplit(mlxc.Reshape(mlxc.SliceAxis(keys, 0, 1, 2), 2), n)
+				sp, so := d.Selector.Walk(b, anchor, n, 0.7, wk), d.Selector.WalkOps(b, anchor, n, 0.7, wk)
+				if fail = sameInts(fmt.Sprintf("sampled path of %d", n), sp.Tokens, so.Tokens); fail != nil {
+					return
+				}
+				if fail = sameFloats32(fmt.Sprintf("q of %d", n), sp.Q, so.Q); fail != nil {
+					return
+				}
+				if fail = sameFloats32("q along the path", d.Selector.QOf(b, anchor, sp.Tokens, n, 0.7), sp.Q); fail != nil {
+					return
+				}
+				toks, cands := mlxc.ToSlice[int32](sp.Tokens), mlxc.ToSlice[int32](sp.Candidates)
+				K := d.Selector.TopK
+				for l, tok := range toks {
+					if !slices.Contains(cands[l*K:(l+1)*K], tok) {
+						fail = fmt.Errorf("row %d drew %d, not one of its candidates %v", l, tok, cands[l*K:(l+1)*K])
+						return
+					}
+				}
+			}
+		})
+	})
+	if err == nil {
+		err = fail
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

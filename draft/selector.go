@@ -41,7 +41,7 @@ func (s *Selector) inputs(hidden, logits, anchor *mlxc.Array, n int) walkInputs 
 		hidden, logits = mlxc.SliceAxis(hidden, 0, 0, n), mlxc.SliceAxis(logits, 0, 0, n)
 	}
 	V := logits.Dim(1)
-	cand := mlxc.SliceAxis(mlxc.Argpartition(logits, V-s.TopK, -1), 1, V-s.TopK, V)
+	cand := mlxc.AsType(mlxc.SliceAxis(mlxc.Argpartition(logits, V-s.TopK, -1), 1, V-s.TopK, V), mlxc.Int32)
 	flat := mlxc.Reshape(cand, -1)
 	R := s.Rank
 	return walkInputs{
