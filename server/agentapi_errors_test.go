@@ -111,3 +111,21 @@ func TestAgentAPIBadInput(t *testing.T) {
 	postJSONOK(t, srv.URL+"/v1/responses", map[string]any{"input": "still there?"})
 	postJSONOK(t, srv.URL+"/v1/messages", map[string]any{"max_tokens": 5, "messages": user}, anthropicHeaders...)
 }
+
+// Agents send one large max_tokens whatever the model (Claude Code, Codex): on the agent APIs
+// it is a cap, shortened to the context, not the 400 chat completions answers.
+func TestAgentAPIMaxTokensIsACap(t *testing.T) {
+	srv := newFakeServer(t, server.Config{}, &servertest.Fake{Context: 512})
+	msg := postJSONOK(t, srv.URL+"/v1/messages", map[string]any{"max_tokens": 64000,
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}}}, anthropicHeaders...)
+	if msg["stop_reason"] != "end_turn" || messageText(msg) == "" {
+		t.Errorf("messages with max_tokens over the context: %v", msg)
+	}
+	resp := postJSONOK(t, srv.URL+"/v1/responses", map[string]any{"input": "hi", "max_output_tokens": 64000})
+	if resp["status"] != "completed" || responseText(resp) == "" {
+		t.Errorf("responses with max_output_tokens over the context: %v", resp)
+	}
+	if r, data := do(t, http.MethodPost, srv.URL+"/v1/chat/completions", userChat("hi", "max_tokens", 64000)); r.StatusCode != 400 {
+		t.Errorf("chat completions with max_tokens over the context: %d %s", r.StatusCode, data)
+	}
+}

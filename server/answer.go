@@ -20,6 +20,12 @@ type answerWriter interface {
 	probe() func() error
 }
 
+// keepAliver is an answerWriter whose stream must not stay silent for long: keepAlive
+// starts pings once begin has run, and returns the function that stops them.
+type keepAliver interface {
+	keepAlive(interval time.Duration) (stop func())
+}
+
 // outcome is how a generation ended, as the client sees it.
 type outcome struct {
 	finish string // "stop", "length" or "tool_calls"

@@ -54,6 +54,11 @@ type Config struct {
 
 	MaxBodyBytes int64 // default 8 MiB; larger bodies get 413
 
+	// StreamKeepAlive is how long a Responses or Messages stream may stay silent (while the
+	// prompt is prefilled, say) before the server sends a keep-alive: a comment or a ping
+	// event (default 10s).
+	StreamKeepAlive time.Duration
+
 	// ResponseStoreBytes bounds the memory of the stored responses that /v1/responses keeps
 	// for GET, previous_response_id and item_reference (default 64 MiB); the least recently
 	// used are dropped first.
@@ -79,6 +84,7 @@ const (
 	defaultMaxBodyBytes      = 8 << 20
 	defaultDrainTimeout      = 30 * time.Second
 	defaultResponseStore     = 64 << 20
+	defaultStreamKeepAlive   = 10 * time.Second
 )
 
 // queueLimit is how many requests may wait, NoQueue read as none.
@@ -97,6 +103,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, defaultMaxBodyBytes)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, defaultDrainTimeout)
 	cfg.ResponseStoreBytes = cmp.Or(cfg.ResponseStoreBytes, defaultResponseStore)
+	cfg.StreamKeepAlive = cmp.Or(cfg.StreamKeepAlive, defaultStreamKeepAlive)
 	return cfg
 }
 
@@ -120,7 +127,7 @@ func (cfg Config) validate() error {
 	case cfg.ResponseStoreBytes < 0:
 		return fmt.Errorf("response store bytes %d is negative", cfg.ResponseStoreBytes)
 	case cfg.ReadHeaderTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 ||
-		cfg.IdleTimeout < 0 || cfg.DrainTimeout < 0:
+		cfg.IdleTimeout < 0 || cfg.DrainTimeout < 0 || cfg.StreamKeepAlive < 0:
 		return fmt.Errorf("timeouts must not be negative")
 	}
 	for _, origin := range cfg.CORSOrigins {

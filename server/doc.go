@@ -1,7 +1,8 @@
-// Package server is dflash-mlx's OpenAI-compatible HTTP API.
+// Package server is dflash-mlx's HTTP API: OpenAI's chat completions, completions and
+// Responses, and Anthropic's Messages.
 //
 // Its one job is HTTP: decode and validate requests, queue them, run one generation at a
-// time on a Backend, and answer in OpenAI's JSON and SSE shapes. It knows nothing about
+// time on a Backend, and answer in each API's JSON and SSE shapes. It knows nothing about
 // MLX, models or tokenizers: the engine is reached through the small Backend interface
 // (backend.go), which the serve command implements over engine and tokenizer. It imports
 // only the standard library.
@@ -10,12 +11,36 @@
 //
 //	POST /v1/chat/completions   chat, streaming (SSE) or not; tools; reasoning
 //	POST /v1/completions        plain text completion, streaming or not
+//	POST /v1/responses          OpenAI Responses: input items, tools, reasoning items,
+//	                            stored responses (GET and DELETE /v1/responses/{id})
+//	POST /v1/messages           Anthropic Messages; POST /v1/messages/count_tokens
 //	GET  /v1/models             the served model; GET /v1/models/{id} for one
 //	GET  /health                {"status":"ok", ...}; never needs the API key
 //	GET  /metrics               Prometheus text format
 //
-// /chat/completions, /completions and /models answer too, for clients whose base URL has
-// no /v1. Unknown paths get 404 and wrong methods 405, both as OpenAI error JSON.
+// /chat/completions, /completions, /responses and /models answer too, for clients whose
+// base URL has no /v1. Unknown paths get 404 and wrong methods 405, as OpenAI error JSON, or
+// in Anthropic's shape under /v1/messages.
+//
+// # One generation path
+//
+// Responses and Messages requests are translated into the chat request that chat
+// completions decodes (handle_responses.go, handle_messages.go): the same messages, tools
+// and tool choice, rendered by the same chat template, run through the same queue, prefix
+// cache and cancellation, parsed by the same think splitter and tool-call parser. Only the
+// answer writers differ: each turns the parser's events (text, reasoning, a complete tool
+// call) into its API's objects and events. So one conversation gets one greedy answer
+// through all three APIs. Metrics carry the endpoint.
+//
+// Responses are kept, when the request stores them (the default), in a bounded in-memory
+// store (Config.ResponseStoreBytes, least recently used out first) that serves GET,
+// previous_response_id and item_reference; instructions do not carry over to a chained
+// request. On both agent APIs an explicit max tokens is a cap shortened to the context
+// (agents send one large value whatever the model), while chat completions refuses what
+// does not fit. Their streams name every event, never end without a terminal event
+// (response.failed, or an Anthropic error event, after a failure), and send keep-alives
+// while quiet (Config.StreamKeepAlive). The Messages API reports the stop sequence that
+// matched; the server applies those itself to know which one it was.
 //
 // # Policies
 //
@@ -40,14 +65,16 @@
 // Text too long to fit even at the most bytes a token can cover (TokenBounder) is refused
 // with the same context_length_exceeded before it is tokenized.
 //
-// Tool calls (Qwen format): with tools given and tool_choice not "none", each
-// <tool_call>{"name": ..., "arguments": {...}}</tool_call> block in the output becomes an
-// OpenAI tool call (id "call_<random>", arguments as a JSON string), sent in a stream as
-// one tool_calls delta when its block closes; the answer then ends with finish_reason
-// "tool_calls". A block that does not parse stays in the content. tool_choice "required"
-// and a named function are enforced by starting the answer with "<tool_call>\n" (and the
-// name), through TemplateOptions.ResponsePrefix. parallel_tool_calls false keeps the first
-// call only.
+// Tool calls: with tools given and tool_choice not "none", each <tool_call>...</tool_call>
+// block in the output becomes a tool call (id "call_<random>", arguments as a JSON string),
+// sent in a stream as one event when its block closes; the answer then ends with
+// finish_reason "tool_calls". The block is read in the format of the model's chat template
+// (ToolCallFormatter): Qwen3's JSON {"name": ..., "arguments": {...}}, or the qwen3_coder
+// XML of Qwen3.5 and later, <function=NAME> with <parameter=P>value</parameter> elements,
+// whose values become JSON by the tool schema's types. A block that does not parse stays in
+// the content. tool_choice "required" and a named function are enforced by starting the
+// answer with "<tool_call>\n" (and the name, in the format's form), through
+// TemplateOptions.ResponsePrefix. parallel_tool_calls false keeps the first call only.
 //
 // Reasoning: <think>...</think> at the start of a chat answer (or from the start, when the
 // template opened the block, Prompt.OpensInThinking) is sent as reasoning_content, not as
@@ -63,7 +90,8 @@
 //
 // Requests are validated strictly: a wrong type or value is a 400 whose message and param
 // name the field ("messages[1].content[0].type"); a body over Config.MaxBodyBytes is a 413;
-// a wrong API key a 401; an unknown model a 404. n other than 1, logprobs, response_format
+// a wrong API key a 401 (the key may come as a Bearer token or as x-api-key); an unknown
+// model a 404. n other than 1, logprobs, response_format
 // other than text, echo and suffix are refused with 400 because the server cannot honour
 // them; presence/frequency penalties, logit_bias, user, metadata, store and unknown fields
 // are accepted and ignored. A panic in a handler becomes a 500 JSON error.
@@ -82,5 +110,6 @@
 //	return srv.ListenAndServe(ctx) // returns nil after a drain on SIGTERM
 //
 // Package servertest holds a scripted fake Backend and a loopback test server; sdktest
-// drives a server with the official openai SDKs for Python and Node.
+// drives a server with the official openai and anthropic SDKs for Python and Node and with
+// the Vercel AI SDK; templatetest runs tool calls through real chat templates.
 package server

@@ -89,6 +89,9 @@ func (s *Server) runGeneration(w http.ResponseWriter, r *http.Request, g *genera
 	if err := out.begin(); err != nil {
 		abandon(info)
 	}
+	if k, ok := out.(keepAliver); ok && s.cfg.StreamKeepAlive > 0 {
+		defer k.keepAlive(s.cfg.StreamKeepAlive)() // stopped before the slot is released
+	}
 	if err := out.write(g.initial); err != nil {
 		abandon(info)
 	}

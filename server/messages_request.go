@@ -72,7 +72,7 @@ func decodeMessagesGeneration(o jsonObject, req *messagesRequest) error {
 		return invalidField("max_tokens", "max_tokens must be between 1 and %d, got %d", 1<<31-1, v)
 	}
 	n := int(v)
-	c.MaxTokens, c.MaxTokensParam = &n, "max_tokens"
+	c.MaxTokens, c.MaxTokensParam, c.MaxTokensIsCap = &n, "max_tokens", true
 	// Anthropic's ranges: temperature and top_p in [0, 1], top_k a positive count.
 	for _, f := range []struct {
 		name string

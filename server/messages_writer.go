@@ -277,6 +277,11 @@ func (s *messagesStreamer) end(o outcome) error {
 // probe is a ping event, which Anthropic's clients skip.
 func (s *messagesStreamer) probe() func() error { return s.ping }
 
+// keepAlive sends ping events while the stream is quiet, as Anthropic's API does.
+func (s *messagesStreamer) keepAlive(interval time.Duration) func() {
+	return s.stream.keepAlive(interval, s.ping)
+}
+
 func (s *messagesStreamer) abort(e *apiError) {
 	body := e.anthropicBody()
 	_ = s.stream.sendNamed("error", body)

@@ -95,7 +95,10 @@ func (s *Server) planGeneration(id string, c commonRequest, prompt Prompt, promp
 		limit = contextLen
 	}
 	var maxTokens int
-	if c.MaxTokens != nil {
+	switch {
+	case c.MaxTokens != nil && c.MaxTokensIsCap:
+		maxTokens = min(*c.MaxTokens, limit, room)
+	case c.MaxTokens != nil:
 		maxTokens = *c.MaxTokens
 		if maxTokens > limit {
 			return GenerateRequest{}, invalidField(c.MaxTokensParam, "%s is %d, more than this server's limit of %d",
@@ -108,7 +111,7 @@ func (s *Server) planGeneration(id string, c commonRequest, prompt Prompt, promp
 					"shorten the %s or lower %s to at most %d", contextLen, n+maxTokens, n, promptParam, maxTokens,
 					c.MaxTokensParam, promptParam, c.MaxTokensParam, room)}
 		}
-	} else {
+	default:
 		maxTokens = min(s.cfg.DefaultMaxTokens, limit, room)
 	}
 

@@ -14,6 +14,11 @@ type commonRequest struct {
 	// so that limit errors name the field the client used.
 	MaxTokens      *int
 	MaxTokensParam string
+	// MaxTokensIsCap makes an explicit max tokens an upper bound, shortened to what the
+	// context and the server's limit leave, instead of a 400 when it does not fit. Agents
+	// (Claude Code, Codex) send one large value whatever the model; chat completions keeps
+	// OpenAI's refusal.
+	MaxTokensIsCap bool
 	Temperature    *float64
 	TopP           *float64
 	TopK           *int

@@ -100,7 +100,7 @@ func decodeResponsesScalars(o jsonObject, req *responsesRequest) error {
 			return invalidField("max_output_tokens", "max_output_tokens must be between 1 and %d, got %d", 1<<31-1, v)
 		}
 		n := int(v)
-		req.MaxTokens, req.MaxTokensParam = &n, "max_output_tokens"
+		req.MaxTokens, req.MaxTokensParam, req.MaxTokensIsCap = &n, "max_output_tokens", true
 	}
 	if err := decodeSampling(o, &req.commonRequest); err != nil {
 		return err

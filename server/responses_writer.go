@@ -234,6 +234,12 @@ func (s *responsesStreamer) end(o outcome) error {
 
 func (s *responsesStreamer) probe() func() error { return s.stream.ping }
 
+// keepAlive sends SSE comments while the stream is quiet; the SDKs skip them, and they
+// carry no sequence number.
+func (s *responsesStreamer) keepAlive(interval time.Duration) func() {
+	return s.stream.keepAlive(interval, s.stream.ping)
+}
+
 // abort ends the stream with an error event and then response.failed, the terminal event
 // clients wait for (a stream that closes without one is reported as a disconnect).
 func (s *responsesStreamer) abort(e *apiError) {

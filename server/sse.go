@@ -15,6 +15,7 @@ type sseStream struct {
 	w            http.ResponseWriter
 	rc           *http.ResponseController
 	writeTimeout time.Duration
+	lastWrite    time.Time // guarded by mu
 }
 
 func newSSEStream(w http.ResponseWriter, writeTimeout time.Duration) *sseStream {
@@ -78,7 +79,38 @@ func (s *sseStream) write(b []byte) error {
 	if _, err := s.w.Write(b); err != nil {
 		return fmt.Errorf("writing stream event: %w", err)
 	}
+	s.lastWrite = time.Now()
 	return s.flush()
+}
+
+// keepAlive calls ping whenever the stream has been silent for interval (a long prefill, a
+// long tool call being written), so that clients and proxies with idle timeouts keep the
+// connection. stop ends it and waits for a ping in flight: the caller must call it before
+// the handler returns, as nothing may write to the response after that.
+func (s *sseStream) keepAlive(interval time.Duration, ping func() error) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(interval / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			quiet := time.Since(s.lastWrite) >= interval
+			s.mu.Unlock()
+			if quiet && ping() != nil {
+				return // the client is gone; the generation notices on its next write
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 func (s *sseStream) flush() error {
