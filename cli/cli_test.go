@@ -295,6 +295,9 @@ func boolPtr(b *bool) string {
 // flips measurement, and bad flags.
 func TestBenchJSON(t *testing.T) {
 	td, dd := tinyPair(t)
+	// The checks below read a fixed block's cycles (its draft and verify split, τ 11 with
+	// every draft right); the adaptive block would take one-token steps on random weights.
+	t.Setenv("DFLASH_ADAPTIVE_BLOCK", "0")
 	gpu := testenv.GPU()
 	// A GPU's first run compiles kernels on the host (Metal pipelines, CUDA's NVRTC), which a
 	// cold run counts as building: one untimed run first there, so the split below is warm.

@@ -43,6 +43,7 @@ func loadConfig(c *cli.Context) LoadConfig {
 		NoDraft:       c.Bool("no-draft"),
 		RequireDraft:  c.Bool("require-draft"),
 		DraftsFile:    c.String("drafts-file"),
+		MaxBlock:      c.Int("block-size"),
 		Revision:      c.String("revision"),
 		Quiet:         c.Bool("quiet") || c.Bool("json"),
 		Log:           os.Stderr,

@@ -19,7 +19,6 @@ import (
 	_ "github.com/dflash-mlx/dflash-mlx/model/families" // every family registers its model_type
 	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
-	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
 // Default models: the pair the public projects use.
@@ -30,8 +29,11 @@ const (
 
 // LoadConfig says which models to load.
 type LoadConfig struct {
-	Target       string
-	Draft        string // "" = resolve from the registry
+	Target string
+	Draft  string // "" = resolve from the registry
+	// MaxBlock is the largest DFlash block the session's requests ask for (--block-size;
+	// 0: the drafter's): the start-up measurement of the adaptive block times no larger.
+	MaxBlock     int
 	NoDraft      bool
 	RequireDraft bool
 	DraftsFile   string // user registry; "" = the default location
@@ -78,6 +80,8 @@ type Session struct {
 	log     io.Writer
 	logger  *slog.Logger
 	quiet   bool
+	// maxBlock is LoadConfig.MaxBlock.
+	maxBlock int
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -158,7 +162,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
 	}
-	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, quiet: cfg.Quiet, Settings: st}
+	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, quiet: cfg.Quiet, maxBlock: cfg.MaxBlock, Settings: st}
 	var bar *progressBar
 	if !cfg.Quiet && cfg.Logger == nil {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
@@ -200,7 +204,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			}
 			s.drafter = d
 			s.DraftDir = dm.Dir
-			s.Engine.Proposer = verify.NewDFlash(d)
+			s.Engine.Proposer = proposerFor(d)
 			if w, err := model.ReadWeightHeaders(dm.Dir); err == nil {
 				s.CheckpointBytes += w.Bytes
 			}
@@ -232,11 +236,11 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 // blockProbeTokens is the context the adaptive block's cycle costs are measured after.
 const blockProbeTokens = 64
 
-// measureBlockCosts makes the DFlash block adaptive when the settings ask for it (by
-// default on MoE targets): it times a cycle per block size once, here, so that requests
+// measureBlockCosts makes the DFlash block adaptive unless the settings pin it
+// (DFLASH_ADAPTIVE_BLOCK=0): it times a cycle per block size once, here, so that requests
 // do not pay for it, and reports the costs on the load log.
 func (s *Session) measureBlockCosts(ctx context.Context) error {
-	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock, s.Engine.Target.Arch()) {
+	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock) || s.maxBlock == 1 {
 		return nil
 	}
 	V := s.Engine.Target.Arch().VocabSize
@@ -245,7 +249,7 @@ func (s *Session) measureBlockCosts(ctx context.Context) error {
 		prompt[i] = int32((i*7919 + 13) % min(V, 150000)) // any tokens: only the cost is kept
 	}
 	start := time.Now()
-	bc, err := s.blockCosts(ctx, prompt)
+	bc, err := s.blockCosts(ctx, prompt, s.maxBlock)
 	if err != nil {
 		return fmt.Errorf("adaptive block size: %w", err)
 	}
@@ -358,12 +362,22 @@ func (s *Session) ChatPrompt(msgs []tokenizer.Message, opts tokenizer.ChatOption
 	return s.Tok.Encode(text, false)
 }
 
-// blockCosts measures a DFlash cycle's cost per probed block size after prompt.
-func (s *Session) blockCosts(ctx context.Context, prompt []int32) (engine.BlockCosts, error) {
+// blockCosts measures a DFlash cycle's cost per probed block size after prompt, the
+// sizes up to maxBlock (0: all that fit the drafter) and maxBlock itself.
+func (s *Session) blockCosts(ctx context.Context, prompt []int32, maxBlock int) (engine.BlockCosts, error) {
+	sizes := engine.ProbeBlockSizes
+	if maxBlock > 0 {
+		sizes = []int{maxBlock}
+		for _, B := range engine.ProbeBlockSizes {
+			if B < maxBlock {
+				sizes = append(sizes, B)
+			}
+		}
+	}
 	var bc engine.BlockCosts
 	err := mlxc.Do(func() error {
 		var err error
-		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, engine.ProbeBlockSizes, 2)
+		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, sizes, 2)
 		return err
 	})
 	return bc, err

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -15,34 +16,38 @@ import (
 
 // BlockCosts are the measured costs of one DFlash cycle per block size B (the staged
 // token and B−1 drafts): the drafter's proposal, the target's tentative verify of B rows
-// and the rollback that keeps one of them, built and evaluated on their own.
+// and the rollback that keeps one of them, built and evaluated on their own. Block 1 is a
+// one-token step as the serial loop runs it when no block pays: pipelined like plain
+// decoding, the drafter's context rows kept for its next draft.
 type BlockCosts struct {
 	Sizes []int     `json:"sizes"`        // ascending
 	MS    []float64 `json:"cycle_ms"`     // median milliseconds per cycle at Sizes[i]
 	Probe int       `json:"probe_tokens"` // context the cycles ran after
 }
 
-// AdaptiveBlockFor resolves settings.Loop.AdaptiveBlock for a target: Auto adapts on
-// MoE targets, whose verify cost grows with the block.
-func AdaptiveBlockFor(sw settings.Switch, a model.Arch) bool {
-	switch sw {
-	case settings.On:
-		return true
-	case settings.Off:
-		return false
-	}
-	return a.Experts > 0
+// AdaptiveBlockFor resolves settings.Loop.AdaptiveBlock: Auto adapts, for every target,
+// drafter and backend. The block that pays depends on how a verify's cost grows with its
+// rows (flat on a GPU for a dense model; steeper for a MoE target, which reads more
+// experts per row; several one-token steps for 16 rows on a CPU or for Apple's 4-bit
+// products), which only a measurement tells.
+func AdaptiveBlockFor(sw settings.Switch) bool {
+	return sw != settings.Off
 }
 
 // ProbeBlockSizes are the block sizes MeasureBlockCosts times by default (those up to the
-// drafter's block).
-var ProbeBlockSizes = []int{2, 3, 4, 6, 8, 10, 12, 16}
+// drafter's block); 1 is the one-token step.
+var ProbeBlockSizes = []int{1, 2, 3, 4, 6, 8, 12, 16}
+
+// oneTokenProbeSteps are the pipelined one-token steps one timing of block 1 runs: a
+// step's cost is what it adds while the one before it is still running.
+const oneTokenProbeSteps = 4
 
 // MeasureBlockCosts times a DFlash cycle for each block size in sizes (capped at the
 // proposer's block) after prefilling prompt: repeats timed cycles per size after one
 // untimed, reported as the median. The drafts and their verdicts are discarded; each
 // cycle keeps one row, as a cycle that accepts nothing does, so the context grows by one
-// per cycle as in decoding. It runs on the MLX thread.
+// per cycle as in decoding. Block 1 times oneTokenProbeSteps pipelined one-token steps
+// (per step). It runs on the MLX thread.
 func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []int, repeats int) (BlockCosts, error) {
 	p := e.Proposer
 	if p == nil {
@@ -53,7 +58,7 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 	}
 	var bc BlockCosts
 	for _, B := range sizes {
-		if B >= 2 && B <= p.BlockSize() && !slices.Contains(bc.Sizes, B) {
+		if B >= 1 && B <= p.BlockSize() && !slices.Contains(bc.Sizes, B) {
 			bc.Sizes = append(bc.Sizes, B)
 		}
 	}
@@ -67,7 +72,7 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 	cerr := mlxc.Catch(func() {
 		c := e.Target.NewCache()
 		defer c.Free()
-		c.Reserve(len(prompt) + len(bc.Sizes)*(repeats+1) + p.BlockSize())
+		c.Reserve(len(prompt) + (len(bc.Sizes)+oneTokenProbeSteps)*(repeats+1) + p.BlockSize())
 		p.Begin()
 		defer p.End()
 		if err = e.prefill(ctx, prompt, c, p); err != nil {
@@ -75,13 +80,23 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 		}
 		taps := p.TapLayers()
 		staged := prompt[len(prompt)-1]
-		var ctxRows *mlxc.Array
-		defer func() { ctxRows.Free() }()
+		// pending are the context rows the drafter takes at its next proposal (detached).
+		var pending []*mlxc.Array
+		defer func() { freeAll(pending) }()
+		takeRows := func() *mlxc.Array {
+			if len(pending) == 0 {
+				return nil
+			}
+			rows := mlxc.Concatenate(pending, 1)
+			freeAll(pending)
+			pending = nil
+			return rows
+		}
 		step := func(B int) time.Duration {
 			s := mlxc.NewScope()
 			defer s.Close()
 			t := time.Now()
-			prop := p.Propose(staged, c.Offset(), ctxRows, B-1, sample.Params{}, nil)
+			prop := p.Propose(staged, c.Offset(), takeRows(), B-1, sample.Params{}, nil)
 			c.Speculate()
 			ids := mlxc.Concatenate([]*mlxc.Array{mlxc.FromSlice([]int32{staged}, 1, 1), mlxc.Reshape(prop.Tokens, 1, B-1)}, 1)
 			out := e.Target.Forward(ids, c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll, KeyBucket: e.KeyBucket, RowwiseAttention: e.RowwiseVerify})
@@ -92,16 +107,46 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 			}
 			rows := mlxc.SliceAxis(out.Hidden, 1, 0, 1).Detach()
 			mlxc.Eval(append(c.Arrays(), rows)...)
-			ctxRows.Free()
-			ctxRows = rows
+			pending = append(pending, rows)
 			return time.Since(t)
+		}
+		// oneToken starts a one-token step after the lazy token in [1]: its greedy token
+		// [1] and its tapped row, detached.
+		oneToken := func(in *mlxc.Array) (tok, row *mlxc.Array) {
+			s := mlxc.NewScope()
+			defer s.Close()
+			out := e.Target.Forward(mlxc.Reshape(in, 1, 1), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
+			tok = mlxc.Reshape(mlxc.AsType(mlxc.Argmax(out.Logits, -1, false), mlxc.Int32), 1).Detach()
+			row = out.Hidden.Detach()
+			mlxc.AsyncEval(tok, row)
+			return tok, row
+		}
+		// steps runs oneTokenProbeSteps pipelined one-token steps (each built from the lazy
+		// token before the one before it is read) and returns the time per step.
+		steps := func() time.Duration {
+			t := time.Now()
+			in := mlxc.FromSlice([]int32{staged}, 1)
+			tok, row := oneToken(in)
+			in.Free()
+			for i := 1; i <= oneTokenProbeSteps; i++ {
+				var nextTok, nextRow *mlxc.Array
+				if i < oneTokenProbeSteps {
+					nextTok, nextRow = oneToken(tok)
+				}
+				staged = mlxc.ToSlice[int32](tok)[0]
+				tok.Free()
+				pending = append(pending, row)
+				tok, row = nextTok, nextRow
+			}
+			return time.Since(t) / oneTokenProbeSteps
 		}
 		// The last prompt token runs alone first, like the loops' first step, so that
 		// every probed cycle has context rows to hand the drafter.
 		s := mlxc.NewScope()
 		out := e.Target.Forward(mlxc.FromSlice([]int32{staged}, 1, 1), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
-		ctxRows = out.Hidden.Detach()
-		mlxc.Eval(append(c.Arrays(), ctxRows)...)
+		first := out.Hidden.Detach()
+		mlxc.Eval(append(c.Arrays(), first)...)
+		pending = append(pending, first)
 		s.Close()
 		for _, B := range bc.Sizes {
 			var times []float64
@@ -109,7 +154,12 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 				if err = ctx.Err(); err != nil {
 					return
 				}
-				d := step(B)
+				var d time.Duration
+				if B == 1 {
+					d = steps()
+				} else {
+					d = step(B)
+				}
 				if r > 0 {
 					times = append(times, float64(d.Microseconds())/1000)
 				}
@@ -130,43 +180,74 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 	return bc, nil
 }
 
+// freeAll frees every array of as.
+func freeAll(as []*mlxc.Array) {
+	for _, a := range as {
+		a.Free()
+	}
+}
+
 // blockPolicy picks each cycle's block size from the acceptance seen so far and the
 // measured cost of a cycle per size: the size whose expected tokens per cycle over its
 // cost is largest. Where verify costs about the same for any block (a dense model on a
 // GPU) that is the largest block; where it grows with the block (a MoE target, whose
 // verify reads more experts per extra row, or a CPU) a smaller block can win when the
-// far drafts are rarely accepted. Which block a cycle uses never changes what is
-// committed, only how fast: the verdict of each draft is the same.
+// far drafts are rarely accepted, and where even two rows cost more than the drafts
+// they are expected to add (a CPU, whose 16-row verify costs several one-token steps),
+// block 1 wins: a one-token step with no drafts, which commits exactly one token. Which
+// block a cycle uses never changes what is committed, only how fast: the verdict of each
+// draft is the same, and a one-token step is plain decoding's.
+//
+// A drafter attends across its block both ways, so the drafts of a short block are not
+// the first drafts of a long one: the acceptance of each size is counted apart (the
+// cycles that drafted that size), and the counts pooled over all sizes stand in for a
+// size's own until it has a few cycles of them.
 type blockPolicy struct {
-	sizes []int     // candidate sizes, ascending; the last is the largest allowed
+	sizes []int     // candidate sizes, ascending; 1 (a one-token step) when measured; the last is the largest allowed
 	ms    []float64 // cost of a cycle at sizes[i]
-	// tries[i] and hits[i] (decayed) count the cycles that drafted position i+1 with
-	// every draft before it accepted, and those of them that accepted it too.
-	tries, hits []float64
-	observed    int
+	// tries[i] and hits[i] count the cycles that drafted position i+1 with every draft
+	// before it accepted, and those of them that accepted it too, pooled over all sizes;
+	// sizeTries[j] and sizeHits[j] the same for the cycles that drafted sizes[j]. A count
+	// decays each time its position is tried again (acceptance drifts with the text), not
+	// while other positions or one-token steps run, so a rarely drafted position keeps
+	// what was last seen of it.
+	tries, hits         []float64
+	sizeTries, sizeHits [][]float64
+	// spent is the cost (measured, per size) of every cycle so far, explored that of the
+	// cycles that drafted another size than the best because exploring was due.
+	spent, explored float64
+	observed        int
 }
 
 const (
-	// policyDecay weighs older cycles down (per cycle): acceptance drifts with the text.
+	// policyDecay weighs older tries of a position down: acceptance drifts with the text.
 	policyDecay = 0.97
-	// policyWarmup cycles draft the largest block before the policy chooses, and every
-	// policyExplore-th cycle after that does, so that the far positions' acceptance stays
-	// measured while smaller blocks are chosen.
-	policyWarmup  = 4
-	policyExplore = 8
-	policyPrior   = 0.1
+	// policyExploreShare is the share of the cycles' cost that exploring may take: while
+	// the cycles that explored (blockPolicy.explore) cost less than this share of all
+	// cycles, the next one explores, so that the acceptance past the chosen size stays
+	// measured while smaller blocks (or one-token steps) are chosen. The first cycle
+	// explores; the share bounds what exploring costs where it does not pay.
+	policyExploreShare = 1.0 / 32
+	policyPrior        = 0.1
+	// policySizeWeight is how many cycles of the pooled counts a size's own counts are
+	// blended with: a size seen in a few cycles leans on the pooled estimate, one seen in
+	// many on its own.
+	policySizeWeight = 2.0
+	// policyTie is the relative difference in expected tokens per millisecond below which
+	// two sizes count as tied (blockPolicy.best).
+	policyTie = 0.02
 )
 
 // newBlockPolicy makes the policy for blocks up to maxB from costs (nil: no policy, the
 // fixed block). Sizes above maxB are dropped; maxB's cost is interpolated when it was
 // not measured.
 func newBlockPolicy(costs *BlockCosts, maxB int) *blockPolicy {
-	if costs == nil || maxB < 3 || len(costs.Sizes) == 0 || len(costs.Sizes) != len(costs.MS) {
+	if costs == nil || maxB < 2 || len(costs.Sizes) == 0 || len(costs.Sizes) != len(costs.MS) {
 		return nil
 	}
 	p := &blockPolicy{tries: make([]float64, maxB-1), hits: make([]float64, maxB-1)}
 	for i, B := range costs.Sizes {
-		if B < maxB {
+		if B >= 1 && B < maxB {
 			p.sizes, p.ms = append(p.sizes, B), append(p.ms, costs.MS[i])
 		}
 	}
@@ -177,6 +258,10 @@ func newBlockPolicy(costs *BlockCosts, maxB int) *blockPolicy {
 	// largest before it.
 	for i := 1; i < len(p.ms); i++ {
 		p.ms[i] = max(p.ms[i], p.ms[i-1])
+	}
+	for _, B := range p.sizes {
+		p.sizeTries = append(p.sizeTries, make([]float64, B-1))
+		p.sizeHits = append(p.sizeHits, make([]float64, B-1))
 	}
 	return p
 }
@@ -199,48 +284,149 @@ func costAt(c *BlockCosts, B int) float64 {
 	return c.MS[len(c.MS)-1]
 }
 
-// size is the block for the next cycle; nil policy: maxB (the caller's fixed block).
+// size is the block for the next cycle; nil policy: maxB (the caller's fixed block). It
+// depends only on what was observed, so asking twice before the next observe gives the
+// same size.
 func (p *blockPolicy) size(maxB int) int {
 	if p == nil {
 		return maxB
 	}
-	if p.observed < policyWarmup || p.observed%policyExplore == 0 {
-		return p.sizes[len(p.sizes)-1]
+	best := p.best()
+	if p.exploring() {
+		return p.explore(best)
 	}
-	best, bestRate := p.sizes[len(p.sizes)-1], -1.0
+	return best
+}
+
+// explore is the size an exploring cycle drafts: the one whose rate would be the highest
+// if every position measured in less than one cycle were accepted (the size a
+// measurement can gain the most from: the largest where costs are flat), or, when that
+// is the best size already, the next larger one, so that the positions just past the
+// best stay measured as the text changes. A CPU, where a 16-row verify costs many
+// one-token steps, thus measures the sizes that could pay there, not the largest.
+func (p *blockPolicy) explore(best int) int {
+	target, top := best, -1.0
 	for j, B := range p.sizes {
-		if rate := p.expected(B) / p.ms[j]; rate > bestRate {
-			best, bestRate = B, rate
+		if rate := p.estimate(B, true) / p.ms[j]; rate > top {
+			target, top = B, rate
+		}
+	}
+	if target != best {
+		return target
+	}
+	for _, B := range p.sizes {
+		if B > best {
+			return B
 		}
 	}
 	return best
+}
+
+// best is the size with the most expected tokens per millisecond, or the largest whose
+// rate is within policyTie of that: sizes estimated from their own cycles and sizes
+// estimated from the pooled counts differ by a percent or so where they should tie (flat
+// costs), and on a near tie the larger block is worth more, as it measures more
+// positions.
+func (p *blockPolicy) best() int {
+	rates := make([]float64, len(p.sizes))
+	top := 0.0
+	for j, B := range p.sizes {
+		rates[j] = p.expected(B) / p.ms[j]
+		top = max(top, rates[j])
+	}
+	for j := len(p.sizes) - 1; j > 0; j-- {
+		if rates[j] >= top*(1-policyTie) {
+			return p.sizes[j]
+		}
+	}
+	return p.sizes[0]
+}
+
+// exploring reports whether the next cycle explores (blockPolicy.explore) to keep
+// positions beyond the best size measured: the first cycle does, and then one whenever
+// exploring has cost less than policyExploreShare of all cycles.
+func (p *blockPolicy) exploring() bool {
+	return p.observed == 0 || p.explored <= policyExploreShare*p.spent
+}
+
+// oneTokenSteps is how many one-token steps may run before a cycle has to look at the
+// policy again (≥ 1): none of them observes a draft, so the policy's choice stays block 1
+// until exploring is due.
+func (p *blockPolicy) oneTokenSteps() int {
+	if p == nil || p.sizes[0] != 1 || p.exploring() {
+		return 1
+	}
+	return max(1, int(math.Ceil((p.explored/policyExploreShare-p.spent)/p.ms[0])))
 }
 
 // expected is the estimated tokens a cycle of block B commits: 1 + Σ P(the first i
 // drafts are accepted), each position's acceptance given the ones before estimated as
 // hits over tries with a weak even prior (policyPrior of a hit in twice as many tries):
 // an unmeasured position counts as even, a measured one as what was seen. A strong prior
-// would pull high rates down and, multiplied over a block, undervalue large blocks.
-func (p *blockPolicy) expected(B int) float64 {
+// would pull high rates down and, multiplied over a block, undervalue large blocks. B's
+// own counts, where it has any, are blended with the pooled estimate (policySizeWeight).
+// A one-token step (B = 1) commits exactly one token.
+func (p *blockPolicy) expected(B int) float64 { return p.estimate(B, false) }
+
+// estimate is expected(B), or with optimistic set the same with every position tried in
+// less than one cycle (decayed count) taken as certainly accepted.
+func (p *blockPolicy) estimate(B int, optimistic bool) float64 {
+	j := slices.Index(p.sizes, B)
 	e, surv := 1.0, 1.0
-	for i := 0; i < B-1; i++ {
-		surv *= (p.hits[i] + policyPrior) / (p.tries[i] + 2*policyPrior)
+	for i := 0; i < B-1 && i < len(p.tries); i++ {
+		rate := (p.hits[i] + policyPrior) / (p.tries[i] + 2*policyPrior)
+		if j >= 0 {
+			rate = (p.sizeHits[j][i] + policySizeWeight*rate) / (p.sizeTries[j][i] + policySizeWeight)
+		}
+		if optimistic && p.tries[i] < 1 {
+			rate = 1
+		}
+		surv *= rate
 		e += surv
 	}
 	return e
 }
 
-// observe records a cycle that drafted n tokens and accepted the first a.
+// observe records a cycle that drafted n tokens and accepted the first a (n = 0: a
+// one-token step).
 func (p *blockPolicy) observe(n, a int) {
 	if p == nil {
 		return
 	}
-	p.observed++
-	for i := range p.tries {
-		p.tries[i] *= policyDecay
-		p.hits[i] *= policyDecay
+	cost := p.costOf(n + 1)
+	if p.exploring() && n+1 != p.best() {
+		p.explored += cost
 	}
-	countPositions(p.tries, p.hits, n, a)
+	p.spent += cost
+	p.observed++
+	decayPositions(p.tries, p.hits, n, a)
+	if j := slices.Index(p.sizes, n+1); j >= 0 {
+		decayPositions(p.sizeTries[j], p.sizeHits[j], n, a)
+	}
+}
+
+// costOf is the cost of a cycle of block B: a candidate's, else (a block cut by the
+// token budget) the next candidate's above it.
+func (p *blockPolicy) costOf(B int) float64 {
+	for j, s := range p.sizes {
+		if s >= B {
+			return p.ms[j]
+		}
+	}
+	return p.ms[len(p.ms)-1]
+}
+
+// decayPositions adds a cycle that drafted n tokens and accepted the first a to decayed
+// per-position counts: each position tried (every draft before it accepted) first
+// decays its counts, then counts the try and, when accepted, the hit.
+func decayPositions(tries, hits []float64, n, a int) {
+	for i := 0; i < min(n, a+1, len(tries)); i++ {
+		tries[i] = tries[i]*policyDecay + 1
+		hits[i] *= policyDecay
+		if i < a {
+			hits[i]++
+		}
+	}
 }
 
 // countPositions adds a cycle that drafted n tokens and accepted the first a to

@@ -8,14 +8,35 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/prefixcache"
+	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
+
+// settle feeds p many cycles drafting the largest block with exact per-position rates
+// hit (fractional counts, pooled and the largest size's own), then makes exploring not
+// due, so that size reports the policy's own choice.
+func settle(p *blockPolicy, hit float64) {
+	last := len(p.sizes) - 1
+	for k := 0; k < 400; k++ {
+		p.observed++
+		for i := range p.tries {
+			p.tries[i] = p.tries[i]*policyDecay + math.Pow(hit, float64(i))
+			p.hits[i] = p.hits[i]*policyDecay + math.Pow(hit, float64(i+1))
+			p.sizeTries[last][i], p.sizeHits[last][i] = p.tries[i], p.hits[i]
+		}
+	}
+	p.spent, p.explored = 1000, 1000*policyExploreShare*2
+}
 
 // The policy's estimate and choice, against hand-computed values.
 func TestBlockPolicyChooses(t *testing.T) {
 	flat := &BlockCosts{Sizes: []int{2, 4, 8, 16}, MS: []float64{10, 10, 10, 10}}
 	// Cost 5 + B ms: a 16-block costs 2.1× a 2-block.
 	steep := &BlockCosts{Sizes: []int{2, 4, 8, 16}, MS: []float64{7, 9, 13, 21}}
+	// The CPU's trained pair: a one-token step 18 ms, a 2-row cycle 35, a 16-row one 173.
+	cpu := &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{18, 35, 64, 93, 173}}
 	cases := []struct {
 		name  string
 		costs *BlockCosts
@@ -24,6 +45,9 @@ func TestBlockPolicyChooses(t *testing.T) {
 	}{
 		{"flat costs take the largest block even at low acceptance", flat, 0.2, 16},
 		{"flat costs, high acceptance", flat, 0.95, 16},
+		// Flat costs with the one-token step measured as cheap as a cycle: drafting costs
+		// nothing extra, so the largest block still wins.
+		{"flat costs with a one-token step", &BlockCosts{Sizes: []int{1, 2, 16}, MS: []float64{10, 10, 10}}, 0.9, 16},
 		// At 0.2 the expected tokens are 1.2 at B=2, 1.25 at B=16: the cheapest wins.
 		{"steep costs, low acceptance", steep, 0.2, 2},
 		// At 0.95 a 16-block commits 1+Σ0.95^i ≈ 11.3 for 21 ms, a 8-block 6.6 for 13.
@@ -33,19 +57,17 @@ func TestBlockPolicyChooses(t *testing.T) {
 		// Flat costs measured with noise (the H200's 35B-A3B cycle): the dip at 4 is
 		// raised to the cost before it, and the largest block wins.
 		{"noisy flat costs", &BlockCosts{Sizes: []int{2, 4, 8, 12, 16}, MS: []float64{28.9, 24.4, 31.6, 32.0, 31.97}}, 0.92, 16},
+		// At 0.7 a 2-row cycle commits 1.7 tokens for 35 ms (0.049/ms), a 16-row one 3.3 for
+		// 173 (0.019): a one-token step's 1 for 18 (0.056) wins, drafting loses.
+		{"a CPU: drafting loses to one-token steps", cpu, 0.7, 1},
+		// At 0.99 a 16-row cycle commits 14.9 tokens for 173 ms (0.086/ms), past the step's
+		// 0.056 and an 8-row cycle's 7.7 for 93 (0.083).
+		{"a CPU: near-certain drafts pay for a wide verify", cpu, 0.99, 16},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := newBlockPolicy(c.costs, 16)
-			// Many cycles drafting 15 with exact per-position rates (fractional counts).
-			for k := 0; k < 400; k++ {
-				p.observed++
-				for i := range p.tries {
-					p.tries[i] = p.tries[i]*policyDecay + math.Pow(c.hit, float64(i))
-					p.hits[i] = p.hits[i]*policyDecay + math.Pow(c.hit, float64(i+1))
-				}
-			}
-			p.observed = policyExplore*10 + 1 // not an exploring cycle
+			settle(p, c.hit)
 			if got := p.size(16); got != c.want {
 				t.Errorf("size %d, want %d (expected tokens: B=2 %.2f, 4 %.2f, 8 %.2f, 16 %.2f)", got, c.want,
 					p.expected(2), p.expected(4), p.expected(8), p.expected(16))
@@ -59,45 +81,151 @@ func TestBlockPolicyCounts(t *testing.T) {
 	if p.sizes[len(p.sizes)-1] != 8 || math.Abs(p.ms[len(p.ms)-1]-(1+6.0/14)) > 1e-12 {
 		t.Fatalf("sizes %v costs %v: want 8 last at the interpolated 1.43 ms", p.sizes, p.ms)
 	}
-	// Warm-up cycles and every explore-th one draft the largest block.
-	for i := 0; i < policyWarmup; i++ {
-		if got := p.size(8); got != 8 {
-			t.Fatalf("warm-up cycle %d: size %d", i, got)
-		}
+	if got := p.size(8); got != 8 {
+		t.Fatalf("first cycle: size %d, want the largest (exploring)", got)
+	}
+	for i := 0; i < 4; i++ {
 		p.observe(7, 2) // accepted 2 of 7: positions 1, 2 hit, 3 tried and missed
 	}
 	// After 4 identical cycles: tries = hits for positions 1–2 = Σ decay^k, k<4; position
-	// 3 tried as often, never hit; positions beyond never tried.
+	// 3 tried as often, never hit; positions beyond never tried. The 8-block's own counts
+	// are the same (every cycle drafted 8); the 2-block's are empty.
 	sum := (1 - math.Pow(policyDecay, 4)) / (1 - policyDecay)
 	want := []struct{ tries, hits float64 }{{sum, sum}, {sum, sum}, {sum, 0}, {0, 0}}
 	for i, w := range want {
-		if math.Abs(p.tries[i]-w.tries) > 1e-9 || math.Abs(p.hits[i]-w.hits) > 1e-9 {
-			t.Errorf("position %d: tries %.4f hits %.4f, want %.4f %.4f", i+1, p.tries[i], p.hits[i], w.tries, w.hits)
+		if math.Abs(p.tries[i]-w.tries) > 1e-9 || math.Abs(p.hits[i]-w.hits) > 1e-9 ||
+			p.sizeTries[1][i] != p.tries[i] || p.sizeHits[1][i] != p.hits[i] {
+			t.Errorf("position %d: tries %.4f hits %.4f (8-block's own %.4f %.4f), want %.4f %.4f", i+1,
+				p.tries[i], p.hits[i], p.sizeTries[1][i], p.sizeHits[1][i], w.tries, w.hits)
 		}
 	}
-	h := (sum + policyPrior) / (sum + 2*policyPrior)
-	m := policyPrior / (sum + 2*policyPrior)
-	if got, want := p.expected(4), 1+h+h*h+h*h*m; math.Abs(got-want) > 1e-12 {
-		t.Errorf("expected(4) = %.6f, want %.6f", got, want)
+	if p.sizeTries[0][0] != 0 {
+		t.Errorf("the 2-block counts cycles it did not draft: %v", p.sizeTries[0])
 	}
-	if newBlockPolicy(nil, 16) != nil || newBlockPolicy(&BlockCosts{Sizes: []int{2}, MS: []float64{1}}, 2) != nil {
-		t.Error("a policy without costs or with a 2-block limit")
+	pooled := func(h, n float64) float64 { return (h + policyPrior) / (n + 2*policyPrior) }
+	own := func(h, n, pool float64) float64 { return (h + policySizeWeight*pool) / (n + policySizeWeight) }
+	h, m := pooled(sum, sum), pooled(0, sum)
+	h8, m8 := own(sum, sum, h), own(0, sum, m)
+	if got, want := p.expected(8), 1+h8+h8*h8+h8*h8*m8*(1+0.5+0.25+0.125+0.0625); math.Abs(got-want) > 1e-12 {
+		t.Errorf("expected(8) = %.6f, want %.6f", got, want)
+	}
+	// The 2-block has no cycles of its own: the pooled estimate.
+	if got, want := p.expected(2), 1+h; math.Abs(got-want) > 1e-12 {
+		t.Errorf("expected(2) = %.6f, want %.6f", got, want)
+	}
+	// A one-token step and a cycle that drafted nothing count no position.
+	p.observe(0, 0)
+	if math.Abs(p.tries[0]-sum) > 1e-9 {
+		t.Errorf("a one-token step decayed position 1: tries %.4f", p.tries[0])
+	}
+	if newBlockPolicy(nil, 16) != nil || newBlockPolicy(&BlockCosts{Sizes: []int{2}, MS: []float64{1}}, 1) != nil {
+		t.Error("a policy without costs or with a 1-block limit")
+	}
+	if p := newBlockPolicy(&BlockCosts{Sizes: []int{1}, MS: []float64{1}}, 2); p == nil || fmt.Sprint(p.sizes) != "[1 2]" {
+		t.Errorf("a 2-block limit with a measured step: %+v, want sizes [1 2]", p)
 	}
 }
 
+// Where one-token steps win, the policy still explores now and then, at most
+// policyExploreShare of the cycles' cost: first the size that could gain the most (the
+// 4-block: 4 tokens for 20 ms if every draft were right), then, once drafts are seen to
+// miss, the size just above the best (2); each stretch of one-token steps runs until the
+// next exploration is due.
+func TestBlockPolicyExplores(t *testing.T) {
+	costs := &BlockCosts{Sizes: []int{1, 2, 4, 16}, MS: []float64{10, 15, 20, 160}}
+	p := newBlockPolicy(costs, 16)
+	explored := map[int]int{}
+	steps := 0
+	for cycle := 0; cycle < 5000; {
+		switch B := p.size(16); B {
+		case 1:
+			k := p.oneTokenSteps()
+			if k < 1 {
+				t.Fatalf("a stretch of %d steps", k)
+			}
+			for i := 0; i < k; i++ {
+				if got := p.size(16); got != 1 {
+					t.Fatalf("step %d of a stretch of %d: size %d", i, k, got)
+				}
+				p.observe(0, 0)
+			}
+			steps += k
+			cycle += k
+		default:
+			if cycle == 0 && B != 4 {
+				t.Fatalf("first cycle: size %d, want 4", B)
+			}
+			explored[B]++
+			p.observe(B-1, 0) // nothing accepted: drafting never pays here
+			cycle++
+		}
+	}
+	if explored[4] != 1 || explored[2] < 2 || explored[16] != 0 {
+		t.Errorf("explored %v in %d steps: want the 4-block once, then the 2-block", explored, steps)
+	}
+	// Exploring took its share (within one exploring cycle) and no more.
+	if p.explored > policyExploreShare*p.spent+20 {
+		t.Errorf("exploring took %.0f of %.0f ms, share %.3f", p.explored, p.spent, policyExploreShare)
+	}
+	if p.oneTokenSteps() < 1 || (*blockPolicy)(nil).oneTokenSteps() != 1 {
+		t.Error("oneTokenSteps below 1")
+	}
+}
+
+// Where verify costs are flat, exploring drafts the largest block, which the policy
+// chooses anyway.
+func TestBlockPolicyExploresFlat(t *testing.T) {
+	p := newBlockPolicy(&BlockCosts{Sizes: []int{1, 2, 8, 16}, MS: []float64{10, 10, 10, 10}}, 16)
+	for i := 0; i < 50; i++ {
+		if got := p.size(16); got != 16 {
+			t.Fatalf("cycle %d: size %d, want 16", i, got)
+		}
+		p.observe(15, i%4)
+	}
+}
+
+// oneTokenWins are costs under which a random pair's drafts never pay: a one-token step
+// 10 ms, any drafting cycle 14 ms or more. Exploring is due every ~45 steps.
+var oneTokenWins = &BlockCosts{Sizes: []int{1, 2, 4, 16}, MS: []float64{10, 14, 14, 14}}
+
 // With an adaptive block DFlash still emits plain decoding's tokens in both loops, and
-// costs that make small blocks pay make the loops use them.
+// costs that make small blocks pay make the loops use them; costs that make drafting lose
+// make them take one-token steps between exploring cycles, the drafter's context kept in
+// step (the caches after each cycle equal a fresh run's, the draft cache included).
 func TestAdaptiveBlockEqualsPlain(t *testing.T) {
 	testenv.RequireShapeExact(t)
 	steep := &BlockCosts{Sizes: []int{2, 4, 8, 16}, MS: []float64{3, 5, 9, 17}}
-	for _, name := range []string{"qwen3_moe-bf16", "qwen3_5_moe-bf16"} {
-		p := moePairs(t)[name]
+	cases := []struct {
+		pair  string
+		costs *BlockCosts
+		n     int
+	}{
+		{"qwen3_moe-bf16", steep, 40},
+		{"qwen3_5_moe-bf16", steep, 40},
+		{"qwen3-bf16", oneTokenWins, 120},
+		{"qwen3_5-bf16", oneTokenWins, 120},
+	}
+	pairs := moePairs(t)
+	pairs["qwen3-bf16"] = loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	pairs["qwen3_5-bf16"] = loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2)
+	for _, c := range cases {
+		p := pairs[c.pair]
 		for pi, prompt := range prompts(p.vocab)[:2] {
-			want := plainGreedy(t, p, prompt, 40)
+			want := plainGreedy(t, p, prompt, c.n)
 			for _, ahead := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%s/p%d/ahead%v", name, pi, ahead), func(t *testing.T) {
-					e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead, BlockCosts: steep}
-					res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true})
+				t.Run(fmt.Sprintf("%s/p%d/ahead%v", c.pair, pi, ahead), func(t *testing.T) {
+					dfl := verify.NewDFlash(p.drft)
+					e := &Engine{Target: p.target, Proposer: dfl, RunAhead: ahead, BlockCosts: c.costs}
+					checked := 0
+					if c.costs == oneTokenWins {
+						e.afterCycle = func(cc model.Cache, committed []int32) {
+							checked++
+							if checked%7 == 0 { // a fresh run per cycle would be slow
+								compareWithFresh(t, p, cc, committed, dfl)
+							}
+						}
+					}
+					res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: c.n, IgnoreEOS: true})
 					checkLossless(t, res, evs, want, 16)
 					if len(res.Stats.BlockSizes) < 2 {
 						t.Errorf("one block size only: %v", res.Stats.BlockSizes)
@@ -109,8 +237,53 @@ func TestAdaptiveBlockEqualsPlain(t *testing.T) {
 					if n != res.Stats.Cycles {
 						t.Errorf("block sizes %v count %d cycles, stats %d", res.Stats.BlockSizes, n, res.Stats.Cycles)
 					}
+					if c.costs == oneTokenWins {
+						// Most tokens from one-token steps, and more than one exploring cycle.
+						if res.Stats.BlockSizes[1] < c.n/2 || res.Stats.Cycles-res.Stats.BlockSizes[1] < 2 {
+							t.Errorf("block sizes %v: want mostly one-token steps and ≥ 2 explorations", res.Stats.BlockSizes)
+						}
+					}
 				})
 			}
+		}
+	}
+}
+
+// Requests whose tokens come mostly from one-token steps save and resume the prefix cache
+// as the fixed block's do: a second turn resumed from the first emits the uncached tokens,
+// greedy and sampled (a stretch of steps ends on the budget with no step in flight).
+func TestOneTokenStepsPrefixCache(t *testing.T) {
+	if testenv.GPU() {
+		t.Skip("needs rows that round alike whatever the prefill's chunking: the CPU backend")
+	}
+	p := loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2)
+	turn1 := []int32{5, 9, 2, 77, 31, 64, 64, 2, 1, 40, 41, 42, 43, 44, 45, 46, 47}
+	for _, sp := range []sample.Params{{}, {Temperature: 0.8, TopP: 0.95, Seed: 7}} {
+		for _, ahead := range []bool{false, true} {
+			t.Run(fmt.Sprintf("T%v/ahead%v", sp.Temperature, ahead), func(t *testing.T) {
+				pcache := newPrefixCache(t, 0, 4)
+				defer pcache.Free()
+				newEngine := func(c *prefixcache.Cache) *Engine {
+					return &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead, BlockCosts: oneTokenWins, Prefix: c}
+				}
+				uncached, cached := newEngine(nil), newEngine(pcache)
+				req := func(prompt []int32, n int) Request {
+					return Request{Prompt: prompt, MaxTokens: n, Sampling: sp, IgnoreEOS: true}
+				}
+				a, _ := run(t, cached, req(turn1, 30))
+				turn2 := append(append(append([]int32(nil), turn1...), a.Tokens...), 3, 4, 8)
+				want, _ := run(t, uncached, req(turn2, 30))
+				got, _ := run(t, cached, req(turn2, 30))
+				if i, ok := eqTokens(got.Tokens, want.Tokens); !ok {
+					t.Fatalf("turn 2 differs from the uncached run at %d:\n got %v\nwant %v", i, got.Tokens, want.Tokens)
+				}
+				if r := got.Stats.PromptCacheTokens; r != len(turn1)+len(a.Tokens)-1 {
+					t.Errorf("turn 2 reused %d prompt tokens, want %d", r, len(turn1)+len(a.Tokens)-1)
+				}
+				if a.Stats.BlockSizes[1] == 0 {
+					t.Errorf("turn 1 took no one-token step: %v", a.Stats.BlockSizes)
+				}
+			})
 		}
 	}
 }
@@ -133,8 +306,8 @@ func TestMeasureBlockCosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(bc.Sizes) != "[2 4 16]" || len(bc.MS) != 3 {
-		t.Fatalf("sizes %v costs %v, want [2 4 16] (40 and 1 dropped, 4 once)", bc.Sizes, bc.MS)
+	if fmt.Sprint(bc.Sizes) != "[1 2 4 16]" || len(bc.MS) != 4 {
+		t.Fatalf("sizes %v costs %v, want [1 2 4 16] (40 dropped, 4 once)", bc.Sizes, bc.MS)
 	}
 	for i, ms := range bc.MS {
 		if ms <= 0 {

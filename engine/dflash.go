@@ -71,11 +71,16 @@ func (e *Engine) dflash(ctx context.Context, req Request, emit func(Event) error
 	}
 	if cont {
 		r.prefetch(r.staged, len(r.o.tokens))
-		r.ctxRows.Free()
-		r.ctxRows = nil
 	}
 	defer func() { r.next.free() }()
 	for cont && !checkCancel(ctx, r.o) {
+		if r.stepping {
+			var err error
+			if cont, err = r.oneTokenSteps(ctx, emit); err != nil {
+				return Result{}, err
+			}
+			continue
+		}
 		a, tok, dtoks, th, err := r.verifyCycle()
 		if err != nil {
 			return Result{}, err
@@ -111,6 +116,9 @@ type serial struct {
 	history []int32
 	// ctxRows are the hidden rows the next draft takes as new context (detached).
 	ctxRows *mlxc.Array
+	// stepping: the policy chose block 1, so the next tokens come from one-token steps
+	// (oneTokenSteps) and no draft is prefetched.
+	stepping bool
 	// fed are the tokens whose positions the target's caches hold, in order (kept for
 	// the prefix cache: past a stop token too).
 	fed    []int32
@@ -181,10 +189,19 @@ func (r *serial) draft(staged int32, n int) pendingDraft {
 
 // prefetch starts the draft after staged for a cycle that follows committed emitted tokens
 // and returns the time it took; the part spent building (not waiting) counts as BuildTime.
+// The draft takes ctxRows, which are then freed. When the policy chooses block 1 it
+// drafts nothing: the next tokens come from one-token steps, and ctxRows wait for the
+// draft after them.
 func (r *serial) prefetch(staged int32, committed int) time.Duration {
+	B := r.policy.size(r.B)
+	if r.stepping = r.policy != nil && B == 1; r.stepping {
+		return 0
+	}
 	tb := time.Now()
 	r.draftEval = 0
-	r.next = r.draft(staged, min(r.policy.size(r.B)-1, r.req.MaxTokens-committed-1))
+	r.next = r.draft(staged, min(B-1, r.req.MaxTokens-committed-1))
+	r.ctxRows.Free()
+	r.ctxRows = nil
 	took := time.Since(tb)
 	r.st.BuildTime += took - r.draftEval
 	return took
@@ -242,15 +259,20 @@ func (r *serial) buildVerify(cur pendingDraft) (v verify.Verdict, drafts, hidden
 	r.c.Speculate()
 	out := r.e.Target.Forward(ids, r.c, model.ForwardOptions{Taps: r.taps, Logits: model.LogitsAll, KeyBucket: r.e.KeyBucket, RowwiseAttention: r.e.RowwiseVerify})
 	logits := r.sp.PenaltyRows(mlxc.Reshape(out.Logits, n+1, -1), lastN(r.history, 64), drafts)
+	return r.verdict(logits, drafts, cur.prop.Probs), drafts, out.Hidden
+}
+
+// verdict is the verification of drafts (nil: none) from the target's logits [n+1, V]:
+// greedy, or speculative sampling with the drafter's probabilities.
+func (r *serial) verdict(logits, drafts, probs *mlxc.Array) verify.Verdict {
 	switch {
 	case r.sp.Greedy():
-		v = verify.GreedyLogits(r.argmax, logits, drafts)
+		return verify.GreedyLogits(r.argmax, logits, drafts)
 	case r.e.speculative != nil:
-		v = r.e.speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, r.sp, r.keys)
+		return r.e.speculative(sample.LogProbs(logits), drafts, probs, r.sp, r.keys)
 	default:
-		v = verify.Speculative(sample.LogProbs(logits), drafts, cur.prop.Probs, r.sp, r.keys)
+		return verify.Speculative(sample.LogProbs(logits), drafts, probs, r.sp, r.keys)
 	}
-	return v, drafts, out.Hidden
 }
 
 // waitVerify evaluates the verdict (and the drafts) and counts the wait.
@@ -303,8 +325,6 @@ func (r *serial) commit(a int, tok int32, dtoks []int32, th time.Time, emit func
 	var prefetch time.Duration
 	if !ends {
 		prefetch = r.prefetch(tok, len(o.tokens)+len(committed))
-		r.ctxRows.Free()
-		r.ctxRows = nil
 	}
 	// A last cycle's rows stay for the prefix cache (taken in when the loop ends).
 
@@ -329,4 +349,145 @@ func (r *serial) commit(a int, tok int32, dtoks []int32, th time.Time, emit func
 	}
 	st.HostTime += time.Since(th) - prefetch
 	return cont, nil
+}
+
+// oneTokenSteps runs the one-token steps the policy chose (block 1: no block's expected
+// tokens pay for its verify) until it has to look again (blockPolicy.oneTokenSteps):
+// plain decoding's steps, pipelined as it pipelines them (the next step is built from the
+// lazy token and started before the host reads this one; a repetition penalty needs the
+// token first), each a cycle of block 1 with the same verdict, and so the same token, as
+// a cycle without drafts. The drafter's context stays in step: each step's tapped row is
+// kept, and the next draft takes them all at once (ctxRows); past 64 of them they go to
+// the drafter as context so that they do not pile up. When the generation ends with a
+// step in flight, that step fed a committed token (the one just read), so fed and the
+// rows still match the caches. It reports whether to go on; going on, the next draft or
+// steps are prefetched.
+func (r *serial) oneTokenSteps(ctx context.Context, emit func(Event) error) (bool, error) {
+	st, o := &r.st, r.o
+	k := r.policy.oneTokenSteps()
+	penalty := r.sp.RepetitionPenalty > 0 && r.sp.RepetitionPenalty != 1
+	var rows []*mlxc.Array
+	if r.ctxRows != nil {
+		rows = append(rows, r.ctxRows)
+		r.ctxRows = nil
+	}
+	defer func() {
+		if len(rows) > 0 {
+			s := mlxc.NewScope()
+			r.ctxRows = mlxc.Concatenate(rows, 1).Detach()
+			s.Close()
+			freeAll(rows)
+		}
+	}()
+	// step starts the step that feeds the token in ([1], lazy; nil: the host's token t):
+	// its token and tapped row (nil without taps), detached.
+	step := func(in *mlxc.Array, t int32) (tok, row *mlxc.Array) {
+		tb := time.Now()
+		s := mlxc.NewScope()
+		defer s.Close()
+		if in == nil {
+			in = mlxc.FromSlice([]int32{t}, 1)
+		}
+		out := r.e.Target.Forward(mlxc.Reshape(in, 1, 1), r.c, model.ForwardOptions{Taps: r.taps, Logits: model.LogitsLast})
+		logits := r.sp.PenaltyRows(mlxc.Reshape(out.Logits, 1, -1), lastN(r.history, 64), nil)
+		tok = mlxc.Reshape(r.verdict(logits, nil, nil).Next, 1).Detach()
+		if out.Hidden != nil {
+			row = out.Hidden.Detach()
+			mlxc.AsyncEval(tok, row)
+		} else {
+			mlxc.AsyncEval(tok)
+		}
+		st.BuildTime += time.Since(tb)
+		return tok, row
+	}
+	fed := func(t int32) {
+		if r.fed != nil {
+			r.fed = append(r.fed, t)
+		}
+	}
+	tok, row := step(nil, r.staged)
+	fed(r.staged)
+	cont := true
+	for i := 1; ; i++ {
+		var nextTok, nextRow *mlxc.Array
+		if !penalty && i < k && len(o.tokens)+1 < r.req.MaxTokens {
+			nextTok, nextRow = step(tok, 0)
+		}
+		tw := time.Now()
+		t := mlxc.ToSlice[int32](tok)[0]
+		st.WaitTime += time.Since(tw)
+		th := time.Now()
+		tok.Free()
+		if row != nil {
+			rows = append(rows, row)
+		}
+		st.Cycles++
+		st.AcceptHist[0]++
+		countDrafts(st, 0, 0)
+		r.policy.observe(0, 0)
+		r.history = append(r.history, t)
+		r.staged = t
+		cont = o.push(t) && !checkCancel(ctx, o)
+		if nextTok != nil {
+			fed(t)
+		}
+		if err := emitPending(o, emit); err != nil {
+			nextTok.Free()
+			nextRow.Free()
+			return false, err
+		}
+		if len(rows) > 64 {
+			r.flushRows(&rows)
+		}
+		if cont && nextTok == nil && i < k {
+			// Not built ahead (a repetition penalty, or the budget's last tokens): from the
+			// token just read.
+			nextTok, nextRow = step(nil, t)
+			fed(t)
+		}
+		st.HostTime += time.Since(th)
+		if !cont || nextTok == nil {
+			if nextTok != nil {
+				// Ended with a step in flight: it ran on the caches, so its row is the
+				// drafter's too.
+				mlxc.Eval(nextTok)
+				nextTok.Free()
+				if nextRow != nil {
+					rows = append(rows, nextRow)
+				}
+			}
+			break
+		}
+		tok, row = nextTok, nextRow
+		if st.Cycles%64 == 0 {
+			mlxc.ClearCache()
+		}
+	}
+	r.stepping = false
+	if !cont {
+		return false, nil
+	}
+	if r.e.afterCycle != nil {
+		committedAll := append(append([]int32(nil), r.req.Prompt...), o.tokens[:len(o.tokens)-1]...)
+		r.e.afterCycle(r.c, committedAll)
+	}
+	// The rows go to the next draft (ctxRows) before it is prefetched.
+	if len(rows) > 0 {
+		s := mlxc.NewScope()
+		r.ctxRows = mlxc.Concatenate(rows, 1).Detach()
+		s.Close()
+		freeAll(rows)
+		rows = nil
+	}
+	r.prefetch(r.staged, len(o.tokens))
+	return true, nil
+}
+
+// flushRows hands the kept rows to the drafter as context (one batch) and empties them.
+func (r *serial) flushRows(rows *[]*mlxc.Array) {
+	s := mlxc.NewScope()
+	r.p.Context(mlxc.Concatenate(*rows, 1))
+	s.Close()
+	freeAll(*rows)
+	*rows = nil
 }

@@ -37,9 +37,11 @@ type Runtime struct {
 type Loop struct {
 	// RunAhead (DFLASH_RUN_AHEAD): the run-ahead DFlash loop; Auto uses it on CUDA GPUs.
 	RunAhead Switch `json:"run_ahead"`
-	// AdaptiveBlock (DFLASH_ADAPTIVE_BLOCK): each DFlash cycle picks its block size from
-	// the acceptance so far and cycle costs measured after loading; Auto on MoE targets,
-	// whose verify cost grows with the block (experts read per row). Speed only: the
+	// AdaptiveBlock (DFLASH_ADAPTIVE_BLOCK): each DFlash cycle picks its block size, up to
+	// the drafter's or --block-size, from the acceptance so far and cycle costs measured
+	// after loading, block 1 (a one-token step, no drafts) included, so that a backend
+	// where a wide verify costs several one-token steps verifies narrow blocks or decodes
+	// plainly. Auto and On adapt, for every target; Off pins the block. Speed only: the
 	// output is the same whatever the block.
 	AdaptiveBlock Switch `json:"adaptive_block"`
 	// GPUExact makes verify blocks round every row as a one-token step does, so DFlash
@@ -237,7 +239,7 @@ var variables = []variable{
 	{"DFLASH_RUN_AHEAD", switchVar(func(s *Settings) *Switch { return &s.Loop.RunAhead },
 		"want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)")},
 	{"DFLASH_ADAPTIVE_BLOCK", switchVar(func(s *Settings) *Switch { return &s.Loop.AdaptiveBlock },
-		"want 0 (the full block every cycle), 1 (an adaptive block) or unset (adaptive on MoE targets)")},
+		"want 0 (the full block every cycle), 1 or unset (an adaptive block)")},
 	{"DFLASH_SKINNY_GEMM", func(s *Settings, v string) error {
 		switch v {
 		case "", "tc":
