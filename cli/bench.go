@@ -30,7 +30,7 @@ var benchPrompts = []string{
 func benchCommand() *cli.Command {
 	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
-		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-4b-4bit (the same, 4-bit), qwen3-8b, qwen3.5-4b, qwen3.5-9b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-27b-4bit, qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-4b-4bit (the same, 4-bit), qwen3-8b, qwen3.5-4b, qwen3.5-9b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-27b-4bit, qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3-4b-thin-4bit (the same, 4-bit: a verify whose quantized products grow with its rows on a CPU), qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
 		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
 		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},
@@ -46,7 +46,9 @@ func benchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
 		&cli.StringFlag{Name: "context", Usage: "instead: plain and DFlash after prompts of these lengths (e.g. 512,2k,8k,32k: built-in text through the tokenizer, random ids for --random shapes), with the cycle's context-dependent part, TTFT and peak memory"},
 		&cli.IntFlag{Name: "multi-turn", Usage: "instead: a chat of N turns, each turn's time to first token without and with the prompt cache side by side (the history through the chat template; random token ids for --random shapes)"},
-		&cli.BoolFlag{Name: "block-sweep", Usage: "also run DFlash at each fixed block size of the τ-vs-cost curve (block_curve), beside the table's runs, which use the adaptive block where it is on (DFLASH_ADAPTIVE_BLOCK; on by default for MoE targets)"},
+		&cli.BoolFlag{Name: "block-sweep", Usage: "also run DFlash at each fixed block size of the τ-vs-cost curve (block_curve), beside the table's runs, which use the adaptive block unless DFLASH_ADAPTIVE_BLOCK=0 pins it"},
+		&cli.BoolFlag{Name: "compare-widths", Usage: "instead: plain decoding, DFlash with the adaptive block and DFlash at each fixed block (--widths), alternating in one process; prints tok/s, τ and the widths the adaptive runs chose"},
+		&cli.IntSliceFlag{Name: "widths", Usage: "the fixed blocks --compare-widths runs (default: the probed sizes from 2 up to the drafter's block or --block-size)"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
 		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
 	)
@@ -272,6 +274,28 @@ func benchAction(c *cli.Context) error {
 	temp := c.Float64("temperature")
 	if err := (sample.Params{Temperature: temp}).Validate(); err != nil {
 		return cli.Exit("bad --temperature: "+err.Error(), 2)
+	}
+	if c.Bool("compare-widths") {
+		widths := c.IntSlice("widths")
+		if len(widths) == 0 {
+			widths = compareWidths(s.Engine.Proposer.BlockSize(), c.Int("block-size"))
+		}
+		for _, w := range widths {
+			if w < 1 || w > s.Engine.Proposer.BlockSize() {
+				return cli.Exit(fmt.Sprintf("--widths: %d is not a block between 1 and the drafter's %d", w, s.Engine.Proposer.BlockSize()), 2)
+			}
+		}
+		wr := widthReport{Target: rep.Target, Draft: rep.Draft, Backend: rep.Backend, Device: rep.Device, Note: note,
+			MaxTokens: n, Repeats: repeats, Prompts: len(prompts), Settings: s.Settings}
+		if replay >= 0 {
+			wr.Replay = &replay
+			wr.Note = joinNote(wr.Note, "replayed acceptance (τ set by the error rate; exactness not checked)")
+		}
+		if temp > 0 {
+			wr.Temperature = temp
+			wr.Note = joinNote(wr.Note, fmt.Sprintf("sampled at temperature %g (exactness not checked)", temp))
+		}
+		return benchWidths(c, s, prompts, widths, wr, replay, temp)
 	}
 	sampled := temp > 0
 	if sampled {

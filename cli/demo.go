@@ -26,7 +26,7 @@ const (
 )
 
 // randomShapes lists the shapes --random and pairShape know.
-const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
+const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-4b-thin-4bit, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
 
 func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	var t modelgen.Qwen3Spec
@@ -39,16 +39,16 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 			// the first (Hugging Face's per-expert tensors).
 			t.Experts, t.TopK, t.MoEInter, t.NormTopK, t.MLPOnly, t.PerExpert = 8, 2, 64, true, []int{0}, true
 		}
-	case "qwen3-4b", "qwen3-4b-4bit", "qwen3-4b-thin":
+	case "qwen3-4b", "qwen3-4b-4bit", "qwen3-4b-thin", "qwen3-4b-thin-4bit":
 		t = modelgen.Qwen3Spec{Hidden: 2560, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Inter: 9728, Vocab: qwen3Vocab,
 			Tied: true, Seed: 7, RopeTheta: 1000000, MaxPositions: 40960, EOS: []int{qwen3ImEnd, qwen3EndOfText}, WeightStd: 0.02}
-		if shape == "qwen3-4b-thin" {
+		if shape == "qwen3-4b-thin" || shape == "qwen3-4b-thin-4bit" {
 			// The 4B shape's layers, heads, head size and vocabulary around 256-wide hidden
 			// and MLP matrices: the same graph per cycle at a small fraction of the weight
 			// reads, so its cycle time is close to the host's cost of a cycle.
 			t.Hidden, t.Inter = 256, 256
 		}
-		if shape == "qwen3-4b-4bit" {
+		if shape == "qwen3-4b-4bit" || shape == "qwen3-4b-thin-4bit" {
 			// mlx-community's 4-bit layout (groups of 64): verify blocks take the quantized
 			// products the small-M kernel serves.
 			t.QuantBits, t.QuantGroup = 4, 64
@@ -61,7 +61,7 @@ func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	}
 	t.Dtype = mlxc.BFloat16
 	d := modelgen.DrafterFor(t, 2)
-	if shape == "qwen3-4b" || shape == "qwen3-4b-4bit" || shape == "qwen3-4b-thin" || shape == "qwen3-8b" {
+	if shape == "qwen3-4b" || shape == "qwen3-4b-4bit" || shape == "qwen3-4b-thin" || shape == "qwen3-4b-thin-4bit" || shape == "qwen3-8b" {
 		// The real z-lab Qwen3 DFlash drafters: 5 layers reading 5 target layers.
 		d = modelgen.DrafterFor(t, 5)
 		d.TargetLayerIDs = []int{1, 9, 17, 25, 33}
@@ -181,7 +181,7 @@ Examples:
 			&cli.StringFlag{Name: "prompt", Usage: "prompt (default: a held-out Go file for the trained pair)"},
 			&cli.IntFlag{Name: "max-new-tokens", Value: 256, Usage: "tokens to generate"},
 			&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Usage: "sample at this temperature (0: greedy)"},
-			&cli.IntFlag{Name: "block-size", Usage: "DFlash block (0: the drafter's 16; the random pair uses 4 on a CPU, where its 151936-row head dominates a cycle)"},
+			&cli.IntFlag{Name: "block-size", Usage: "the largest DFlash block (0: the drafter's 16; the random pair uses 4 on a CPU, where its 151936-row head dominates a cycle); each cycle's block adapts up to it unless DFLASH_ADAPTIVE_BLOCK=0 pins it"},
 		},
 		Action: demoAction,
 	}
@@ -223,7 +223,7 @@ func demoAction(c *cli.Context) error {
 		return cli.Exit("bad --temperature: "+err.Error(), 2)
 	}
 	ctx := context.Background()
-	s, err := Open(ctx, LoadConfig{Target: td, Draft: dd, Log: os.Stderr})
+	s, err := Open(ctx, LoadConfig{Target: td, Draft: dd, Log: os.Stderr, MaxBlock: block})
 	if err != nil {
 		return err
 	}
@@ -249,12 +249,17 @@ func demoAction(c *cli.Context) error {
 		return err
 	}
 	printRunStats(os.Stdout, runOutput{TargetModel: td, DraftModel: dd, FinishReason: res.FinishReason, Stats: res.Stats})
+	if s.Engine.BlockCosts != nil {
+		fmt.Printf("adaptive block: cycles per block size %s (1: a one-token step, no drafts)\n", formatBlockSizes(res.Stats.BlockSizes))
+	}
 	if p := plain.Stats.GenerationTPS; p > 0 {
 		ratio := res.Stats.GenerationTPS / p
 		fmt.Printf("plain decoding: %d tokens, %.1f tok/s; DFlash %.1f tok/s: %.2fx\n", len(plain.Tokens), p, res.Stats.GenerationTPS, ratio)
 		onGPU := false
 		_ = mlxc.Do(func() error { onGPU = mlxc.CurrentDevice().GPU; return nil })
-		if ratio < 1 && !onGPU {
+		if !onGPU && s.Engine.BlockCosts != nil {
+			fmt.Println("(on a CPU a wide verify costs several one-token steps, so the block adapts: narrow blocks, and one-token steps where no block pays; docs/perf/adaptive-width.md)")
+		} else if ratio < 1 && !onGPU {
 			fmt.Println("(on a CPU a verify of a 16-token block costs several one-token steps, so the accepted drafts do not pay; on a GPU, where it costs about one, they do: docs/perf/trained-pair.md)")
 		}
 	}

@@ -42,7 +42,17 @@ func TestPairShapeThin(t *testing.T) {
 	if !reflect.DeepEqual(q4, full) || !reflect.DeepEqual(q4D, fullD) {
 		t.Errorf("qwen3-4b-4bit %+v differs from the 4B pair beyond its quantization %+v", q4, full)
 	}
-	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
+	// The thin 4-bit shape is the thin pair quantized.
+	thin, thinD, _ = pairShape("qwen3-4b-thin")
+	t4, t4D, err := pairShape("qwen3-4b-thin-4bit")
+	if err != nil || t4.QuantBits != 4 || t4.QuantGroup != 64 {
+		t.Errorf("qwen3-4b-thin-4bit: %d-bit groups of %d, %v; want 4-bit groups of 64", t4.QuantBits, t4.QuantGroup, err)
+	}
+	t4.QuantBits, t4.QuantGroup = 0, 0
+	if !reflect.DeepEqual(t4, thin) || !reflect.DeepEqual(t4D, thinD) {
+		t.Errorf("qwen3-4b-thin-4bit %+v differs from the thin pair beyond its quantization %+v", t4, thin)
+	}
+	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-4b-thin-4bit, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
 		t.Errorf("unknown shape: error %v", err)
 	}
 }
