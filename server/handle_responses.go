@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -97,10 +98,13 @@ func (s *Server) storeResponse(obj *responseObject, history []ChatMessage, items
 		s.log.Error("encoding a response to store it", "id", obj.ID, "err", err)
 		return
 	}
-	e := &storedResponse{id: obj.ID, object: raw, history: history, items: make(map[string]json.RawMessage, len(items))}
+	// Cloned to their length: an encoder's buffer has up to twice the capacity, which the
+	// store would keep and not account.
+	e := &storedResponse{id: obj.ID, object: bytes.Clone(raw), history: history,
+		items: make(map[string]json.RawMessage, len(items))}
 	for _, it := range items {
 		if b, err := marshalJSON(it.wire(true)); err == nil {
-			e.items[it.id] = b
+			e.items[it.id] = bytes.Clone(b)
 		}
 	}
 	if !s.responses.put(e) {

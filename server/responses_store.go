@@ -10,10 +10,12 @@ import (
 // previous_response_id and for item_reference, in memory, least recently used first out.
 //
 // Invariant: bytes, the sum of the entries' accounted sizes, never exceeds maxBytes after
-// put returns. An entry's size counts every byte it holds (the response JSON, the history's
-// text, the items' JSON) plus a fixed overhead per message and item for the Go headers
-// around them, so the bound holds for the memory the store really keeps, not only for the
-// payload. A response larger than the whole budget is not kept at all.
+// put returns. An entry's size counts every byte it refers to (the response JSON, the
+// history's text, the items' JSON), a quarter more for the allocator's size classes, and a
+// fixed overhead per message and item for the Go headers around them, so the bound holds for
+// the memory the store keeps, not only for the payload. It is an upper bound: a chained
+// response shares its history's strings with the response before it, and both count them.
+// A response larger than the whole budget is not kept at all.
 type responseStore struct {
 	maxBytes int64
 
@@ -41,7 +43,7 @@ type storedResponse struct {
 const (
 	storedMessageOverhead = 160
 	storedItemOverhead    = 96
-	storedEntryOverhead   = 512
+	storedEntryOverhead   = 768
 )
 
 func newResponseStore(maxBytes int64) *responseStore {
@@ -59,7 +61,9 @@ func (e *storedResponse) accountedSize() int64 {
 	for id, raw := range e.items {
 		n += storedItemOverhead + int64(len(id)+len(raw))
 	}
-	return n
+	// Go's size classes round an allocation up, by as much as 15% at some sizes (an 8.2 KB
+	// string takes a 9.5 KB slot); a quarter keeps the bound on the safe side.
+	return n + n/4
 }
 
 // put keeps e, evicting the least recently used entries until the budget holds it.
