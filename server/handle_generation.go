@@ -26,12 +26,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 // writeAPIError answers with err, which should be an *apiError; anything else is a server
 // bug and becomes a 500.
 func writeAPIError(w http.ResponseWriter, err error) {
-	var apiErr *apiError
-	if errors.As(err, &apiErr) {
-		writeError(w, apiErr)
-		return
-	}
-	writeError(w, internalError(err.Error()))
+	writeAPIErrorAs(w, err, writeError)
 }
 
 func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
