@@ -38,7 +38,7 @@ func TestAgentShapedRequests(t *testing.T) {
 
 	claudeCode := map[string]any{
 		"model": "dflash-fake", "max_tokens": 32000, "stream": true, "metadata": map[string]any{"user_id": "u"},
-		"system": []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral"}}},
+		"system":   []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral"}}},
 		"thinking": map[string]any{"type": "enabled", "budget_tokens": 31999}, "context_management": map[string]any{"edits": []any{}},
 		"tools": []any{map[string]any{"name": "Bash", "description": "Run bash.", "input_schema": map[string]any{
 			"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
