@@ -12,7 +12,8 @@
 //	POST /v1/chat/completions   chat, streaming (SSE) or not; tools; reasoning
 //	POST /v1/completions        plain text completion, streaming or not
 //	POST /v1/responses          OpenAI Responses: input items, tools, reasoning items,
-//	                            stored responses (GET and DELETE /v1/responses/{id})
+//	                            stored responses (GET and DELETE /v1/responses/{id});
+//	                            POST /v1/responses/input_tokens counts a request's prompt
 //	POST /v1/messages           Anthropic Messages; POST /v1/messages/count_tokens
 //	GET  /v1/models             the served model; GET /v1/models/{id} for one
 //	GET  /health                {"status":"ok", ...}; never needs the API key

@@ -13,43 +13,11 @@ import (
 // (instructions, the chained responses' turns, the input items) and runs on the same
 // generation path as chat completions.
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(w, r)
+	req, history, chat, err := s.decodeResponses(w, r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	req, err := decodeResponsesRequest(body)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var history []ChatMessage
-	if req.PreviousResponseID != "" {
-		prev, ok := s.responses.get(req.PreviousResponseID)
-		if !ok {
-			writeAPIError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "previous_response_id",
-				Code: "previous_response_not_found",
-				Message: "previous response " + quote(req.PreviousResponseID) +
-					" is not stored here: it was never stored (store: false), was deleted, or the store evicted it"})
-			return
-		}
-		history = prev.history
-	}
-	if req.Input, err = decodeInput(req.rawInput, history, s.responses.item); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var msgs []ChatMessage
-	if req.Instructions != nil && strings.TrimSpace(*req.Instructions) != "" {
-		msgs = append(msgs, ChatMessage{Role: "system", Content: *req.Instructions})
-	}
-	msgs = append(append(msgs, history...), req.Input...)
-	chat := &chatRequest{commonRequest: req.commonRequest, Messages: msgs, Tools: req.Tools, ToolChoice: req.ToolChoice,
-		ParallelToolCalls: req.ParallelToolCalls, Template: req.Template}
 	info := infoFrom(r.Context())
 	g, err := s.planChat(info.id, chat, "input")
 	if err != nil {
@@ -67,6 +35,60 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		out = newResponsesStreamer(meta, newSSEStream(w, s.cfg.WriteTimeout))
 	}
 	s.runGeneration(w, r, g, out)
+}
+
+// handleInputTokens answers POST /v1/responses/input_tokens: the tokens the same request
+// to /v1/responses would put in the prompt.
+func (s *Server) handleInputTokens(w http.ResponseWriter, r *http.Request) {
+	_, _, chat, err := s.decodeResponses(w, r)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	rc, err := s.renderChat(chat, "input")
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": len(rc.prompt.Tokens)})
+}
+
+// decodeResponses reads a Responses request and builds its conversation: the instructions,
+// the turns of the response it continues, and its input. history is those earlier turns.
+func (s *Server) decodeResponses(w http.ResponseWriter, r *http.Request) (*responsesRequest, []ChatMessage, *chatRequest, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	req, err := decodeResponsesRequest(body)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return nil, nil, nil, err
+	}
+	var history []ChatMessage
+	if req.PreviousResponseID != "" {
+		prev, ok := s.responses.get(req.PreviousResponseID)
+		if !ok {
+			return nil, nil, nil, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "previous_response_id",
+				Code: "previous_response_not_found",
+				Message: "previous response " + quote(req.PreviousResponseID) +
+					" is not stored here: it was never stored (store: false), was deleted, or the store evicted it"}
+		}
+		history = prev.history
+	}
+	if req.Input, err = decodeInput(req.rawInput, history, s.responses.item); err != nil {
+		return nil, nil, nil, err
+	}
+	var msgs []ChatMessage
+	if req.Instructions != nil && strings.TrimSpace(*req.Instructions) != "" {
+		msgs = append(msgs, ChatMessage{Role: "system", Content: *req.Instructions})
+	}
+	msgs = append(append(msgs, history...), req.Input...)
+	chat := &chatRequest{commonRequest: req.commonRequest, Messages: msgs, Tools: req.Tools, ToolChoice: req.ToolChoice,
+		ParallelToolCalls: req.ParallelToolCalls, Template: req.Template}
+	return req, history, chat, nil
 }
 
 // responseMeta is the response object's fields known before generation.

@@ -243,3 +243,15 @@ func TestResponsesFunctionCallRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// input_tokens counts the prompt a Responses request would make, chained turns included.
+func TestResponsesInputTokens(t *testing.T) {
+	srv := newFakeServer(t, server.Config{}, &servertest.Fake{})
+	first := postJSONOK(t, srv.URL+"/v1/responses", map[string]any{"input": "first"})
+	body := map[string]any{"input": "second", "instructions": "Be brief.", "previous_response_id": first["id"]}
+	count := postJSONOK(t, srv.URL+"/v1/responses/input_tokens", body)
+	resp := postJSONOK(t, srv.URL+"/v1/responses", body)
+	if n := num(count["input_tokens"]); n == 0 || n != num(jsonPath(resp, "usage", "input_tokens")) || count["object"] != "response.input_tokens" {
+		t.Errorf("input_tokens %v, the response's usage %v", count, resp["usage"])
+	}
+}
