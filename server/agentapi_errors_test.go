@@ -121,6 +121,18 @@ func TestAgentAPIMaxTokensIsACap(t *testing.T) {
 	if msg["stop_reason"] != "end_turn" || messageText(msg) == "" {
 		t.Errorf("messages with max_tokens over the context: %v", msg)
 	}
+	// An answer that runs out of context says so.
+	endless := newFakeServer(t, server.Config{}, &servertest.Fake{Context: 512, Script: longScript(2000)})
+	msg = postJSONOK(t, endless.URL+"/v1/messages", map[string]any{"max_tokens": 64000,
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}}}, anthropicHeaders...)
+	if msg["stop_reason"] != "model_context_window_exceeded" {
+		t.Errorf("an answer cut by the context: stop_reason %v", msg["stop_reason"])
+	}
+	msg = postJSONOK(t, endless.URL+"/v1/messages", map[string]any{"max_tokens": 10,
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}}}, anthropicHeaders...)
+	if msg["stop_reason"] != "max_tokens" {
+		t.Errorf("an answer cut by max_tokens: stop_reason %v", msg["stop_reason"])
+	}
 	resp := postJSONOK(t, srv.URL+"/v1/responses", map[string]any{"input": "hi", "max_output_tokens": 64000})
 	if resp["status"] != "completed" || responseText(resp) == "" {
 		t.Errorf("responses with max_output_tokens over the context: %v", resp)

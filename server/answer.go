@@ -32,6 +32,8 @@ type outcome struct {
 	// stopSequence is the stop string that ended the answer when the server applied it
 	// (generation.serverStops); "" otherwise.
 	stopSequence string
+	// contextBound: a "length" finish ran out of context, not of the requested max tokens.
+	contextBound bool
 	usage        usage
 	stats        dflashStats
 }

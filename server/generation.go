@@ -26,6 +26,10 @@ type generation struct {
 	serverStops []string
 	// writeError answers a request refused before its answer began, in its API's shape.
 	writeError func(http.ResponseWriter, *apiError)
+	// contextBound is true when the context, not the request's max tokens, set
+	// req.MaxTokens (an agent API's cap that did not fit), so that running out of tokens
+	// is running out of context.
+	contextBound bool
 }
 
 // plainTextGeneration is a generation whose output is sent as it comes (text completions).
@@ -227,6 +231,7 @@ func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, ru
 	}
 	outcome = finish
 	o := outcomeFor(finish, promptTokens, res.CompletionTokens, stats)
+	o.contextBound = g.contextBound
 	if run.stopped && finish == string(FinishStop) {
 		o.stopSequence = run.stopText
 	}

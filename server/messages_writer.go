@@ -179,6 +179,8 @@ func stopReason(o outcome) (string, *string) {
 	switch {
 	case o.finish == "tool_calls":
 		return "tool_use", nil
+	case o.finish == string(FinishLength) && o.contextBound:
+		return "model_context_window_exceeded", nil
 	case o.finish == string(FinishLength):
 		return "max_tokens", nil
 	case o.stopSequence != "":
