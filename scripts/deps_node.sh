@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the npm packages the tests use (the official `openai` SDK for the server's SDK
-# test) from the committed package-lock.json. Idempotent.
+# Installs the npm packages the tests use (the official `openai` and `@anthropic-ai/sdk` SDKs
+# and the Vercel AI SDK, `ai` with `@ai-sdk/openai`, for the server's SDK tests) from the
+# committed package-lock.json. Idempotent.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 D="$ROOT/server/sdktest"
