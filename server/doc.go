@@ -36,9 +36,10 @@
 // Responses are kept, when the request stores them (the default), in a bounded in-memory
 // store (Config.ResponseStoreBytes, least recently used out first) that serves GET,
 // previous_response_id and item_reference; instructions do not carry over to a chained
-// request. On both agent APIs an explicit max tokens is a cap shortened to the context
-// (agents send one large value whatever the model), while chat completions refuses what
-// does not fit. Their streams name every event, never end without a terminal event
+// request. Both agent APIs fold system turns into one at the start (foldSystemTurns), as
+// agents send them where Qwen3.5's template refuses them. On both, an explicit max tokens
+// is a cap shortened to the context (agents send one large value whatever the model),
+// while chat completions refuses what does not fit. Their streams name every event, never end without a terminal event
 // (response.failed, or an Anthropic error event, after a failure), and send keep-alives
 // while quiet (Config.StreamKeepAlive). The Messages API reports the stop sequence that
 // matched; the server applies those itself to know which one it was.

@@ -85,7 +85,7 @@ func (s *Server) decodeResponses(w http.ResponseWriter, r *http.Request) (*respo
 	if req.Instructions != nil && strings.TrimSpace(*req.Instructions) != "" {
 		msgs = append(msgs, ChatMessage{Role: "system", Content: *req.Instructions})
 	}
-	msgs = append(append(msgs, history...), req.Input...)
+	msgs = foldSystemTurns(append(append(msgs, history...), req.Input...))
 	chat := &chatRequest{commonRequest: req.commonRequest, Messages: msgs, Tools: req.Tools, ToolChoice: req.ToolChoice,
 		ParallelToolCalls: req.ParallelToolCalls, Template: req.Template}
 	return req, history, chat, nil

@@ -44,9 +44,8 @@ func decodeSystem(o jsonObject) (string, error) {
 
 // decodeAnthropicMessages turns the messages into chat turns:
 //
-//   - the system prompt, and system messages before the first other one, make the one
-//     system turn at the start; a later system message (Claude Code sends them from hooks)
-//     becomes a user turn, since Qwen3.5's template refuses a system turn anywhere but first;
+//   - the system prompt and system messages are folded into one system turn at the start
+//     as foldSystemTurns does (a later system message becomes a user turn);
 //   - a user message's tool_result blocks become tool turns, before the user's own text,
 //     and each must answer a tool_use of an earlier assistant message;
 //   - an assistant message's text, thinking and tool_use blocks make one assistant turn;
@@ -59,11 +58,10 @@ func decodeAnthropicMessages(o jsonObject, system string) ([]ChatMessage, error)
 	if !ok || len(items) == 0 {
 		return nil, invalidField("messages", "messages must be a non-empty array of {role, content} objects")
 	}
-	var systems []string
-	if system != "" {
-		systems = append(systems, system)
-	}
 	var turns []ChatMessage
+	if system != "" {
+		turns = append(turns, ChatMessage{Role: "system", Content: system})
+	}
 	toolUses := map[string]bool{}
 	for i, raw := range items {
 		mo, err := parseObject(index("messages", i), raw)
@@ -84,11 +82,7 @@ func decodeAnthropicMessages(o jsonObject, system string) ([]ChatMessage, error)
 			if err != nil {
 				return nil, err
 			}
-			if len(turns) == 0 {
-				systems = append(systems, text)
-			} else {
-				turns = append(turns, ChatMessage{Role: "user", Content: text})
-			}
+			turns = append(turns, ChatMessage{Role: "system", Content: text})
 		case "user":
 			msgs, err := userTurns(blocks, toolUses)
 			if err != nil {
@@ -105,10 +99,7 @@ func decodeAnthropicMessages(o jsonObject, system string) ([]ChatMessage, error)
 			return nil, invalidField(mo.child("role"), "%s must be user, assistant or system; got %s", mo.child("role"), quote(role))
 		}
 	}
-	if len(systems) > 0 {
-		turns = append([]ChatMessage{{Role: "system", Content: strings.Join(systems, "\n\n")}}, turns...)
-	}
-	return turns, nil
+	return foldSystemTurns(turns), nil
 }
 
 // anthropicBlock is one content block with its path.

@@ -348,3 +348,40 @@ func firstDiff(a, b string) string {
 	from := max(i-80, 0)
 	return fmt.Sprintf("at byte %d:\n%q\nvs\n%q", i, a[from:min(i+80, len(a))], b[from:min(i+80, len(b))])
 }
+
+// Agents put system turns where Qwen3.5's template refuses them (it allows one, first):
+// Codex sends developer messages after its instructions, Claude Code system messages
+// mid-conversation. Both render, with one system turn at the start.
+func TestAgentSystemTurnsRenderWithQwen35Template(t *testing.T) {
+	source, err := os.ReadFile(filepath.Join("testdata", "qwen3_coder_standin.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := tokenizer.ParseChatTemplate(string(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &templateBackend{tpl: tpl, format: server.ToolCallQwen3Coder, answer: func(string) []string {
+		return []string{"</think>\n\n", "Done."}
+	}}
+	srv := servertest.Start(t, server.Config{}, backend, nil)
+	for _, tt := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v1/responses", map[string]any{"instructions": "You are a coding agent.", "input": []any{
+			map[string]any{"role": "developer", "content": "Sandbox: read-only."},
+			map[string]any{"role": "user", "content": "List the files."}}}},
+		{"/v1/messages", map[string]any{"max_tokens": 50, "system": "You are a coding agent.", "messages": []any{
+			map[string]any{"role": "user", "content": "List the files."},
+			map[string]any{"role": "system", "content": "Sandbox: read-only."},
+			map[string]any{"role": "user", "content": "Go on."}}}},
+	} {
+		post(t, srv.URL+tt.path, tt.body)
+		prompt := backend.lastPrompt()
+		if n := strings.Count(prompt, "<|im_start|>system"); n != 1 || !strings.HasPrefix(prompt, "<|im_start|>system\nYou are a coding agent.") ||
+			!strings.Contains(prompt, "Sandbox: read-only.") {
+			t.Errorf("%s: %d system turns in\n%s", tt.path, n, prompt)
+		}
+	}
+}
