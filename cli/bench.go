@@ -30,7 +30,7 @@ var benchPrompts = []string{
 func benchCommand() *cli.Command {
 	flags := append(modelFlags(), gpuExactFlag(),
 		&cli.BoolFlag{Name: "demo", Usage: "benchmark the tiny generated demo pair (offline)"},
-		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-4b-4bit (the same, 4-bit), qwen3-8b, qwen3.5-4b, qwen3.5-9b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-27b-4bit, qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3-4b-thin-4bit (the same, 4-bit: a verify whose quantized products grow with its rows on a CPU), qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU)"},
+		&cli.StringFlag{Name: "random", Usage: "benchmark a random-weight pair of a real shape: qwen3-4b (target) + its 5-layer drafter, qwen3-4b-4bit (the same, 4-bit), qwen3-8b, qwen3.5-4b, qwen3.5-9b, qwen3.5-27b (hybrid GatedDeltaNet targets), qwen3.5-27b-4bit, qwen3.5-35b-a3b (the hybrid MoE, 4-bit), tiny, tiny-moe (a qwen3_moe target), or qwen3-4b-thin, qwen3-4b-thin-4bit (the same, 4-bit: a verify whose quantized products grow with its rows on a CPU), qwen3.5-4b-thin and qwen3.5-35b-a3b-thin (the graphs with 256-wide matrices: the host's cost of a cycle; the Qwen3.5 ones run on a CPU); qwen3.8-27b-4bit (the hybrid 27B, 4-bit, with its DFlash2 drafter) and qwen3.8-27b-thin (the same graph, 256 wide, bf16)"},
 		&cli.StringFlag{Name: "dir", Usage: "where --demo/--random write their models (default: a temporary folder)"},
 		&cli.StringFlag{Name: "prompts-file", Usage: "one prompt per line (default: built-in prompts)"},
 		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "prompt length for models without a tokenizer (random token ids)"},
@@ -153,12 +153,16 @@ type benchRow struct {
 }
 
 type benchReport struct {
-	Target  string   `json:"target"`
-	Draft   string   `json:"draft"`
-	Backend string   `json:"backend"`
-	Device  string   `json:"device"`
-	MLX     string   `json:"mlx"`
-	Replay  *float64 `json:"replay_error_rate,omitempty"`
+	Target string `json:"target"`
+	Draft  string `json:"draft"`
+	// DraftKind is the drafter's generation ("dflash", "dflash2"); Selector, for DFlash2,
+	// splits its draft into the forward and the candidate selector.
+	DraftKind string         `json:"draft_kind,omitempty"`
+	Selector  *selectorSplit `json:"selector_split,omitempty"`
+	Backend   string         `json:"backend"`
+	Device    string         `json:"device"`
+	MLX       string         `json:"mlx"`
+	Replay    *float64       `json:"replay_error_rate,omitempty"`
 	// Temperature > 0: the runs sampled (exactness not checked).
 	Temperature float64    `json:"temperature,omitempty"`
 	MaxTokens   int        `json:"max_new_tokens"`
@@ -495,6 +499,18 @@ func benchAction(c *cli.Context) error {
 	}
 	rep.MedianPlain, rep.MedianDFl, rep.MedianSpeed, rep.MedianTau = median(pl), median(df), median(sp), median(ta)
 	rep.WeightBytes = s.Engine.Target.Arch().WeightBytes
+	rep.DraftKind = s.DraftKind()
+	if s.drafter != nil && s.drafter.Selector != nil {
+		var sp selectorSplit
+		if err := mlxc.Do(func() error {
+			var err error
+			sp, err = measureSelectorSplit(s.drafter, 5)
+			return err
+		}); err != nil {
+			return fmt.Errorf("selector split: %w", err)
+		}
+		rep.Selector = &sp
+	}
 	rep.ResidentBytes, rep.CheckpointBytes = s.ResidentBytes, s.CheckpointBytes
 	if s.CheckpointBytes > 0 {
 		rep.ResidentOverCkpt = float64(s.ResidentBytes) / float64(s.CheckpointBytes)
@@ -565,6 +581,14 @@ func printBench(r benchReport) {
 			fmt.Printf("run-ahead cycle profiled one at a time: graph building %.2f ms, encoding %.2f ms, device after the encoding %.2f ms; plain step encoding %.2f ms\n", x.CycleConstructMS, x.CycleEncodeMS, x.VerifyMS, x.PlainEncodeMS)
 		} else {
 			fmt.Printf("host encoding (profiled): plain step %.2f ms, draft %.2f ms, verify %.2f ms per cycle\n", x.PlainEncodeMS, x.DraftEncodeMS, x.VerifyEncodeMS)
+		}
+		if sel := r.Selector; sel != nil {
+			share := 0.0
+			if x.CycleMS > 0 {
+				share = sel.SelectorMS / x.CycleMS
+			}
+			fmt.Printf("%s draft alone (%d context rows): forward %.2f ms, candidate selector %.2f ms (%.1f%% of the draft, %.1f%% of the timed cycle)\n",
+				r.DraftKind, selectorProbeRows, sel.ForwardMS, sel.SelectorMS, 100*sel.Share, 100*share)
 		}
 		printBlockCurve(x)
 		if x.OtherLoop != "" {

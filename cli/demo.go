@@ -26,7 +26,7 @@ const (
 )
 
 // randomShapes lists the shapes --random and pairShape know.
-const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-4b-thin-4bit, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin"
+const randomShapes = "demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-4b-thin-4bit, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin, qwen3.8-27b-4bit, qwen3.8-27b-thin"
 
 func pairShape(shape string) (modelgen.Qwen3Spec, modelgen.DrafterSpec, error) {
 	var t modelgen.Qwen3Spec

@@ -52,7 +52,7 @@ func TestPairShapeThin(t *testing.T) {
 	if !reflect.DeepEqual(t4, thin) || !reflect.DeepEqual(t4D, thinD) {
 		t.Errorf("qwen3-4b-thin-4bit %+v differs from the thin pair beyond its quantization %+v", t4, thin)
 	}
-	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-4b-thin-4bit, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin)` {
+	if _, _, err := pairShape("qwen3-4b-wide"); err == nil || err.Error() != `unknown shape "qwen3-4b-wide" (demo, tiny, tiny-moe, qwen3-4b, qwen3-4b-4bit, qwen3-4b-thin, qwen3-4b-thin-4bit, qwen3-8b, qwen3.5-4b, qwen3.5-4b-thin, qwen3.5-9b, qwen3.5-27b, qwen3.5-27b-4bit, qwen3.5-35b-a3b, qwen3.5-35b-a3b-thin, qwen3.8-27b-4bit, qwen3.8-27b-thin)` {
 		t.Errorf("unknown shape: error %v", err)
 	}
 }
@@ -101,7 +101,7 @@ func TestBenchQwen35ThinRollback(t *testing.T) {
 // vocabulary, taps inside its layers), and qwen3.5-4b-thin differs from qwen3.5-4b only in
 // its widths.
 func TestQwen35Shapes(t *testing.T) {
-	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-27b-4bit", "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin"} {
+	for _, shape := range []string{"qwen3.5-4b", "qwen3.5-4b-thin", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-27b-4bit", "qwen3.5-35b-a3b", "qwen3.5-35b-a3b-thin", "qwen3.8-27b-4bit", "qwen3.8-27b-thin"} {
 		tg, d, ok := qwen35Shape(shape)
 		if !ok {
 			t.Fatalf("%s: not a Qwen3.5 shape", shape)
@@ -121,6 +121,13 @@ func TestQwen35Shapes(t *testing.T) {
 	fullD.Hidden, fullD.Inter = thinD.Hidden, thinD.Inter
 	if !reflect.DeepEqual(thin, full) || !reflect.DeepEqual(thinD, fullD) {
 		t.Errorf("thin pair %+v / %+v differs from the 4B beyond its widths", thin, thinD)
+	}
+	// Qwen3.8-27B's drafter as published: DFlash2, taps counted from 0, block 8 over a
+	// window of 2048, the selector's rank and candidates.
+	_, q38, _ := qwen35Shape("qwen3.8-27b-4bit")
+	if !q38.DFlash2 || !reflect.DeepEqual(q38.TargetLayerIDs, []int{5, 19, 33, 47, 61}) || q38.BlockSize != 8 || q38.SlidingWindow != 2048 ||
+		q38.ConvKernel != 2 || q38.ConvGroup != 16 || q38.SelectorRank != 256 || q38.SelectorTopK != 16 || q38.MaskTokenID != qwen35MaskToken {
+		t.Errorf("qwen3.8-27b-4bit drafter %+v is not the published DFlash2 shape", q38)
 	}
 	if _, _, ok := qwen35Shape("qwen3-4b"); ok {
 		t.Error("qwen3-4b taken for a Qwen3.5 shape")

@@ -14,3 +14,11 @@ func proposerFor(d *draft.Drafter) verify.Proposer {
 	}
 	return verify.NewDFlash(d)
 }
+
+// DraftKind is the loaded drafter's generation ("dflash", "dflash2"), "" without one.
+func (s *Session) DraftKind() string {
+	if s.drafter == nil {
+		return ""
+	}
+	return s.drafter.Cfg.Kind.String()
+}

@@ -134,7 +134,7 @@ func runAction(c *cli.Context) error {
 	}
 	out := runOutput{
 		Text: res.Text, FinishReason: res.FinishReason, TargetModel: s.TargetRef, DraftModel: s.DraftRef,
-		TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
+		DraftKind: s.DraftKind(), TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
 		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens, Kernels: s.Kernels,
 	}
 	if out.Tokens == nil {
@@ -150,14 +150,16 @@ func runAction(c *cli.Context) error {
 }
 
 type runOutput struct {
-	Text         string       `json:"text"`
-	Tokens       []int32      `json:"tokens"`
-	FinishReason string       `json:"finish_reason"`
-	TargetModel  string       `json:"target_model"`
-	DraftModel   string       `json:"draft_model,omitempty"`
-	TargetDir    string       `json:"target_dir"`
-	DraftDir     string       `json:"draft_dir,omitempty"`
-	Stats        engine.Stats `json:"stats"`
+	Text         string  `json:"text"`
+	Tokens       []int32 `json:"tokens"`
+	FinishReason string  `json:"finish_reason"`
+	TargetModel  string  `json:"target_model"`
+	DraftModel   string  `json:"draft_model,omitempty"`
+	// DraftKind is the drafter's generation: "dflash" or "dflash2".
+	DraftKind string       `json:"draft_kind,omitempty"`
+	TargetDir string       `json:"target_dir"`
+	DraftDir  string       `json:"draft_dir,omitempty"`
+	Stats     engine.Stats `json:"stats"`
 	// Kernels is every custom kernel's state on this device (the self-check's verdicts);
 	// Stats.KernelCalls says which ran.
 	Kernels     []kernelcheck.State `json:"kernels"`

@@ -76,6 +76,28 @@ func qwen35Shape(shape string) (t modelgen.Qwen35Spec, d modelgen.DrafterSpec, o
 			t.QuantBits, t.QuantGroup = 0, 0
 			d.Inter = 256
 		}
+	case "qwen3.8-27b-4bit", "qwen3.8-27b-thin":
+		// Qwen3.8-27B (model_type qwen3_5, the 3.6-27B's layout) as mlx-community's 4-bit,
+		// with its DFlash2 drafter as z-lab publishes it (DFLASH2.md §3): 5 sliding,
+		// non-causal layers of 32 query and 8 KV heads of 128, MLP 17408, window 2048,
+		// block 8, 2-tap convolutions in groups of 16, a selector of rank 256 over 16
+		// candidates, reading target layers 5, 19, 33, 47 and 61; bf16.
+		t.Hidden, t.Layers, t.Inter, t.Heads, t.KVHeads, t.HeadDim, t.LinValueHeads = 5120, 64, 17408, 24, 4, 256, 48
+		t.QuantBits, t.QuantGroup = 4, 64
+		d.Inter, d.TargetLayerIDs = 17408, []int{5, 19, 33, 47, 61}
+		if shape == "qwen3.8-27b-thin" {
+			// Its layers, pattern, heads, vocabulary and drafter (selector included) around
+			// 256-wide hidden and MLP matrices and 32-wide recurrent heads, in bf16 (MLX's
+			// CPU quantized products would dominate): the cycle's graph at a size a CPU
+			// runs, the selector's share of it in proportion to a small drafter.
+			t.Hidden, t.Inter, t.LinKeyDim, t.LinValueDim = 256, 256, 32, 32
+			t.QuantBits, t.QuantGroup = 0, 0
+			d.Inter = 256
+		}
+		d.Hidden, d.NumTargetLayers = t.Hidden, t.Layers
+		d = d.DFlash2For()
+		d.SelectorRank, d.SelectorTopK, d.SlidingWindow = 256, 16, 2048
+		return t, d, true
 	default:
 		return t, d, false
 	}
