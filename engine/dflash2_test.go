@@ -92,11 +92,15 @@ func TestDFlash2WindowOptionAndPrefixCache(t *testing.T) {
 	p := dflash2Pairs(t)["qwen35-bf16"]
 	prompt := longPrompt(p.vocab, 100)
 	want := plainGreedy(t, p, prompt, 40)
-	p.drft.ContextWindow = 16
-	e := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft)}
-	res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true})
-	p.drft.ContextWindow = 0
-	checkLossless(t, res, evs, want, p.drft.BlockSize())
+	for _, w := range []int{16, 2} { // 2: narrower than a block, which the window still holds
+		for _, ahead := range []bool{false, true} {
+			p.drft.ContextWindow = w
+			e := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft), RunAhead: ahead}
+			res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true})
+			p.drft.ContextWindow = 0
+			checkLossless(t, res, evs, want, p.drft.BlockSize())
+		}
+	}
 
 	pc := newPrefixCache(t, 0, 4)
 	defer pc.Free()

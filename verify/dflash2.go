@@ -33,9 +33,11 @@ func (p *DFlash2) BlockSize() int   { return p.D.BlockSize() }
 
 func (p *DFlash2) Begin() {
 	p.End()
+	// The window keeps at least a block's rows: a run-ahead draft writes a whole verify
+	// block of context before the count of committed rows is known.
 	keep := p.D.Cfg.SlidingWindow - 1
 	if w := p.D.ContextWindow; w > 0 && w < keep {
-		keep = w
+		keep = max(w, p.D.BlockSize())
 	}
 	p.cache = draft.NewWindowCache(p.D.Cfg.NumLayers, keep)
 }
