@@ -192,8 +192,10 @@ func TestMessagesToolUseRoundTrip(t *testing.T) {
 				}
 				body["stream"] = true
 				blocks, reason, _ := streamedMessage(t, postNamedStream(t, srv.URL+"/v1/messages", body, anthropicHeaders...))
+				// content_block_start carries the tool_use's id and name: clients echo the block back.
 				last := blocks[len(blocks)-1]
-				if reason != "tool_use" || last["type"] != "tool_use" || last["partial"] != `{"city":"Paris","days":3}` {
+				if reason != "tool_use" || last["type"] != "tool_use" || last["partial"] != `{"city":"Paris","days":3}` ||
+					last["name"] != "get_weather" || len(str(last["id"])) <= len("toolu_") || !strings.HasPrefix(str(last["id"]), "toolu_") {
 					t.Errorf("tool_choice %v: streamed blocks %v (%s)", choice, blocks, reason)
 				}
 

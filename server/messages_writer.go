@@ -126,19 +126,20 @@ func (b *messageBuilder) add(events []chatEvent) error {
 	return nil
 }
 
-func (b *messageBuilder) start(kind string) (*contentBlock, error) {
+// start opens blk, closing the open block; blk is complete but for its streamed content
+// (a tool_use block has its id and name), as content_block_start carries them.
+func (b *messageBuilder) start(blk *contentBlock) error {
 	if err := b.closeOpen(); err != nil {
-		return nil, err
+		return err
 	}
-	blk := &contentBlock{kind: kind}
 	b.blocks = append(b.blocks, blk)
-	return blk, b.emit("content_block_start", map[string]any{"index": len(b.blocks) - 1, "content_block": blk.wire(true)})
+	return b.emit("content_block_start", map[string]any{"index": len(b.blocks) - 1, "content_block": blk.wire(true)})
 }
 
 func (b *messageBuilder) text(kind, text string) error {
 	if b.open == nil || b.open.kind != kind {
-		blk, err := b.start(kind)
-		if err != nil {
+		blk := &contentBlock{kind: kind}
+		if err := b.start(blk); err != nil {
 			return err
 		}
 		b.open = blk
@@ -152,11 +153,9 @@ func (b *messageBuilder) text(kind, text string) error {
 }
 
 func (b *messageBuilder) toolUse(call toolCallOut) error {
-	blk, err := b.start(blockKindToolUse)
-	if err != nil {
+	if err := b.start(&contentBlock{kind: blockKindToolUse, call: call}); err != nil {
 		return err
 	}
-	blk.call = call
 	at := len(b.blocks) - 1
 	// The input is complete when the call is parsed, so it goes out as one fragment.
 	if err := b.emit("content_block_delta", map[string]any{"index": at,

@@ -205,6 +205,12 @@ func TestResponsesFunctionCallRoundTrip(t *testing.T) {
 				var args, doneArgs string
 				for _, ev := range events {
 					switch ev.Name {
+					case "response.output_item.added":
+						// The item is announced with its name and call_id: clients build the call from it.
+						if item := ev.Data["item"]; jsonPath(item, "type") == "function_call" && (jsonPath(item, "name") != "get_weather" ||
+							len(str(jsonPath(item, "call_id"))) <= len("call_") || !strings.HasPrefix(str(jsonPath(item, "id")), "fc_")) {
+							t.Errorf("tool_choice %v: function_call announced as %v", choice, item)
+						}
 					case "response.function_call_arguments.delta":
 						args += str(ev.Data["delta"])
 					case "response.function_call_arguments.done":

@@ -57,30 +57,29 @@ func (b *responseBuilder) index(it *outputItem) int {
 	return -1
 }
 
-// start opens a new item of kind, closing the open one.
-func (b *responseBuilder) start(kind string) (*outputItem, error) {
+// start opens it, closing the open item; it is complete but for its streamed content (a
+// function call has its call_id and name), as output_item.added carries them.
+func (b *responseBuilder) start(it *outputItem) error {
 	if err := b.closeOpen(); err != nil {
-		return nil, err
+		return err
 	}
-	it := newOutputItem(kind)
+	kind := it.kind
 	b.items = append(b.items, it)
 	if err := b.emit("response.output_item.added", map[string]any{"output_index": len(b.items) - 1, "item": it.wire(false)}); err != nil {
-		return nil, err
+		return err
 	}
 	if kind == itemMessage {
 		part := outputTextJSON{Type: "output_text", Text: "", Annotations: []any{}, Logprobs: []any{}}
-		if err := b.emit("response.content_part.added", map[string]any{"item_id": it.id, "output_index": len(b.items) - 1,
-			"content_index": 0, "part": part}); err != nil {
-			return nil, err
-		}
+		return b.emit("response.content_part.added", map[string]any{"item_id": it.id, "output_index": len(b.items) - 1,
+			"content_index": 0, "part": part})
 	}
-	return it, nil
+	return nil
 }
 
 func (b *responseBuilder) text(kind, text string) error {
 	if b.open == nil || b.open.kind != kind {
-		it, err := b.start(kind)
-		if err != nil {
+		it := newOutputItem(kind)
+		if err := b.start(it); err != nil {
 			return err
 		}
 		b.open = it
@@ -97,11 +96,11 @@ func (b *responseBuilder) text(kind, text string) error {
 }
 
 func (b *responseBuilder) functionCall(call toolCallOut) error {
-	it, err := b.start(itemFunctionCall)
-	if err != nil {
+	it := newOutputItem(itemFunctionCall)
+	it.call = call
+	if err := b.start(it); err != nil {
 		return err
 	}
-	it.call = call
 	at := len(b.items) - 1
 	// The arguments are complete when the call is parsed (the XML form has no JSON until
 	// then), so they go out as one delta.

@@ -135,10 +135,22 @@ def test_responses_function_tool_round_trip():
         follow = respond(previous_response_id=r.id, tools=[RESPONSES_TOOL], max_output_tokens=200,
                          input=[{"type": "function_call_output", "call_id": call_id, "output": "sunny"}])
         check(follow.output_text == "The tool said: sunny", f"after the tool: {follow.output_text!r}")
-        # Streamed, the call arrives as function_call_arguments events.
-        args = "".join(ev.delta for ev in respond(input=WEATHER_QUESTION, tools=[RESPONSES_TOOL], max_output_tokens=200,
-                                                  stream=True) if ev.type == "response.function_call_arguments.delta")
+        # Streamed, the call is announced with its name and call_id, then its arguments; the
+        # answer to it continues the streamed response.
+        args, added, final = "", None, None
+        for ev in respond(input=WEATHER_QUESTION, tools=[RESPONSES_TOOL], max_output_tokens=200, stream=True):
+            if ev.type == "response.output_item.added" and ev.item.type == "function_call":
+                added = ev.item
+            elif ev.type == "response.function_call_arguments.delta":
+                args += ev.delta
+            elif ev.type == "response.completed":
+                final = ev.response
         check(json.loads(args) == {"city": "Paris"}, f"streamed arguments {args!r}")
+        check(added is not None and added.name == "get_weather" and added.call_id.startswith("call_")
+              and len(added.call_id) > len("call_"), f"announced call {added}")
+        follow = respond(previous_response_id=final.id, tools=[RESPONSES_TOOL], max_output_tokens=200,
+                         input=[{"type": "function_call_output", "call_id": added.call_id, "output": "rain"}])
+        check(follow.output_text == "The tool said: rain", f"after the streamed call: {follow.output_text!r}")
         return
     # A model that is not known to call tools: the client sends the call and its output as
     # history, stateless, as Codex does.
@@ -210,7 +222,13 @@ def test_messages_tool_use_round_trip():
                                 tool_choice={"type": "tool", "name": "get_weather"}) as s:
             final = s.get_final_message()
         uses = [b for b in final.content if b.type == "tool_use"]
-        check(len(uses) == 1 and uses[0].input == {"city": "Paris"}, f"streamed tool_use {final.content}")
+        check(len(uses) == 1 and uses[0].input == {"city": "Paris"} and uses[0].name == "get_weather"
+              and uses[0].id.startswith("toolu_") and len(uses[0].id) > len("toolu_"), f"streamed tool_use {final.content}")
+        # As agents do: the streamed message goes back as the assistant turn.
+        follow = an.messages.create(model=MODEL, max_tokens=200, tools=[ANTHROPIC_TOOL], messages=[
+            user, {"role": "assistant", "content": final.content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "rain"}]}])
+        check(message_text(follow) == "The tool said: rain", f"after the streamed call: {message_text(follow)!r}")
         return
     follow = an.messages.create(model=MODEL, max_tokens=N, tools=[ANTHROPIC_TOOL], messages=[
         user, {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
