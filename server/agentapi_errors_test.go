@@ -38,8 +38,11 @@ func TestAgentAPIBadInput(t *testing.T) {
 		{"responses: tool schema of another type", "/v1/responses", map[string]any{"input": "hi", "tools": []any{
 			map[string]any{"type": "function", "name": "f", "parameters": map[string]any{"type": "array"}}}},
 			400, "invalid_request_error", "tools[0].parameters.type"},
-		{"responses: hosted tool", "/v1/responses", map[string]any{"input": "hi", "tools": []any{map[string]any{"type": "web_search"}}},
+		{"responses: tool without a type", "/v1/responses", map[string]any{"input": "hi", "tools": []any{map[string]any{"name": "f"}}},
 			400, "invalid_request_error", "tools[0].type"},
+		{"responses: a named hosted tool", "/v1/responses", map[string]any{"input": "hi", "tools": []any{
+			map[string]any{"type": "web_search"}}, "tool_choice": map[string]any{"type": "function", "name": "web_search"}},
+			400, "invalid_request_error", "tool_choice.name"},
 		{"responses: image input", "/v1/responses", map[string]any{"input": []any{map[string]any{"role": "user", "content": []any{
 			map[string]any{"type": "input_image", "image_url": "http://x/y.png"}}}}}, 400, "invalid_request_error", "input[0].content[0].type"},
 		{"responses: json_schema format", "/v1/responses", map[string]any{"input": "hi", "text": map[string]any{"format": map[string]any{

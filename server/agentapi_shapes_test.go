@@ -8,7 +8,8 @@ import (
 )
 
 // Requests shaped as the agents send them, with the fields this server does not act on
-// (prompt caching hints, verbosity, encrypted reasoning, metadata, cache_control, betas),
+// (prompt caching hints, verbosity, encrypted reasoning, metadata, cache_control, betas,
+// hosted and namespace tools, which the model is not offered),
 // replayed reasoning and thinking, and mid-conversation system messages, are answered in
 // full rather than refused.
 func TestAgentShapedRequests(t *testing.T) {
@@ -19,7 +20,10 @@ func TestAgentShapedRequests(t *testing.T) {
 				"workdir": map[string]any{"type": "string"}, "timeout_ms": map[string]any{"type": "number"}}}}
 	codex := map[string]any{
 		"model": "dflash-fake", "instructions": "You are a coding agent.", "stream": true, "store": false,
-		"tools": []any{shell}, "tool_choice": "auto", "parallel_tool_calls": false,
+		"tools": []any{shell, map[string]any{"type": "web_search", "external_web_access": false},
+			map[string]any{"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": []any{
+				map[string]any{"type": "function", "name": "close_agent", "parameters": map[string]any{"type": "object"}}}}},
+		"tool_choice": "auto", "parallel_tool_calls": false, "client_metadata": map[string]any{"thread_id": "t"},
 		"reasoning": map[string]any{"effort": "medium", "summary": "auto"}, "include": []string{"reasoning.encrypted_content"},
 		"prompt_cache_key": "6f1c2a9e", "text": map[string]any{"verbosity": "medium"},
 		"input": []any{

@@ -181,8 +181,14 @@ func refuseResponsesUnsupported(o jsonObject) error {
 	return nil
 }
 
-// decodeResponseTools reads the Responses tools: function tools only, each
-// {type: "function", name, description?, parameters?, strict?}.
+// decodeResponseTools reads the Responses tools. Function tools, {type: "function", name,
+// description?, parameters?, strict?}, are offered to the model. Every other type is left
+// out of the prompt: hosted tools (web_search, file_search, code_interpreter, ...) run on
+// OpenAI's side, and client structures this server cannot render (namespace groups, custom
+// grammar tools) have no form in the chat template. Agents send them whatever the provider
+// (Codex sends a web_search tool and a namespace of sub-agent tools with every turn), so
+// refusing them would refuse the agent; the model simply is not offered them, and a
+// tool_choice naming one is refused.
 func decodeResponseTools(o jsonObject) ([]Tool, []json.RawMessage, error) {
 	items, ok, err := o.array("tools")
 	if err != nil || !ok {
@@ -199,10 +205,11 @@ func decodeResponseTools(o jsonObject) ([]Tool, []json.RawMessage, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		if typ == "" {
+			return nil, nil, invalidField(to.child("type"), "%s is required", to.child("type"))
+		}
 		if typ != "function" {
-			return nil, nil, invalidField(to.child("type"),
-				"%s is %s, but this server runs only function tools ({\"type\": \"function\", \"name\": ..., \"parameters\": {...}})",
-				to.child("type"), quote(typ))
+			continue
 		}
 		var wire responseToolJSON
 		wire.Type = "function"
