@@ -52,6 +52,8 @@ Point clients at it:
   OpenAI SDK:  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
   Open WebUI:  Settings → Connections → OpenAI API → http://127.0.0.1:8000/v1
   Continue:    provider "openai", apiBase "http://127.0.0.1:8000/v1"
+  Codex CLI:   a [model_providers.X] with base_url "http://127.0.0.1:8000/v1", wire_api "responses"
+  Claude Code: ANTHROPIC_BASE_URL=http://127.0.0.1:8000 ANTHROPIC_MODEL=<--model-id> (README)
 
 Examples:
   dflash-mlx serve                                   # default pair on 127.0.0.1:8000
