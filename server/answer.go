@@ -34,8 +34,11 @@ type outcome struct {
 	stopSequence string
 	// contextBound: a "length" finish ran out of context, not of the requested max tokens.
 	contextBound bool
-	usage        usage
-	stats        dflashStats
+	// reasoningTokens are the completion tokens spent in the reasoning (see
+	// runOutcome.reasoningTokens).
+	reasoningTokens int
+	usage           usage
+	stats           dflashStats
 }
 
 // answerMeta is what every response object of one request shares.

@@ -85,6 +85,10 @@ func newChatOutputParser(toolsEnabled bool, maxToolCalls int, opensInThinking bo
 	return p
 }
 
+// inReasoning reports whether the text parsed so far leaves the answer inside its
+// reasoning.
+func (p *chatOutputParser) inReasoning() bool { return p.section == sectionReasoning }
+
 // toolCalls reports how many tool calls were parsed so far.
 func (p *chatOutputParser) toolCalls() int { return p.calls }
 

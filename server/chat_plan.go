@@ -52,7 +52,7 @@ func (s *Server) planChat(id string, req *chatRequest, promptParam string) (*gen
 	parser := newChatOutputParser(rc.toolsOn, maxCalls, rc.prompt.OpensInThinking && rc.opts.ResponsePrefix == "")
 	parser.parseCall = toolCallParser(rc.format, req.Tools)
 	g := &generation{req: genReq, parse: parser.feed, finish: parser.finish, toolCalls: parser.toolCalls,
-		writeError: writeError, contextBound: req.MaxTokens != nil && genReq.MaxTokens < *req.MaxTokens &&
+		reasoning: parser.inReasoning, writeError: writeError, contextBound: req.MaxTokens != nil && genReq.MaxTokens < *req.MaxTokens &&
 			genReq.MaxTokens == s.backend.ContextLength()-len(genReq.Prompt)}
 	if rc.opts.ResponsePrefix != "" {
 		g.initial = append([]chatEvent(nil), parser.feed(rc.opts.ResponsePrefix)...)

@@ -26,6 +26,9 @@ type generation struct {
 	serverStops []string
 	// writeError answers a request refused before its answer began, in its API's shape.
 	writeError func(http.ResponseWriter, *apiError)
+	// reasoning reports whether the answer is inside its reasoning (<think>) now; nil when
+	// the output has no reasoning (text completions).
+	reasoning func() bool
 	// contextBound is true when the context, not the request's max tokens, set
 	// req.MaxTokens (an agent API's cap that did not fit), so that running out of tokens
 	// is running out of context.
@@ -57,13 +60,17 @@ var (
 
 // runOutcome is what happened during Backend.Generate.
 type runOutcome struct {
-	result    GenerateResult
-	err       error  // the backend's error
-	stopped   bool   // the server's stop filter ended the output
-	stopText  string // the stop string the filter matched
-	writeErr  error  // sending to the client failed: it is gone
-	firstText time.Time
-	ended     time.Time
+	result   GenerateResult
+	err      error  // the backend's error
+	stopped  bool   // the server's stop filter ended the output
+	stopText string // the stop string the filter matched
+	// reasoningTokens are the tokens of deltas that began inside the reasoning: a DFlash
+	// cycle that crosses </think> counts whole, so this may exceed the reasoning by the
+	// rest of one cycle.
+	reasoningTokens int
+	writeErr        error // sending to the client failed: it is gone
+	firstText       time.Time
+	ended           time.Time
 }
 
 // runGeneration waits for the generation slot, runs the generation and answers through
@@ -156,6 +163,9 @@ func (s *Server) generate(ctx context.Context, cancel context.CancelCauseFunc, g
 		if run.firstText.IsZero() {
 			run.firstText = time.Now()
 		}
+		if g.reasoning != nil && g.reasoning() {
+			run.reasoningTokens += d.Tokens
+		}
 		safe, matched := filter.push(d.Text)
 		if safe != "" {
 			if err := out.write(g.parse(safe)); err != nil {
@@ -231,7 +241,7 @@ func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, ru
 	}
 	outcome = finish
 	o := outcomeFor(finish, promptTokens, res.CompletionTokens, stats)
-	o.contextBound = g.contextBound
+	o.contextBound, o.reasoningTokens = g.contextBound, min(run.reasoningTokens, res.CompletionTokens)
 	if run.stopped && finish == string(FinishStop) {
 		o.stopSequence = run.stopText
 	}

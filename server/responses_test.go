@@ -98,6 +98,10 @@ func TestResponsesReasoningItem(t *testing.T) {
 	if got := responseText(full); got != "The answer." {
 		t.Errorf("text %q", got)
 	}
+	// One token a delta; the second delta is the one that begins inside <think>.
+	if r, o := num(jsonPath(full, "usage", "output_tokens_details", "reasoning_tokens")), num(jsonPath(full, "usage", "output_tokens")); r != 1 || o != 3 {
+		t.Errorf("reasoning_tokens %d of output_tokens %d, want 1 of 3", r, o)
+	}
 	events := postNamedStream(t, srv.URL+"/v1/responses", map[string]any{"input": "q", "stream": true})
 	var reasoning strings.Builder
 	for _, ev := range events {

@@ -157,6 +157,7 @@ func (b *responseBuilder) final(meta *responseMeta, o outcome) *responseObject {
 		obj.Output = append(obj.Output, it.wire(true))
 	}
 	obj.Usage = responseUsage(o.usage)
+	obj.Usage.OutputTokensDetails.ReasoningTokens = o.reasoningTokens
 	obj.DFlash = &o.stats
 	return &obj
 }
