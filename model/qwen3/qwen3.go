@@ -317,11 +317,20 @@ func (p *qwen3Pass) layer(i int, h *mlxc.Array, next *model.Normed) (*mlxc.Array
 	}
 	merged := p.attention(l, p.kv.Layers[i], x)
 	h, x = model.OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)
+	return m.mlp(i, h, x, p.opt.Logits != model.LogitsNone)
+}
+
+// mlp is layer i's MLP and residual add for its normed rows x and residual h; it returns
+// the stream and the norm of what follows (the next layer's input norm, or the final norm
+// when logits follow the last layer).
+func (m *Qwen3) mlp(i int, h *mlxc.Array, x *model.Normed, logits bool) (*mlxc.Array, *model.Normed) {
+	a := &m.arch
+	l := &m.layers[i]
 	var nextNorm *mlxc.Array
 	switch {
 	case i+1 < len(m.layers):
 		nextNorm = m.layers[i+1].inputNorm
-	case p.opt.Logits != model.LogitsNone:
+	case logits:
 		nextNorm = m.norm // the last layer's rows go through the final norm
 	}
 	if l.moe != nil {
