@@ -377,7 +377,7 @@ func (s *Session) blockCosts(ctx context.Context, prompt []int32, maxBlock int) 
 	var bc engine.BlockCosts
 	err := mlxc.Do(func() error {
 		var err error
-		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, sizes, 2)
+		bc, err = s.Engine.MeasureBlockCosts(ctx, prompt, sizes, 3)
 		return err
 	})
 	return bc, err

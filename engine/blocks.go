@@ -21,7 +21,7 @@ import (
 // decoding, the drafter's context rows kept for its next draft.
 type BlockCosts struct {
 	Sizes []int     `json:"sizes"`        // ascending
-	MS    []float64 `json:"cycle_ms"`     // median milliseconds per cycle at Sizes[i]
+	MS    []float64 `json:"cycle_ms"`     // fastest milliseconds per cycle at Sizes[i]
 	Probe int       `json:"probe_tokens"` // context the cycles ran after
 }
 
@@ -44,7 +44,9 @@ const oneTokenProbeSteps = 4
 
 // MeasureBlockCosts times a DFlash cycle for each block size in sizes (capped at the
 // proposer's block) after prefilling prompt: repeats timed cycles per size after one
-// untimed, reported as the median. The drafts and their verdicts are discarded; each
+// untimed, reported as the fastest: interference (other work on a shared host, a
+// collection) only ever adds time, and one slow timing of the one-token step would make
+// every draft look cheap. The drafts and their verdicts are discarded; each
 // cycle keeps one row, as a cycle that accepts nothing does, so the context grows by one
 // per cycle as in decoding. Block 1 times oneTokenProbeSteps pipelined one-token steps
 // (per step). It runs on the MLX thread.
@@ -167,8 +169,7 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 			if err != nil {
 				return
 			}
-			slices.Sort(times)
-			bc.MS = append(bc.MS, times[len(times)/2])
+			bc.MS = append(bc.MS, slices.Min(times))
 		}
 	})
 	if cerr != nil {
@@ -236,6 +237,9 @@ const (
 	// policyTie is the relative difference in expected tokens per millisecond below which
 	// two sizes count as tied (blockPolicy.best).
 	policyTie = 0.02
+	// policyStepMargin is how much more a drafting size's expected tokens per millisecond
+	// must be than a one-token step's for the policy to draft (blockPolicy.best).
+	policyStepMargin = 0.05
 )
 
 // newBlockPolicy makes the policy for blocks up to maxB from costs (nil: no policy, the
@@ -298,12 +302,13 @@ func (p *blockPolicy) size(maxB int) int {
 	return best
 }
 
-// explore is the size an exploring cycle drafts: the one whose rate would be the highest
-// if every position measured in less than one cycle were accepted (the size a
-// measurement can gain the most from: the largest where costs are flat), or, when that
+// explore is the size an exploring cycle drafts: the one whose rate is the highest with
+// each position's acceptance taken optimistically (estimate's optimistic form: the size
+// a measurement can gain the most from; the largest where costs are flat), or, when that
 // is the best size already, the next larger one, so that the positions just past the
-// best stay measured as the text changes. A CPU, where a 16-row verify costs many
-// one-token steps, thus measures the sizes that could pay there, not the largest.
+// best get measured and stay measured as the text changes. Where a wide verify costs many
+// one-token steps (a CPU) exploring thus climbs from the narrow sizes, each measured
+// before a wider one looks worth its cost, instead of paying for the widest first.
 func (p *blockPolicy) explore(best int) int {
 	target, top := best, -1.0
 	for j, B := range p.sizes {
@@ -326,20 +331,31 @@ func (p *blockPolicy) explore(best int) int {
 // rate is within policyTie of that: sizes estimated from their own cycles and sizes
 // estimated from the pooled counts differ by a percent or so where they should tie (flat
 // costs), and on a near tie the larger block is worth more, as it measures more
-// positions.
+// positions. A drafting size must beat the one-token step (when measured) by
+// policyStepMargin: the measured costs are noisy by a few percent on a busy host, and a
+// draft that gains less than that risks running slower than plain decoding.
 func (p *blockPolicy) best() int {
 	rates := make([]float64, len(p.sizes))
+	first := 0 // the first drafting size
+	if p.sizes[0] == 1 {
+		first = 1
+	}
 	top := 0.0
 	for j, B := range p.sizes {
 		rates[j] = p.expected(B) / p.ms[j]
-		top = max(top, rates[j])
+		if j >= first {
+			top = max(top, rates[j])
+		}
 	}
-	for j := len(p.sizes) - 1; j > 0; j-- {
+	if first == 1 && rates[0]*(1+policyStepMargin) >= top {
+		return 1
+	}
+	for j := len(p.sizes) - 1; j > first; j-- {
 		if rates[j] >= top*(1-policyTie) {
 			return p.sizes[j]
 		}
 	}
-	return p.sizes[0]
+	return p.sizes[first]
 }
 
 // exploring reports whether the next cycle explores (blockPolicy.explore) to keep
@@ -368,8 +384,10 @@ func (p *blockPolicy) oneTokenSteps() int {
 // A one-token step (B = 1) commits exactly one token.
 func (p *blockPolicy) expected(B int) float64 { return p.estimate(B, false) }
 
-// estimate is expected(B), or with optimistic set the same with every position tried in
-// less than one cycle (decayed count) taken as certainly accepted.
+// estimate is expected(B), or with optimistic set the same with each position's
+// acceptance raised to at least Laplace's (hits+1)/(tries+2): even for a position never
+// tried, a third after one miss, so that one unlucky try does not keep a size from being
+// measured again.
 func (p *blockPolicy) estimate(B int, optimistic bool) float64 {
 	j := slices.Index(p.sizes, B)
 	e, surv := 1.0, 1.0
@@ -378,8 +396,8 @@ func (p *blockPolicy) estimate(B int, optimistic bool) float64 {
 		if j >= 0 {
 			rate = (p.sizeHits[j][i] + policySizeWeight*rate) / (p.sizeTries[j][i] + policySizeWeight)
 		}
-		if optimistic && p.tries[i] < 1 {
-			rate = 1
+		if optimistic {
+			rate = max(rate, (p.hits[i]+1)/(p.tries[i]+2))
 		}
 		surv *= rate
 		e += surv

@@ -459,7 +459,9 @@ func (r *serial) oneTokenSteps(ctx context.Context, emit func(Event) error) (boo
 			break
 		}
 		tok, row = nextTok, nextRow
-		if st.Cycles%64 == 0 {
+		if st.Cycles%256 == 0 {
+			// As often as plain decoding clears it: a cleared buffer cache costs the next
+			// steps fresh allocations.
 			mlxc.ClearCache()
 		}
 	}
