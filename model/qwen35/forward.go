@@ -84,10 +84,16 @@ func (p *pass) layer(i int, h *mlxc.Array) *mlxc.Array {
 	} else {
 		h, post = model.OutAdd(nil, l.lin.out, p.deltaNet(l.lin, p.c.rec[i], x), h, l.postNorm, eps)
 	}
+	return m.mlp(l, h, post)
+}
+
+// mlp is a layer's MLP (dense or sparse) and residual add for its normed rows post and
+// residual h.
+func (m *Model) mlp(l *layer, h *mlxc.Array, post *model.Normed) *mlxc.Array {
 	if l.moe != nil {
 		return mlxc.Add(h, mlxc.Reshape(l.moe.Apply(mlxc.Reshape(post.X(), -1, m.cfg.Hidden)), h.Shape()...))
 	}
-	h, _ = model.MLPAdd(nil, m.swiglu, l.gateUp, l.gate, l.up, l.down, post, h, nil, eps)
+	h, _ = model.MLPAdd(nil, m.swiglu, l.gateUp, l.gate, l.up, l.down, post, h, nil, m.cfg.Eps)
 	return h
 }
 
@@ -95,8 +101,17 @@ func (p *pass) layer(i int, h *mlxc.Array) *mlxc.Array {
 // ready for out_proj: projections, the recurrence (deltanet.Mixer), then the gated RMSNorm
 // n·silu(z) with the silu and the product in float32.
 func (p *pass) deltaNet(l *linear, rc *deltanet.Cache, x *model.Normed) *mlxc.Array {
-	c := &p.m.cfg
-	B, L, Hv, Dv := p.B, p.L, c.LinValueHeads, c.LinValueDim
+	return p.m.deltaNet(l, x, p.B, p.L, func(qkv, a, b *mlxc.Array) *mlxc.Array {
+		return l.mixer.Apply(qkv, a, b, rc, p.opt.Pos)
+	})
+}
+
+// deltaNet is a GatedDeltaNet layer's projections of the normed rows x (B sequences of L
+// rows), the mixer step mix over them (a single sequence's cache, or a batch's rows), and
+// the gated norm, as rows [B·L, Hv·Dv].
+func (m *Model) deltaNet(l *linear, x *model.Normed, B, L int, mix func(qkv, a, b *mlxc.Array) *mlxc.Array) *mlxc.Array {
+	c := &m.cfg
+	Hv, Dv := c.LinValueHeads, c.LinValueDim
 	xn := x.X()
 	var parts []*mlxc.Array
 	if l.in != nil {
@@ -108,24 +123,15 @@ func (p *pass) deltaNet(l *linear, rc *deltanet.Cache, x *model.Normed) *mlxc.Ar
 	z := mlxc.Reshape(parts[1], B, L, Hv, Dv)
 	b := mlxc.Reshape(parts[2], B, L, Hv)
 	a := mlxc.Reshape(parts[3], B, L, Hv)
-	y := l.mixer.Apply(qkv, a, b, rc, p.opt.Pos)
+	y := mix(qkv, a, b)
 	out := l.mixer.Fused.GatedOut(z, mlxc.RMSNorm(y, l.norm, c.Eps))
-	return mlxc.Reshape(out, p.rows, Hv*Dv)
+	return mlxc.Reshape(out, B*L, Hv*Dv)
 }
 
 // attention is a gated attention layer's attention of the normed rows x: the attention
 // rows [B·L, nH·hd] and the output gate rows of the same shape.
 func (p *pass) attention(l *attention, lc *model.KVCache, x *model.Normed) (merged, gate *mlxc.Array) {
-	c := &p.m.cfg
-	B, L, hd := p.B, p.L, c.HeadDim
-	xn := x.X()
-	// Per head, q_proj writes the query's hd values and then the gate's hd values.
-	qkv := model.ApplyParts(l.qkv, xn, l.q, l.k, l.v)
-	qg := mlxc.Split(mlxc.Reshape(qkv[0], B, L, c.Heads, 2*hd), []int{hd}, -1)
-	gate = mlxc.Reshape(qg[1], p.rows, c.Heads*hd)
-	q := mlxc.Transpose(mlxc.RMSNorm(qg[0], l.qNorm, c.Eps), 0, 2, 1, 3)
-	k := model.SplitHeads(qkv[1], B, L, c.KVHeads, l.kNorm, c.Eps)
-	v := model.SplitHeads(qkv[2], B, L, c.KVHeads, nil, 0)
+	q, k, v, gate := p.m.heads(l, x, p.B, p.L)
 	if p.RotateAt() {
 		q, k = p.m.rope.ApplyAt(q, p.Position()), p.m.rope.ApplyAt(k, p.Position())
 	} else {
@@ -133,6 +139,22 @@ func (p *pass) attention(l *attention, lc *model.KVCache, x *model.Normed) (merg
 		q, k = p.m.rope.Apply(q, off), p.m.rope.Apply(k, off)
 	}
 	return p.attend(lc, q, k, v), gate
+}
+
+// heads projects a gated attention layer's normed rows x (B sequences of L rows) into
+// normed, unrotated heads q [B, nH, L, hd], k, v [B, nKV, L, hd] and the output gate rows
+// [B·L, nH·hd].
+func (m *Model) heads(l *attention, x *model.Normed, B, L int) (q, k, v, gate *mlxc.Array) {
+	c := &m.cfg
+	hd := c.HeadDim
+	// Per head, q_proj writes the query's hd values and then the gate's hd values.
+	qkv := model.ApplyParts(l.qkv, x.X(), l.q, l.k, l.v)
+	qg := mlxc.Split(mlxc.Reshape(qkv[0], B, L, c.Heads, 2*hd), []int{hd}, -1)
+	gate = mlxc.Reshape(qg[1], B*L, c.Heads*hd)
+	q = mlxc.Transpose(mlxc.RMSNorm(qg[0], l.qNorm, c.Eps), 0, 2, 1, 3)
+	k = model.SplitHeads(qkv[1], B, L, c.KVHeads, l.kNorm, c.Eps)
+	v = model.SplitHeads(qkv[2], B, L, c.KVHeads, nil, 0)
+	return q, k, v, gate
 }
 
 // attend writes k, v into the layer's cache the way the block's path reads them and attends
