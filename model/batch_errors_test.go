@@ -1,0 +1,100 @@
+package model_test
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+)
+
+// kvRow is a saved single-sequence KV state of n positions with nKV heads of hd.
+func kvRow(n, nKV, hd int) cache.Saved {
+	shape := []int{1, nKV, n, hd}
+	return cache.Saved{Kind: "kv", Offset: n, Trimmable: true,
+		Arrays: []*mlxc.Array{mlxc.Zeros(shape, mlxc.BFloat16), mlxc.Zeros(shape, mlxc.BFloat16)}}
+}
+
+// Wrong rows, states and steps are refused with an error naming the problem, and a
+// refused change leaves the batch as it was.
+func TestBatchRefusesWrongInput(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	writeModel(t, dir, modelgen.TinyQwen3())
+	m := loadModel(t, dir).(model.BatchModel)
+	cases := []struct {
+		name, want string
+		run        func(b cache.Batch) error
+	}{
+		{"join a recurrent state", `cannot join a "recurrent"`, func(cache.Batch) error {
+			return (&model.BatchKVCache{}).Join(cache.Saved{Kind: "recurrent", Offset: 3})
+		}},
+		{"join rows of other heads", "does not fit rows", func(cache.Batch) error {
+			lc := &model.BatchKVCache{}
+			defer lc.Free()
+			if err := lc.Join(kvRow(3, 2, 32)); err != nil {
+				return err
+			}
+			return lc.Join(kvRow(3, 4, 32))
+		}},
+		{"keep rows out of order", "not increasing", func(b cache.Batch) error { return b.Keep([]int{1, 0}) }},
+		{"keep a row past the batch", "not increasing rows of 2", func(b cache.Batch) error { return b.Keep([]int{0, 2}) }},
+		{"leave a row past the batch", "row 5 of 2", func(b cache.Batch) error { return b.Leave(5, nil) }},
+		{"extract a row past the batch", "row -1 of 2", func(b cache.Batch) error {
+			c := m.NewCache()
+			defer c.Free()
+			return b.Extract(-1, c)
+		}},
+		{"step with one token for two rows", "ids must be [2, 1]", func(b cache.Batch) error {
+			return mlxc.Catch(func() { m.ForwardBatch(mlxc.FromSlice([]int32{1}, 1, 1), b, model.BatchOptions{}) })
+		}},
+		{"step with two tokens per row", "ids must be [2, 1]", func(b cache.Batch) error {
+			return mlxc.Catch(func() { m.ForwardBatch(mlxc.FromSlice([]int32{1, 2, 3, 4}, 2, 2), b, model.BatchOptions{}) })
+		}},
+		{"live marks too few rows", "live marks 1 rows of 2", func(b cache.Batch) error {
+			return mlxc.Catch(func() {
+				m.ForwardBatch(mlxc.FromSlice([]int32{1, 2}, 2, 1), b, model.BatchOptions{Live: []bool{true}})
+			})
+		}},
+		{"step over another model's batch", "does not belong", func(cache.Batch) error {
+			return mlxc.Catch(func() {
+				other := model.NewBatchKVCaches(1)
+				defer other.Free()
+				m.ForwardBatch(mlxc.FromSlice([]int32{1}, 1, 1), other, model.BatchOptions{})
+			})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := mlxc.Do(func() error {
+				s := mlxc.NewScope()
+				defer s.Close()
+				b := m.NewBatch()
+				defer b.Free()
+				for _, n := range []int{4, 2} {
+					c := m.NewCache()
+					m.Forward(mlxc.FromSlice(make([]int32, n), 1, n), c, model.ForwardOptions{Logits: model.LogitsNone})
+					_, err := b.Join(c)
+					c.Free()
+					if err != nil {
+						return err
+					}
+				}
+				got := tc.run(b)
+				if got == nil || !strings.Contains(got.Error(), tc.want) {
+					t.Errorf("error %v, want one containing %q", got, tc.want)
+				}
+				if lens := b.Lens(); !slices.Equal(lens, []int{4, 2}) {
+					t.Errorf("after a refused change the rows hold %v positions, want [4 2]", lens)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
