@@ -223,17 +223,17 @@ type blockPolicy struct {
 const (
 	// policyDecay weighs older tries of a position down: acceptance drifts with the text.
 	policyDecay = 0.97
-	// policyExploreShare is the share of the cycles' cost that exploring may take: while
-	// the cycles that explored (blockPolicy.explore) cost less than this share of all
-	// cycles, the next one explores, so that the acceptance past the chosen size stays
-	// measured while smaller blocks (or one-token steps) are chosen. The first cycle
-	// explores; the share bounds what exploring costs where it does not pay.
+	// policyExploreShare is the share of the cycles' cost that exploring may take: when
+	// the cycles that explored (blockPolicy.explore), the next one included, cost no more
+	// than this share of all cycles, the next one explores, so that the acceptance past the
+	// chosen size stays measured while smaller blocks (or one-token steps) are chosen. The
+	// share bounds what exploring costs where it does not pay.
 	policyExploreShare = 1.0 / 32
 	policyPrior        = 0.1
 	// policySizeWeight is how many cycles of the pooled counts a size's own counts are
 	// blended with: a size seen in a few cycles leans on the pooled estimate, one seen in
 	// many on its own.
-	policySizeWeight = 2.0
+	policySizeWeight = 8.0
 	// policyTie is the relative difference in expected tokens per millisecond below which
 	// two sizes count as tied (blockPolicy.best).
 	policyTie = 0.02
@@ -359,10 +359,13 @@ func (p *blockPolicy) best() int {
 }
 
 // exploring reports whether the next cycle explores (blockPolicy.explore) to keep
-// positions beyond the best size measured: the first cycle does, and then one whenever
-// exploring has cost less than policyExploreShare of all cycles.
+// positions beyond the best size measured: whenever exploring, this cycle included, costs
+// no more than policyExploreShare of all cycles so far. Paid for before it runs, so a
+// short request where no draft pays loses at most that share to exploring, and the first
+// cycles take the best size under the prior (one-token steps where a verify's cost grows
+// steeply, the largest block where it is flat).
 func (p *blockPolicy) exploring() bool {
-	return p.observed == 0 || p.explored <= policyExploreShare*p.spent
+	return p.explored+p.costOf(p.explore(p.best())) <= policyExploreShare*p.spent
 }
 
 // oneTokenSteps is how many one-token steps may run before a cycle has to look at the
@@ -372,7 +375,8 @@ func (p *blockPolicy) oneTokenSteps() int {
 	if p == nil || p.sizes[0] != 1 || p.exploring() {
 		return 1
 	}
-	return max(1, int(math.Ceil((p.explored/policyExploreShare-p.spent)/p.ms[0])))
+	due := (p.explored+p.costOf(p.explore(p.best())))/policyExploreShare - p.spent
+	return max(1, int(math.Ceil(due/p.ms[0])))
 }
 
 // expected is the estimated tokens a cycle of block B commits: 1 + Σ P(the first i

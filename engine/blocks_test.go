@@ -84,8 +84,8 @@ func TestBlockPolicyCounts(t *testing.T) {
 	if p.sizes[len(p.sizes)-1] != 8 || math.Abs(p.ms[len(p.ms)-1]-(1+6.0/14)) > 1e-12 {
 		t.Fatalf("sizes %v costs %v: want 8 last at the interpolated 1.43 ms", p.sizes, p.ms)
 	}
-	if got := p.size(8); got != 8 {
-		t.Fatalf("first cycle: size %d, want the largest (exploring)", got)
+	if p.exploring() {
+		t.Fatal("exploring before any cycle paid for it")
 	}
 	for i := 0; i < 4; i++ {
 		p.observe(7, 2) // accepted 2 of 7: positions 1, 2 hit, 3 tried and missed
@@ -156,8 +156,8 @@ func TestBlockPolicyExplores(t *testing.T) {
 				steps += k
 				cycle += k
 			default:
-				if cycle == 0 && B != 2 {
-					t.Fatalf("first cycle: size %d, want 2", B)
+				if len(explored) == 0 && B != 2 {
+					t.Fatalf("first exploring cycle: size %d, want 2", B)
 				}
 				explored[B]++
 				if hit {
@@ -174,8 +174,8 @@ func TestBlockPolicyExplores(t *testing.T) {
 		case hit && p.best() < 4:
 			t.Errorf("drafts that hit: best %d after exploring %v", p.best(), explored)
 		}
-		// Exploring took its share (within one exploring cycle) and no more.
-		if p.explored > policyExploreShare*p.spent+160 {
+		// Exploring took its share and no more.
+		if p.explored > policyExploreShare*p.spent {
 			t.Errorf("exploring took %.0f of %.0f ms, share %.3f", p.explored, p.spent, policyExploreShare)
 		}
 	}
