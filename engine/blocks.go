@@ -43,8 +43,8 @@ var ProbeBlockSizes = []int{1, 2, 3, 4, 6, 8, 12, 16}
 const oneTokenProbeSteps = 4
 
 // MeasureBlockCosts times a DFlash cycle for each block size in sizes (capped at the
-// proposer's block) after prefilling prompt: repeats timed cycles per size after one
-// untimed, reported as the fastest: interference (other work on a shared host, a
+// proposer's block) after prefilling prompt: repeats timed rounds over all sizes after one
+// untimed, each size reported as its fastest: interference (other work on a shared host, a
 // collection) only ever adds time, and one slow timing of the one-token step would make
 // every draft look cheap. The drafts and their verdicts are discarded; each
 // cycle keeps one row, as a cycle that accepts nothing does, so the context grows by one
@@ -150,9 +150,12 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 		mlxc.Eval(append(c.Arrays(), first)...)
 		pending = append(pending, first)
 		s.Close()
-		for _, B := range bc.Sizes {
-			var times []float64
-			for r := 0; r <= repeats && err == nil; r++ {
+		// Round by round, every size in each: a stretch of interference on a shared host, or
+		// the first cycles after the prefill, then spread over all sizes instead of landing
+		// on one. Round 0 is untimed (a size's first cycle builds its kernels and buffers).
+		bc.MS = make([]float64, len(bc.Sizes))
+		for r := 0; r <= repeats; r++ {
+			for i, B := range bc.Sizes {
 				if err = ctx.Err(); err != nil {
 					return
 				}
@@ -162,14 +165,13 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 				} else {
 					d = step(B)
 				}
-				if r > 0 {
-					times = append(times, float64(d.Microseconds())/1000)
+				if err != nil {
+					return
+				}
+				if ms := float64(d.Microseconds()) / 1000; r == 1 || (r > 1 && ms < bc.MS[i]) {
+					bc.MS[i] = ms
 				}
 			}
-			if err != nil {
-				return
-			}
-			bc.MS = append(bc.MS, slices.Min(times))
 		}
 	})
 	if cerr != nil {
