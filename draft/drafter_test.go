@@ -9,25 +9,13 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
-	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
 
 func TestDrafterValidatesAgainstTarget(t *testing.T) {
 	dir := t.TempDir()
 	spec := modelgen.TinyQwen3()
-	var target model.Model
-	if err := mlxc.Do(func() error {
-		if err := modelgen.WriteQwen3(filepath.Join(dir, "t"), spec); err != nil {
-			return err
-		}
-		var err error
-		target, err = model.Load(filepath.Join(dir, "t"), model.LoadOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer mlxc.Do(func() error { target.Free(); return nil })
+	target := loadTarget(t, dir, spec)
 	cases := []struct {
 		name string
 		mod  func(*modelgen.DrafterSpec)

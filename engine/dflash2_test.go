@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
@@ -60,27 +59,8 @@ func TestDFlash2GreedyEqualsPlain(t *testing.T) {
 		if p.drft.Cfg.Kind.String() != "dflash2" {
 			t.Fatalf("%s: drafter loaded as %s", name, p.drft.Cfg.Kind)
 		}
-		ps := append(prompts(p.vocab)[:3], longPrompt(p.vocab, 100))
-		for pi, prompt := range ps {
-			for _, maxTok := range []int{1, 9, 90} {
-				if maxTok == 90 && pi != len(ps)-1 {
-					continue
-				}
-				want := plainGreedy(t, p, prompt, maxTok)
-				for _, B := range []int{3, 8} {
-					for _, ahead := range []bool{false, true} {
-						t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/ahead%v", name, pi, maxTok, B, ahead), func(t *testing.T) {
-							e := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft), RunAhead: ahead}
-							res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
-							checkLossless(t, res, evs, want, B)
-							if st := res.Stats; st.RunAhead != ahead || st.RunAheadFallback != "" {
-								t.Errorf("run ahead %v (fallback %q), asked %v", st.RunAhead, st.RunAheadFallback, ahead)
-							}
-						})
-					}
-				}
-			}
-		}
+		greedyBothLoops(t, name, p, prompts(p.vocab)[:3], []int{1, 9}, []int{3, 8})
+		greedyBothLoops(t, name+"/long", p, [][]int32{longPrompt(p.vocab, 100)}, []int{90}, []int{3, 8})
 	}
 }
 

@@ -57,9 +57,9 @@ func TestHybridDFlashGreedyEqualsPlain(t *testing.T) {
 	}
 }
 
-// greedyBothLoops checks that greedy DFlash on p emits plain decoding's tokens in the
-// serial and the run-ahead loop (which must really run ahead), for each prompt, length
-// and block size.
+// greedyBothLoops checks that greedy DFlash on p (either drafter generation) emits plain
+// decoding's tokens in the serial and the run-ahead loop (which must really run ahead),
+// for each prompt, length and block size.
 func greedyBothLoops(t *testing.T, name string, p *pair, ps [][]int32, lengths, blocks []int) {
 	for pi, prompt := range ps {
 		for _, maxTok := range lengths {
@@ -67,7 +67,7 @@ func greedyBothLoops(t *testing.T, name string, p *pair, ps [][]int32, lengths, 
 			for _, B := range blocks {
 				for _, ahead := range []bool{false, true} {
 					t.Run(fmt.Sprintf("%s/p%d/n%d/B%d/ahead%v", name, pi, maxTok, B, ahead), func(t *testing.T) {
-						e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft), RunAhead: ahead}
+						e := &Engine{Target: p.target, Proposer: proposerOf(p.drft), RunAhead: ahead}
 						res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: maxTok, BlockSize: B, IgnoreEOS: true})
 						checkLossless(t, res, evs, want, B)
 						if st := res.Stats; st.RunAhead != ahead || st.RunAheadFallback != "" {
