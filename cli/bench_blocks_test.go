@@ -2,9 +2,12 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
@@ -17,11 +20,13 @@ func TestFormatBlockSizes(t *testing.T) {
 	}
 }
 
-// bench on a MoE target: the block adapts by default, every cycle is counted in
-// block_sizes, the τ-vs-cost curve has each probed block with its cost and, with
-// --block-sweep, a measured run; and the loaded models hold no more than their
+// bench on a MoE target with the block pinned (the curve's estimates read the table's
+// per-position acceptance, which one-token steps would leave empty on a CPU): every cycle
+// is counted in block_sizes, the τ-vs-cost curve has each probed block with its cost and,
+// with --block-sweep, a measured run; and the loaded models hold no more than their
 // checkpoints' tensors.
 func TestBenchMoEBlockCurve(t *testing.T) {
+	t.Setenv("DFLASH_ADAPTIVE_BLOCK", "0")
 	tokDir := filepath.Join(reftest.RepoRoot(), "third_party", "testdata", "qwen3")
 	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
 		reftest.Missing(t, "Qwen3 tokenizer asset "+tokDir)
@@ -50,8 +55,8 @@ func TestBenchMoEBlockCurve(t *testing.T) {
 		t.Errorf("resident %d bytes for checkpoints of %d (%.3f×): want about equal", r.Resident, r.Checkpoint, r.Ratio)
 	}
 	x := r.Rows[0]
-	if !x.Adaptive || len(x.BlockSizes) == 0 {
-		t.Errorf("a MoE target's block did not adapt: %+v", x)
+	if x.Adaptive || x.BlockSizes["16"] == 0 {
+		t.Errorf("a pinned block adapted: %+v", x)
 	}
 	var sizes []int
 	for _, p := range x.Curve {
@@ -79,5 +84,76 @@ func TestBenchMoEBlockCurve(t *testing.T) {
 			t.Errorf("block %d: estimated τ %.2f after %.2f", p.Block, p.TauEstimated, prev)
 		}
 		prev = p.TauEstimated
+	}
+}
+
+// bench --compare-widths: plain, the adaptive block and each fixed block up to
+// --block-size in one report, every greedy run exact, each DFlash row's cycles counted by
+// block (a fixed row's at its block but where the token budget cuts the last ones); a
+// width outside the drafter's block is refused.
+func TestBenchCompareWidths(t *testing.T) {
+	tokDir := filepath.Join(reftest.RepoRoot(), "third_party", "testdata", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		reftest.Missing(t, "Qwen3 tokenizer asset "+tokDir)
+	}
+	t.Setenv("DFLASH_TOKENIZER_DIR", tokDir)
+	dir := t.TempDir()
+	args := []string{"bench", "--random", "tiny", "--dir", dir, "-n", "12", "--prompt-tokens", "8", "--repeats", "2",
+		"--warmup", "0", "--num-prompts", "1", "--block-size", "4", "--compare-widths", "--json", "-q"}
+	out, errOut, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Costs struct {
+			Sizes []int `json:"sizes"`
+		} `json:"block_costs"`
+		Rows []struct {
+			Mode       string         `json:"mode"`
+			Block      int            `json:"block"`
+			TPS        float64        `json:"tok_s"`
+			Runs       []float64      `json:"runs_tok_s"`
+			Tau        float64        `json:"tau"`
+			Exact      *bool          `json:"exact"`
+			BlockSizes map[string]int `json:"block_sizes"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	var modes []string
+	for _, x := range r.Rows {
+		modes = append(modes, fmt.Sprintf("%s%d", x.Mode, x.Block))
+		if x.TPS <= 0 || len(x.Runs) != 2 {
+			t.Errorf("%s %d: %.1f tok/s from runs %v", x.Mode, x.Block, x.TPS, x.Runs)
+		}
+		if x.Mode == "plain" {
+			continue
+		}
+		if x.Exact == nil || !*x.Exact || x.Tau < 1 {
+			t.Errorf("%s %d: exact %v, τ %.2f", x.Mode, x.Block, x.Exact, x.Tau)
+		}
+		cycles := 0
+		for b, k := range x.BlockSizes {
+			cycles += k
+			// A fixed block is cut only by the token budget, at the end.
+			if n, _ := strconv.Atoi(b); x.Mode == "fixed" && (n > x.Block || n < x.Block && k > 2) {
+				t.Errorf("fixed %d ran %d cycles of block %s", x.Block, k, b)
+			}
+		}
+		// 12 tokens a run: the first from the prompt, then at least 1 a cycle.
+		if cycles < 2 || cycles > 2*11 {
+			t.Errorf("%s %d: %d cycles over 2 runs (%v)", x.Mode, x.Block, cycles, x.BlockSizes)
+		}
+	}
+	// --block-size 4 caps the probe and the fixed widths.
+	if got := strings.Join(modes, " "); got != "plain0 adaptive0 fixed2 fixed3 fixed4" {
+		t.Errorf("modes %q, want plain, adaptive, fixed 2, 3, 4", got)
+	}
+	if fmt.Sprint(r.Costs.Sizes) != "[1 2 3 4]" {
+		t.Errorf("probed sizes %v, want [1 2 3 4]", r.Costs.Sizes)
+	}
+	if _, errOut, code := runCLI(t, append(args[:len(args)-2], "--widths", "32", "-q")...); code != 2 || !strings.Contains(errOut, "--widths: 32") {
+		t.Errorf("--widths 32: exit %d, %s", code, errOut)
 	}
 }

@@ -153,9 +153,16 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 		// Round by round, every size in each: a stretch of interference on a shared host, or
 		// the first cycles after the prefill, then spread over all sizes instead of landing
 		// on one. Round 0 is untimed (a size's first cycle builds its kernels and buffers).
+		// After a timed round, a block whose cycle costs at least B one-token steps is timed
+		// no more: it commits at most B tokens, so no acceptance makes it pay, and such
+		// cycles are the long ones (a 4-bit 16-row verify on a CPU: 20 steps).
 		bc.MS = make([]float64, len(bc.Sizes))
+		settled := make([]bool, len(bc.Sizes))
 		for r := 0; r <= repeats; r++ {
 			for i, B := range bc.Sizes {
+				if settled[i] {
+					continue
+				}
 				if err = ctx.Err(); err != nil {
 					return
 				}
@@ -170,6 +177,11 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 				}
 				if ms := float64(d.Microseconds()) / 1000; r == 1 || (r > 1 && ms < bc.MS[i]) {
 					bc.MS[i] = ms
+				}
+			}
+			if r >= 1 && bc.Sizes[0] == 1 {
+				for i, B := range bc.Sizes {
+					settled[i] = settled[i] || (B > 1 && bc.MS[i] >= float64(B)*bc.MS[0])
 				}
 			}
 		}
@@ -311,22 +323,31 @@ func (p *blockPolicy) size(maxB int) int {
 // best get measured and stay measured as the text changes. Where a wide verify costs many
 // one-token steps (a CPU) exploring thus climbs from the narrow sizes, each measured
 // before a wider one looks worth its cost, instead of paying for the widest first.
+//
+// A block whose cycle costs at least B one-token steps is never explored: it commits at
+// most B tokens, so no acceptance makes it pay.
 func (p *blockPolicy) explore(best int) int {
 	target, top := best, -1.0
 	for j, B := range p.sizes {
-		if rate := p.estimate(B, true) / p.ms[j]; rate > top {
+		if rate := p.estimate(B, true) / p.ms[j]; rate > top && p.canPay(j) {
 			target, top = B, rate
 		}
 	}
 	if target != best {
 		return target
 	}
-	for _, B := range p.sizes {
-		if B > best {
+	for j, B := range p.sizes {
+		if B > best && p.canPay(j) {
 			return B
 		}
 	}
 	return best
+}
+
+// canPay reports whether sizes[j] could ever beat a one-token step: its cycle costs less
+// than sizes[j] steps (or no step was measured).
+func (p *blockPolicy) canPay(j int) bool {
+	return p.sizes[0] != 1 || p.ms[j] < float64(p.sizes[j])*p.ms[0]
 }
 
 // best is the size with the most expected tokens per millisecond, or the largest whose
@@ -367,7 +388,9 @@ func (p *blockPolicy) best() int {
 // cycles take the best size under the prior (one-token steps where a verify's cost grows
 // steeply, the largest block where it is flat).
 func (p *blockPolicy) exploring() bool {
-	return p.explored+p.costOf(p.explore(p.best())) <= policyExploreShare*p.spent
+	best := p.best()
+	target := p.explore(best)
+	return target != best && p.explored+p.costOf(target) <= policyExploreShare*p.spent
 }
 
 // oneTokenSteps is how many one-token steps may run before a cycle has to look at the
@@ -377,7 +400,11 @@ func (p *blockPolicy) oneTokenSteps() int {
 	if p == nil || p.sizes[0] != 1 || p.exploring() {
 		return 1
 	}
-	due := (p.explored+p.costOf(p.explore(p.best())))/policyExploreShare - p.spent
+	target := p.explore(1)
+	if target == 1 {
+		return math.MaxInt32 // nothing could pay: steps until the request ends
+	}
+	due := (p.explored+p.costOf(target))/policyExploreShare - p.spent
 	return max(1, int(math.Ceil(due/p.ms[0])))
 }
 

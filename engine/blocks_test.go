@@ -184,6 +184,22 @@ func TestBlockPolicyExplores(t *testing.T) {
 	}
 }
 
+// Where every drafting block costs more one-token steps than it has rows (a 4-bit verify
+// on a CPU), no acceptance makes one pay: the policy takes one-token steps and never
+// explores.
+func TestBlockPolicyNeverExploresWhatCannotPay(t *testing.T) {
+	p := newBlockPolicy(&BlockCosts{Sizes: []int{1, 2, 4, 16}, MS: []float64{1140, 2590, 5492, 22481}}, 16)
+	for i := 0; i < 2000; i++ {
+		if got := p.size(16); got != 1 {
+			t.Fatalf("cycle %d: size %d, want one-token steps only", i, got)
+		}
+		p.observe(0, 0)
+	}
+	if k := p.oneTokenSteps(); k < 1<<20 {
+		t.Errorf("stretches of %d steps where nothing is ever explored", k)
+	}
+}
+
 // Where verify costs are flat, exploring drafts the largest block, which the policy
 // chooses anyway.
 func TestBlockPolicyExploresFlat(t *testing.T) {
