@@ -99,8 +99,9 @@ type active struct {
 }
 
 // Run runs the scenario on m and fails t on the first row whose logits or state differ
-// from its solo run's: bit for bit, or within tol of the logits' largest magnitude (tol
-// 0: exact). It returns the largest difference seen relative to that magnitude.
+// from its solo run's: bit for bit, or within tol of the largest magnitude (tol 0:
+// exact). It returns the largest logit difference seen relative to that magnitude. A
+// row's next token is its solo run's, so rows stay comparable when a near-tie flips.
 func Run(t *testing.T, m model.BatchModel, sc Scenario, tol float64) float64 {
 	t.Helper()
 	var worst float64
@@ -169,7 +170,7 @@ func run(m model.BatchModel, sc Scenario, tol float64) (float64, error) {
 		into := m.NewCache()
 		err := b.Extract(j, into)
 		if err == nil {
-			err = sameState(into, solos[a.id].saved[a.steps-1])
+			err = sameState(into, solos[a.id].saved[a.steps-1], tol)
 		}
 		into.Free()
 		if err != nil {
@@ -238,7 +239,7 @@ func leave(m model.BatchModel, b cache.Batch, j int, a active, s *solo, tol floa
 	if err := b.Leave(j, into); err != nil {
 		return err
 	}
-	if err := sameState(into, s.saved[a.steps-1]); err != nil {
+	if err := sameState(into, s.saved[a.steps-1], tol); err != nil {
 		return err
 	}
 	tok := a.next
@@ -257,8 +258,9 @@ func leave(m model.BatchModel, b cache.Batch, j int, a active, s *solo, tol floa
 	return nil
 }
 
-// sameState compares every layer's saved state of c with want, bit for bit.
-func sameState(c model.Cache, want []cache.Saved) error {
+// sameState compares every layer's saved state of c with want: bit for bit, or within
+// tol of each array's largest magnitude.
+func sameState(c model.Cache, want []cache.Saved, tol float64) error {
 	got, err := c.Save(c.Offset())
 	if err != nil {
 		return err
@@ -279,7 +281,7 @@ func sameState(c model.Cache, want []cache.Saved) error {
 			}
 			ga, wa := mlxc.AsType(g.Arrays[k], mlxc.Float32), mlxc.AsType(w.Arrays[k], mlxc.Float32)
 			mlxc.Eval(ga, wa)
-			if d := relDiff(ga.Float32s(), wa.Float32s()); d != 0 {
+			if d := relDiff(ga.Float32s(), wa.Float32s()); d > tol {
 				return fmt.Errorf("layer %d (%s) array %d differs from the row decoded alone by %.3g", i, g.Kind, k, d)
 			}
 		}
