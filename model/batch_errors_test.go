@@ -59,6 +59,14 @@ func TestBatchRefusesWrongInput(t *testing.T) {
 				m.ForwardBatch(mlxc.FromSlice([]int32{1, 2}, 2, 1), b, model.BatchOptions{Live: []bool{true}})
 			})
 		}},
+		{"step over layers that hold other rows", "layer 1 holds rows of lengths []", func(cache.Batch) error {
+			other := m.NewBatch()
+			defer other.Free()
+			if err := other.(*model.BatchKVCaches).Layers[0].Join(kvRow(3, 2, 32)); err != nil {
+				return err
+			}
+			return mlxc.Catch(func() { m.ForwardBatch(mlxc.FromSlice([]int32{1}, 1, 1), other, model.BatchOptions{}) })
+		}},
 		{"step over another model's batch", "does not belong", func(cache.Batch) error {
 			return mlxc.Catch(func() {
 				other := model.NewBatchKVCaches(1)

@@ -20,6 +20,9 @@ func (m *Qwen3) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 	if !ok || len(bc.Layers) != len(m.layers) {
 		panic(&mlxc.Error{Op: "qwen3.forward_batch", Msg: "batch does not belong to this model"})
 	}
+	if err := bc.CheckLens(); err != nil {
+		panic(&mlxc.Error{Op: "qwen3.forward_batch", Msg: err.Error()})
+	}
 	p := model.NewBatchPass("qwen3.forward_batch", bc.Lens(), ids, opt)
 	a := &m.arch
 	B := p.B

@@ -43,6 +43,9 @@ func (m *Model) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 	if !ok || len(bc.kv) != len(m.layers) {
 		fail("batch does not belong to this model")
 	}
+	if err := bc.CheckLens(); err != nil {
+		fail("%v", err)
+	}
 	p := model.NewBatchPass("qwen3_5.forward_batch", bc.Lens(), ids, opt)
 	B, eps := p.B, m.cfg.Eps
 	h := m.embed.Lookup(mlxc.Reshape(ids, B))
