@@ -106,23 +106,14 @@ func (d *Drafter) ForwardWindow(block, ctx *mlxc.Array, c *WindowCache) (Block, 
 		S = proj.Dim(0)
 	}
 	q0 := off + skip + S
-	x := d.embedBlock(block)
-	var mask *mlxc.Array
-	for i := range d.layers {
-		l := &d.layers[i]
-		x = d.layer2(l, x, func(u *mlxc.Array) *mlxc.Array {
-			q, kb, vb := d.blockHeads(l, u, func(a *mlxc.Array) *mlxc.Array { return d.rope.Apply(a, q0) })
-			if proj != nil {
-				k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), off+skip)
-				c.write(i, k, v)
-			}
-			kc, vc := c.keys(i)
-			if mask == nil {
-				mask = d.windowMask(c.start0(i, proj != nil, off+skip, S), q0, kcRows(kc), L)
-			}
-			return d.attend2(l, q, kc, vc, kb, vb, mask, L)
-		})
-	}
+	rotate := func(a *mlxc.Array) *mlxc.Array { return d.rope.Apply(a, q0) }
+	x := d.windowLayers(d.embedBlock(block), proj, off+skip, c, rotate, func(rows int) *mlxc.Array {
+		start := c.start
+		if proj != nil {
+			start = off + skip + S - rows
+		}
+		return d.windowMask(start, q0, rows, L)
+	})
 	if proj != nil {
 		c.advance(off+skip, S, S)
 	}
@@ -145,41 +136,42 @@ func (d *Drafter) ForwardWindowAt(block, ctx, valid *mlxc.Array, c *WindowCache)
 	}
 	proj := d.project(d.activation(mlxc.Reshape(ctx, T, -1)))
 	q0 := mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid)
-	x := d.embedBlock(block)
-	var mask *mlxc.Array
-	for i := range d.layers {
-		l := &d.layers[i]
-		x = d.layer2(l, x, func(u *mlxc.Array) *mlxc.Array {
-			q, kb, vb := d.blockHeads(l, u, func(a *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(a, q0) })
-			k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), off)
-			c.write(i, k, v)
-			kc, vc := c.keys(i)
-			if mask == nil {
-				start := off + T - kc.Dim(2)
-				mask = d.windowMaskAt(start, q0, kc.Dim(2), L)
-			}
-			return d.attend2(l, q, kc, vc, kb, vb, mask, L)
-		})
-	}
+	rotate := func(a *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(a, q0) }
+	x := d.windowLayers(d.embedBlock(block), proj, off, c, rotate, func(rows int) *mlxc.Array {
+		return d.windowMaskAt(off+T-rows, q0, rows, L)
+	})
 	c.advance(off, T, T)
 	return d.finalRows(x), nil
 }
 
-// kcRows is the number of context rows in keys kc (nil: none).
-func kcRows(kc *mlxc.Array) int {
-	if kc == nil {
-		return 0
+// windowLayers runs the block rows x [L, H] through the DFlash2 layers: each layer
+// writes the projected context rows proj (nil: none) into c at position at, and its block
+// attends to the window's rows and to itself, queries and block keys rotated by rotate,
+// under the mask makeMask gives for the window's row count (made once: every layer holds
+// the same positions).
+func (d *Drafter) windowLayers(x, proj *mlxc.Array, at int, c *WindowCache, rotate func(*mlxc.Array) *mlxc.Array, makeMask func(rows int) *mlxc.Array) *mlxc.Array {
+	L := x.Dim(0)
+	var mask *mlxc.Array
+	for i := range d.layers {
+		l := &d.layers[i]
+		x = d.layer2(l, x, func(u *mlxc.Array) *mlxc.Array {
+			q, kb, vb := d.blockHeads(l, u, rotate)
+			if proj != nil {
+				k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), at)
+				c.write(i, k, v)
+			}
+			kc, vc := c.keys(i)
+			if mask == nil {
+				rows := 0
+				if kc != nil {
+					rows = kc.Dim(2)
+				}
+				mask = makeMask(rows)
+			}
+			return d.attend2(l, q, kc, vc, kb, vb, mask, L)
+		})
 	}
-	return kc.Dim(2)
-}
-
-// start0 is the position of the first context row layer i attends to in this forward:
-// the cache's oldest kept row once the new rows (S of them at position at) are written.
-func (c *WindowCache) start0(i int, wrote bool, at, S int) int {
-	if !wrote {
-		return c.start
-	}
-	return at + S - c.k[i].Dim(2)
+	return x
 }
 
 // windowContext projects the new context rows ctx [1, S, n·H] and begins the window
