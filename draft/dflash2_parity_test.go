@@ -13,6 +13,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	_ "github.com/dflash-mlx/dflash-mlx/model/families"
+	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -186,8 +187,9 @@ func forwardParity(t *testing.T, py string, p *refPair) {
 }
 
 // generateParity runs greedy DFlash2 here and in the reference over one prompt at the
-// trained block: the same tokens (plain decoding's), and cycle by cycle the same
-// accepted count, for every cycle that drafted the whole block.
+// trained block: the same tokens (plain decoding's), and cycle by cycle the same drafts
+// and the same accepted count, for every cycle that drafted the whole block. The block
+// is pinned (DFLASH_ADAPTIVE_BLOCK=0's engine: no BlockCosts), as the reference's is.
 func generateParity(t *testing.T, py string, p *refPair) {
 	prompt := make([]int32, 20)
 	for i := range prompt {
@@ -204,15 +206,19 @@ func generateParity(t *testing.T, py string, p *refPair) {
 		return nil
 	})
 	ref := p.runRef(t, py, "generate", in)
-	var refTokens, refPlain, refAccepted, refBS []int32
+	var refTokens, refPlain, refAccepted, refBS, refDrafts []int32
+	var draftCols int
 	_ = mlxc.Do(func() error {
 		refTokens = mlxc.ToSlice[int32](mlxc.AsType(ref["tokens"], mlxc.Int32))
 		refPlain = mlxc.ToSlice[int32](mlxc.AsType(ref["plain"], mlxc.Int32))
 		refAccepted = mlxc.ToSlice[int32](mlxc.AsType(ref["accepted"], mlxc.Int32))
 		refBS = mlxc.ToSlice[int32](mlxc.AsType(ref["cycle_bs"], mlxc.Int32))
+		refDrafts = mlxc.ToSlice[int32](mlxc.AsType(ref["drafts"], mlxc.Int32))
+		draftCols = ref["drafts"].Dim(1)
 		return nil
 	})
-	e := &engine.Engine{Target: p.t, Proposer: verify.NewDFlash2(p.d)}
+	rec := &recordingProposer{DFlash2: verify.NewDFlash2(p.d)}
+	e := &engine.Engine{Target: p.t, Proposer: rec}
 	var cycles []int // tokens emitted per event after the first (one event per cycle)
 	var res engine.Result
 	err := mlxc.Do(func() error {
@@ -243,6 +249,10 @@ func generateParity(t *testing.T, py string, p *refPair) {
 			break
 		}
 		emitted += cycles[i]
+		want := refDrafts[i*draftCols : i*draftCols+B-1]
+		if i >= len(rec.drafts) || !slices.Equal(rec.drafts[i], want) {
+			t.Fatalf("cycle %d: drafts differ from the reference's %v (ours: %v)", i, want, rec.drafts)
+		}
 		if cycles[i] != int(a)+1 {
 			t.Fatalf("cycle %d: we emitted %d tokens, the reference accepted %d drafts (ours %v, reference %v)", i, cycles[i], a, cycles, refAccepted)
 		}
@@ -258,6 +268,21 @@ func generateParity(t *testing.T, py string, p *refPair) {
 }
 
 // sameFloats32 compares two arrays' values exactly (on the MLX thread).
+// recordingProposer is the DFlash2 proposer that keeps every cycle's drafts (read on the
+// MLX thread as they are proposed).
+type recordingProposer struct {
+	*verify.DFlash2
+	drafts [][]int32
+}
+
+func (r *recordingProposer) Propose(staged int32, pos int, ctx *mlxc.Array, n int, sp sample.Params, keys *sample.Keys) verify.Proposal {
+	prop := r.DFlash2.Propose(staged, pos, ctx, n, sp, keys)
+	if prop.Tokens != nil {
+		r.drafts = append(r.drafts, mlxc.ToSlice[int32](prop.Tokens))
+	}
+	return prop
+}
+
 func sameFloats32(what string, got, want *mlxc.Array) error {
 	if want == nil {
 		return fmt.Errorf("%s: the reference gave no such output", what)
