@@ -8,18 +8,8 @@ import (
 // conversation and runs on the same generation path as chat completions; errors take
 // Anthropic's shape.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		writeAPIErrorAs(w, err, writeAnthropicError)
-		return
-	}
-	req, err := decodeMessagesRequest(body, false)
-	if err != nil {
-		writeAPIErrorAs(w, err, writeAnthropicError)
-		return
-	}
-	if err := s.checkModel(req.chat.Model); err != nil {
-		writeAPIErrorAs(w, err, writeAnthropicError)
+	req, ok := s.readMessagesRequest(w, r, false)
+	if !ok {
 		return
 	}
 	info := infoFrom(r.Context())
@@ -45,18 +35,8 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 // handleCountTokens answers POST /v1/messages/count_tokens with the prompt's length as a
 // generation would render it.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		writeAPIErrorAs(w, err, writeAnthropicError)
-		return
-	}
-	req, err := decodeMessagesRequest(body, true)
-	if err != nil {
-		writeAPIErrorAs(w, err, writeAnthropicError)
-		return
-	}
-	if err := s.checkModel(req.chat.Model); err != nil {
-		writeAPIErrorAs(w, err, writeAnthropicError)
+	req, ok := s.readMessagesRequest(w, r, true)
+	if !ok {
 		return
 	}
 	rc, err := s.renderChat(&req.chat, "messages")
@@ -65,4 +45,21 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(rc.prompt.Tokens)})
+}
+
+// readMessagesRequest reads and decodes a Messages request (countOnly: the
+// count_tokens subset) and checks its model; on a problem it answers with Anthropic's
+// error shape and reports false.
+func (s *Server) readMessagesRequest(w http.ResponseWriter, r *http.Request, countOnly bool) (*messagesRequest, bool) {
+	body, err := s.readBody(w, r)
+	if err == nil {
+		var req *messagesRequest
+		if req, err = decodeMessagesRequest(body, countOnly); err == nil {
+			if err = s.checkModel(req.chat.Model); err == nil {
+				return req, true
+			}
+		}
+	}
+	writeAPIErrorAs(w, err, writeAnthropicError)
+	return nil, false
 }
