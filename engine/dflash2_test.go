@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
@@ -92,5 +93,30 @@ func TestDFlash2WindowOptionAndPrefixCache(t *testing.T) {
 	checkLossless(t, got, evs, want2, p.drft.BlockSize())
 	if got.Stats.PromptCacheTokens < len(prompt) {
 		t.Errorf("second turn reused %d prompt tokens, want at least the first prompt's %d", got.Stats.PromptCacheTokens, len(prompt))
+	}
+}
+
+// Under the adaptive block a DFlash2 drafter takes one-token steps where drafting cannot
+// pay (its window then takes the steps' rows as context, in both loops) and drafts where
+// verify is cheap: the output stays plain decoding's, several block sizes run.
+func TestDFlash2AdaptiveBlockEqualsPlain(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	pairs := dflash2Pairs(t)
+	for _, name := range []string{"qwen3-bf16", "qwen35-bf16"} {
+		p := pairs[name]
+		prompt := longPrompt(p.vocab, 70)
+		want := plainGreedy(t, p, prompt, 60)
+		for _, costs := range []*BlockCosts{oneTokenWins, {Sizes: []int{2, 4, 8}, MS: []float64{3, 3.2, 3.4}}} {
+			for _, ahead := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/costs%v/ahead%v", name, costs.MS, ahead), func(t *testing.T) {
+					e := &Engine{Target: p.target, Proposer: verify.NewDFlash2(p.drft), RunAhead: ahead, BlockCosts: costs}
+					res, evs := run(t, e, Request{Prompt: prompt, MaxTokens: 60, IgnoreEOS: true})
+					checkLossless(t, res, evs, want, p.drft.BlockSize())
+					if len(res.Stats.BlockSizes) < 2 {
+						t.Errorf("one block size only: %v", res.Stats.BlockSizes)
+					}
+				})
+			}
+		}
 	}
 }
