@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the bundle that scripts/gpu_run.sh unpacks on a lent GPU machine without network
-# (docs/gpu.md): the mlx-cuda-13 runtime in two parts under 64 MiB (.gpu/p1, .gpu/p2), and
+# (docs/gpu.md): the mlx-cuda-13 runtime in parts that fit a call beside the tree (.gpu/p1,
+# .gpu/p1b, …; .gpu/p2 holds the rest), and
 # stripped binaries of the current tree (CLI + CUDA-relevant test binaries). The wheel comes
 # from PyPI once and is kept in $GPU_CACHE. Usage: bash scripts/gpu_bundle.sh [--bin-only | --mlx-lm | --base REV]
 # (--base REV: the CLI of commit REV as .gpu/p2/base.tar.xz, for gpu_run.sh abbin.)
@@ -51,11 +52,25 @@ if [ "${1:-}" != "--bin-only" ]; then
     xz -9 -T0 -k -c "$CACHE/unpacked/mlx/lib/libmlx.so" > "$CACHE/libmlx.so.xz.tmp"
     mv "$CACHE/libmlx.so.xz.tmp" "$CACHE/libmlx.so.xz"
   fi
-  step "split the runtime into .gpu/p1 and .gpu/p2"
-  rm -f .gpu/p1/libmlx.so.xz.part-* .gpu/p2/libmlx.so.xz.part-*
-  (cd "$CACHE" && rm -f libmlx.so.xz.part-* && split -b 48m libmlx.so.xz libmlx.so.xz.part-)
-  cp "$CACHE/libmlx.so.xz.part-aa" .gpu/p1/
-  cp "$CACHE"/libmlx.so.xz.part-a[b-z] .gpu/p2/
+  # Every call carries the working tree too (tracked and untracked files), and all of it
+  # must stay under 64 MiB: the runtime goes in parts of PART_MB, one folder each (.gpu/p1,
+  # .gpu/p1b, .gpu/p1c, …, each carried with `gpu_run.sh setup`), and .gpu/p2 lists them
+  # (libmlx.parts) so that a stage knows when it has them all.
+  TREE_MB=$(( $( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) / 1048576 ))
+  PART_MB="${GPU_PART_MB:-$(( 60 - TREE_MB ))}"
+  [ "$PART_MB" -ge 8 ] || { echo "the tree takes ${TREE_MB} MiB of a call's 64: no room for the runtime's parts" >&2; exit 1; }
+  step "split the runtime into parts of ${PART_MB} MiB (the tree takes ${TREE_MB} MiB of each call)"
+  rm -rf .gpu/p1 .gpu/p1? && mkdir -p .gpu/p1
+  rm -f .gpu/p2/libmlx.so.xz.part-* .gpu/p2/libmlx.parts
+  (cd "$CACHE" && rm -f libmlx.so.xz.part-* && split -b "${PART_MB}m" libmlx.so.xz libmlx.so.xz.part-)
+  dirs=(p1 p1b p1c p1d p1e p1f p1g p1h)
+  i=0
+  for part in "$CACHE"/libmlx.so.xz.part-*; do
+    [ "$i" -lt "${#dirs[@]}" ] || { echo "more than ${#dirs[@]} runtime parts: raise GPU_PART_MB" >&2; exit 1; }
+    mkdir -p ".gpu/${dirs[$i]}" && cp "$part" ".gpu/${dirs[$i]}/"
+    basename "$part" >> .gpu/p2/libmlx.parts
+    i=$((i + 1))
+  done
   (cd "$CACHE/unpacked/mlx" && tar -cJf "$ROOT/.gpu/p2/include.tar.xz" include)
   (cd "$CACHE/unpacked" && tar -cJf "$ROOT/.gpu/p2/libs.tar.xz" mlx_cuda_13.libs)
   (cd third_party && tar -cJf "$ROOT/.gpu/p2/testdata.tar.xz" testdata/qwen3)
@@ -82,5 +97,5 @@ for p in mlxc model model/deltanet model/qwen35 draft engine verify; do
 done
 (cd "$B" && tar -cJf "$ROOT/.gpu/p2/bin.tar.xz" bin)
 rm -rf "$B"
-du -sh .gpu/p1 .gpu/p2
-echo "carry [\".gpu/p1\"] with 'bash scripts/gpu_run.sh setup', then [\".gpu/p2\"] with a stage (docs/gpu.md)"
+du -sh .gpu/p1* .gpu/p2
+echo "carry each of $(cd .gpu && echo p1*) with 'bash scripts/gpu_run.sh setup' (one call each), then [\".gpu/p2\"] with a stage (docs/gpu.md)"

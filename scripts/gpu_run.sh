@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (no network, no Go): assembles the mlx-cuda-13 runtime that
-# was carried in parts (.gpu/p1, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
+# was carried in parts (.gpu/p1, .gpu/p1b, …, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
 # (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | abbin | diag | tune | prof | sweep | inmodel | mlxlm; docs/gpu.md)
@@ -10,7 +10,11 @@ X=/tmp/mlxcuda
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$X/mlx/lib" "$OUT" /tmp/stage
 log() { echo "== $*"; }
-if [ -d .gpu/p1 ]; then cp -n .gpu/p1/* /tmp/stage/ 2>/dev/null || true; fi
+# The runtime's parts overwrite staged ones of the same name (another bundle may split
+# the library at other sizes).
+for d in .gpu/p1 .gpu/p1?; do
+  if [ -d "$d" ]; then cp -f "$d"/* /tmp/stage/ 2>/dev/null || true; fi
+done
 if [ -d .gpu/p2 ]; then
   # A new build's binaries replace the staged ones (a warm machine keeps /tmp/stage).
   if [ -f .gpu/p2/bin.tar.xz ] && ! cmp -s .gpu/p2/bin.tar.xz /tmp/stage/bin.tar.xz; then
@@ -29,12 +33,16 @@ if [ "$STAGE" = setup ]; then
   exit 0
 fi
 if [ ! -f "$X/mlx/lib/libmlx.so" ]; then
-  # Both parts must be here (a machine given back in between loses .gpu/p1's: run setup
-  # again); the library goes into place only whole, so a failed call leaves nothing half made.
-  [ -f /tmp/stage/libmlx.so.xz.part-aa ] && [ -f /tmp/stage/libmlx.so.xz.part-ab ] ||
-    { echo "libmlx parts missing (run setup with .gpu/p1 first): $(ls /tmp/stage)"; exit 3; }
+  # Every part must be here (a machine given back in between loses the staged ones: run
+  # setup with each .gpu/p1* again); the library goes into place only whole, so a failed
+  # call leaves nothing half made. .gpu/p2's libmlx.parts lists them (older bundles: aa, ab).
+  parts="libmlx.so.xz.part-aa libmlx.so.xz.part-ab"
+  [ -f /tmp/stage/libmlx.parts ] && parts="$(cat /tmp/stage/libmlx.parts)"
+  for part in $parts; do
+    [ -f "/tmp/stage/$part" ] || { echo "libmlx part $part missing (run setup with each .gpu/p1* first): $(ls /tmp/stage)"; exit 3; }
+  done
   log "assembling libmlx.so"
-  cat /tmp/stage/libmlx.so.xz.part-* | xz -d > "$X/mlx/lib/libmlx.so.tmp" || { echo "libmlx parts corrupt: $(ls /tmp/stage)"; exit 3; }
+  (cd /tmp/stage && cat $parts) | xz -d > "$X/mlx/lib/libmlx.so.tmp" || { echo "libmlx parts corrupt: $(ls /tmp/stage)"; exit 3; }
   mv "$X/mlx/lib/libmlx.so.tmp" "$X/mlx/lib/libmlx.so"
   tar -xJf /tmp/stage/include.tar.xz -C "$X/mlx"
   tar -xJf /tmp/stage/libs.tar.xz -C "$X"
