@@ -58,8 +58,8 @@ func blockSizeOf(cfg *model.RawConfig) (int, error) {
 	return cfg.IntOr("block_size", 16)
 }
 
-// dflash2Limits bound what the DFlash2 forward serves: the convolution's taps never
-// reach past the block, and its groups split the hidden size evenly.
+// maxConvKernel bounds the convolution's taps this build serves (the published
+// drafters have 2; a tap never reaches past the block either).
 const maxConvKernel = 8
 
 // parseDFlash2 reads and checks the DFlash2 settings of dflash_config dc: each problem

@@ -11,16 +11,14 @@ import "github.com/dflash-mlx/dflash-mlx/mlxc"
 // The element-wise chain runs as one MLX compiled function (one fused kernel on a GPU
 // for each block length), whose compiled element-wise code rounds where the ops do, so
 // the compiled and the ops results are the same bit for bit (TestConvCompiledMatchesOps).
-// A nil *Conv runs the ops.
 type Conv struct {
-	group int
-	fn    *mlxc.Compiled
+	fn *mlxc.Compiled
 }
 
 // NewConv compiles the convolution for channel groups of size group; call on the MLX
 // thread.
 func NewConv(group int) *Conv {
-	return &Conv{group: group, fn: mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
+	return &Conv{fn: mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
 		return []*mlxc.Array{ConvOps(in[0], in[1], in[2], group)}
 	}, false)}
 }
@@ -28,17 +26,7 @@ func NewConv(group int) *Conv {
 // Apply convolves rows h [L, H] with coefficients coeff [L, K, G] (G = H/group) and the
 // base kernel base [K, H].
 func (c *Conv) Apply(h, coeff, base *mlxc.Array) *mlxc.Array {
-	if c == nil || c.fn == nil {
-		return ConvOps(h, coeff, base, c.groupOr(h))
-	}
 	return c.fn.Call(h, coeff, base)[0]
-}
-
-func (c *Conv) groupOr(h *mlxc.Array) int {
-	if c != nil {
-		return c.group
-	}
-	return 0
 }
 
 // Free releases the compiled function.

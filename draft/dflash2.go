@@ -115,7 +115,7 @@ func (d *Drafter) ForwardWindow(block, ctx *mlxc.Array, c *WindowCache) (Block, 
 		return d.windowMask(start, q0, rows, L)
 	})
 	if proj != nil {
-		c.advance(off+skip, S, S)
+		c.advance(off+skip, S)
 	}
 	return d.finalRows(x), nil
 }
@@ -131,7 +131,7 @@ func (d *Drafter) ForwardWindowAt(block, ctx, valid *mlxc.Array, c *WindowCache)
 	if T > c.keep {
 		return Block{}, fmt.Errorf("draft: %d context rows at once exceed the window's %d", T, c.keep)
 	}
-	if err := c.begin(off); err != nil {
+	if err := c.begin(off, true); err != nil {
 		return Block{}, err
 	}
 	proj := d.project(d.activation(mlxc.Reshape(ctx, T, -1)))
@@ -140,7 +140,7 @@ func (d *Drafter) ForwardWindowAt(block, ctx, valid *mlxc.Array, c *WindowCache)
 	x := d.windowLayers(d.embedBlock(block), proj, off, c, rotate, func(rows int) *mlxc.Array {
 		return d.windowMaskAt(off+T-rows, q0, rows, L)
 	})
-	c.advance(off, T, T)
+	c.advance(off, T)
 	return d.finalRows(x), nil
 }
 
@@ -187,11 +187,8 @@ func (d *Drafter) windowContext(ctx *mlxc.Array, c *WindowCache, off int) (proj 
 		skip = S - c.keep
 		rows = mlxc.SliceAxis(rows, 0, skip, S)
 	}
-	if err := c.begin(off); err != nil {
+	if err := c.begin(off, skip == 0); err != nil {
 		return nil, 0, err
-	}
-	if skip > 0 {
-		c.from = c.to // none of the old rows stay in the window
 	}
 	return d.project(d.activation(rows)), skip, nil
 }
@@ -209,7 +206,7 @@ func (d *Drafter) AddWindowContext(ctx *mlxc.Array, c *WindowCache) error {
 		k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), off+skip)
 		c.write(i, k, v)
 	}
-	c.advance(off+skip, proj.Dim(0), proj.Dim(0))
+	c.advance(off+skip, proj.Dim(0))
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 // more than window−1 before the first block row; rows older than that are dropped as new
 // ones arrive. Memory and attention cost stay bounded however long the conversation.
 //
-// Rows are kept in position order: row j of every layer is position Start()+j. Offset()
+// Rows are kept in position order: row j of every layer is position start+j. Offset()
 // is the count of committed positions; rows past it (written by ForwardAt before the
 // host knew how many were committed) are overwritten by the next write.
 type WindowCache struct {
@@ -37,9 +37,6 @@ func NewWindowCache(n, keep int) *WindowCache {
 // Offset is the number of committed context positions.
 func (c *WindowCache) Offset() int { return c.offset }
 
-// Start is the position of the oldest row held.
-func (c *WindowCache) Start() int { return c.start }
-
 // Rows is the number of rows held (committed and, after ForwardAt, the uncommitted tail).
 func (c *WindowCache) Rows() int {
 	if c.k[0] == nil {
@@ -48,18 +45,19 @@ func (c *WindowCache) Rows() int {
 	return c.k[0].Dim(2)
 }
 
-// Keep is the bound on the positions a block reads.
-func (c *WindowCache) Keep() int { return c.keep }
-
-// begin starts a forward that writes context rows at position at (at most one past the
-// committed positions): every layer then keeps its rows from the last keep positions
-// before at, dropping the older ones and any uncommitted tail at or past at.
-func (c *WindowCache) begin(at int) error {
+// begin starts a forward that writes context rows after the committed positions at:
+// every layer then keeps its rows from the last keep positions before at (none when
+// keepOld is false: the new rows fill the window by themselves), dropping the older ones
+// and any uncommitted tail at or past at.
+func (c *WindowCache) begin(at int, keepOld bool) error {
 	if at < c.start || at > c.offset {
 		return fmt.Errorf("draft window cache: cannot write at position %d (committed %d, oldest row %d)", at, c.offset, c.start)
 	}
 	c.to = min(at-c.start, c.Rows())
 	c.from = max(0, c.to-c.keep)
+	if !keepOld {
+		c.from = c.to
+	}
 	return nil
 }
 
@@ -78,18 +76,14 @@ func (c *WindowCache) write(i int, k, v *mlxc.Array) {
 	c.k[i], c.v[i] = nk, nv
 }
 
-// advance ends the forward begun at position at that wrote T rows in every layer, of
-// which the first valid are committed (T when the host knows them all).
-func (c *WindowCache) advance(at, T, valid int) {
-	if c.Rows() == 0 {
-		c.start = at
-	} else {
-		c.start = at + T - c.Rows()
-	}
-	c.offset = at + valid
+// advance ends a forward that wrote T rows from position at in every layer and counts
+// them all committed; after a run-ahead draft SetOffset lowers the count once it is known.
+func (c *WindowCache) advance(at, T int) {
+	c.start = at + T - c.Rows()
+	c.offset = at + T
 }
 
-// keys are layer i's rows (keys, values) at positions Start() … Start()+Rows()−1.
+// keys are layer i's rows (keys, values) at positions start … start+Rows()−1.
 func (c *WindowCache) keys(i int) (*mlxc.Array, *mlxc.Array) { return c.k[i], c.v[i] }
 
 // SetOffset declares the first n positions committed (after ForwardAt, once the host
@@ -111,15 +105,6 @@ func (c *WindowCache) Arrays() []*mlxc.Array {
 		}
 	}
 	return out
-}
-
-// Bytes is the memory the rows hold.
-func (c *WindowCache) Bytes() int64 {
-	var n int64
-	for _, a := range c.Arrays() {
-		n += int64(a.NBytes())
-	}
-	return n
 }
 
 // Free releases the rows; the cache is empty again.

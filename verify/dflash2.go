@@ -49,9 +49,9 @@ func (p *DFlash2) Context(ctx *mlxc.Array) {
 	}
 }
 
-// check keeps the first error of the window cache's bookkeeping (a misuse by the caller,
-// never the data): Propose has no error to return, so it panics as an MLX failure does,
-// which the engine turns into the request's error.
+// check turns an error of the window cache's bookkeeping (a misuse by the caller, never
+// the data) into a panic as an MLX failure is one: Propose has no error to return, and
+// the engine turns such a panic into the request's error.
 func (p *DFlash2) check(err error) {
 	if err != nil {
 		panic(&mlxc.Error{Op: "dflash2 drafter", Msg: err.Error()})
@@ -148,6 +148,3 @@ func (p *DFlash2) CacheOffset() int {
 	}
 	return p.cache.Offset()
 }
-
-// Window exposes the draft window (tests).
-func (p *DFlash2) Window() *draft.WindowCache { return p.cache }
