@@ -212,14 +212,21 @@ func decodeTolerated(o jsonObject) error {
 	if format, ok, err := o.object("response_format"); err != nil {
 		return err
 	} else if ok {
-		typ, _, err := format.string("type")
-		if err != nil {
-			return err
-		}
-		if typ != "text" {
-			return unsupported("response_format", "response_format type "+quote(typ)+
-				" is not supported: this server has no constrained decoding; only {\"type\": \"text\"} is accepted")
-		}
+		return onlyTextFormat(format, "response_format")
+	}
+	return nil
+}
+
+// onlyTextFormat accepts an output format object {"type": "text"} and refuses every other
+// type, naming field: this server has no structured outputs yet.
+func onlyTextFormat(format jsonObject, field string) error {
+	typ, _, err := format.string("type")
+	if err != nil {
+		return err
+	}
+	if typ != "text" {
+		return unsupported(field, field+" type "+quote(typ)+
+			" is not supported: this server has no structured outputs yet; only {\"type\": \"text\"} is accepted")
 	}
 	return nil
 }

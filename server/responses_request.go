@@ -168,14 +168,7 @@ func refuseResponsesUnsupported(o jsonObject) error {
 		if format, ok, err := text.object("format"); err != nil {
 			return err
 		} else if ok {
-			typ, _, err := format.string("type")
-			if err != nil {
-				return err
-			}
-			if typ != "text" {
-				return unsupported("text.format", "text.format type "+quote(typ)+
-					" is not supported: this server has no structured outputs yet; only {\"type\": \"text\"} is accepted")
-			}
+			return onlyTextFormat(format, "text.format")
 		}
 	}
 	return nil
