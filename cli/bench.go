@@ -49,6 +49,8 @@ func benchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "block-sweep", Usage: "also run DFlash at each fixed block size of the τ-vs-cost curve (block_curve), beside the table's runs, which use the adaptive block unless DFLASH_ADAPTIVE_BLOCK=0 pins it"},
 		&cli.BoolFlag{Name: "compare-widths", Usage: "instead: plain decoding, DFlash with the adaptive block and DFlash at each fixed block (--widths), alternating in one process; prints tok/s, τ and the widths the adaptive runs chose"},
 		&cli.IntSliceFlag{Name: "widths", Usage: "the fixed blocks --compare-widths runs (default: the probed sizes from 2 up to the drafter's block or --block-size)"},
+		&cli.IntSliceFlag{Name: "concurrency", Usage: "instead: per level c (e.g. 1,2,4,8,16), c clients each sending --requests-per-client plain greedy requests in turn, batched by one scheduler (up to c rows per forward) and served one at a time, in one process; prints aggregate tok/s, speedup, per-request tok/s, TTFT and latency p50/p95, mean batch size and whether every request matched the serial tokens"},
+		&cli.IntFlag{Name: "requests-per-client", Value: 2, Usage: "requests each --concurrency client sends, each after its previous one finished"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
 		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
 	)
@@ -69,7 +71,10 @@ Examples:
   dflash-mlx bench --random qwen3-4b --replay-drafts 0.08 -n 256
   dflash-mlx bench --random qwen3.5-4b --replay-drafts 0.08 -n 256
   dflash-mlx bench --random qwen3.5-4b-thin --replay-drafts 0.1 -n 32 --repeats 1 --prompt-tokens 32
-  dflash-mlx bench --random qwen3.5-35b-a3b-thin --replay-drafts 0.1 -n 32 --repeats 1 --dir /tmp/moe-thin`,
+  dflash-mlx bench --random qwen3.5-35b-a3b-thin --replay-drafts 0.1 -n 32 --repeats 1 --dir /tmp/moe-thin
+
+Serving many clients at once (plain decoding batched vs one request at a time):
+  dflash-mlx bench --demo --concurrency 1,2,4,8,16 --requests-per-client 2 -n 64`,
 		Flags:  flags,
 		Action: benchAction,
 	}
@@ -278,6 +283,13 @@ func benchAction(c *cli.Context) error {
 	temp := c.Float64("temperature")
 	if err := (sample.Params{Temperature: temp}).Validate(); err != nil {
 		return cli.Exit("bad --temperature: "+err.Error(), 2)
+	}
+	if levels := c.IntSlice("concurrency"); len(levels) > 0 {
+		if temp > 0 {
+			return cli.Exit("--concurrency decodes greedily (the batched tokens are checked against the serial ones): drop --temperature", 2)
+		}
+		return benchConcurrency(c, s, prompts, levels, concurrencyReport{Target: rep.Target, Draft: rep.Draft, Backend: rep.Backend, Device: rep.Device,
+			Note: note, MaxTokens: n, RequestsPerClient: c.Int("requests-per-client"), Prompts: len(prompts), Settings: s.Settings})
 	}
 	if c.Bool("compare-widths") {
 		widths := c.IntSlice("widths")

@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// bench --concurrency: a row per level with a positive aggregate throughput for both
+// paths, the batched tokens equal to the serial ones, and a mean batch between one row
+// and the level's clients.
+func TestBenchConcurrency(t *testing.T) {
+	td, dd := tinyPair(t)
+	out, errOut, code := runCLI(t, "bench", "--target-model", td, "--draft-model", dd, "--concurrency", "1,2", "--requests-per-client", "1",
+		"-n", "8", "--num-prompts", "2", "--warmup", "0", "--json", "-q")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// Only the fields checked: the settings do not decode back from their JSON.
+	var rep struct {
+		MaxTokens         int              `json:"max_new_tokens"`
+		RequestsPerClient int              `json:"requests_per_client"`
+		Rows              []concurrencyRow `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(rep.Rows) != 2 || rep.RequestsPerClient != 1 || rep.MaxTokens != 8 {
+		t.Fatalf("report %+v", rep)
+	}
+	for i, x := range rep.Rows {
+		if want := []int{1, 2}[i]; x.Concurrency != want || x.Requests != want || x.Tokens != 8*want {
+			t.Errorf("row %d: %d clients, %d requests, %d tokens", i, x.Concurrency, x.Requests, x.Tokens)
+		}
+		if x.Exact == nil || !*x.Exact || x.Mismatches != 0 {
+			t.Errorf("%d clients: exact %v, %d mismatches", x.Concurrency, x.Exact, x.Mismatches)
+		}
+		if x.Batched.TPS <= 0 || x.Serial.TPS <= 0 || x.Speedup <= 0 {
+			t.Errorf("%d clients: batched %.1f tok/s, serial %.1f tok/s, speedup %.2f", x.Concurrency, x.Batched.TPS, x.Serial.TPS, x.Speedup)
+		}
+		if b := x.Batched.BatchSize; b < 1 || b > float64(x.Concurrency) {
+			t.Errorf("%d clients: mean batch %.2f", x.Concurrency, b)
+		}
+		if x.Serial.BatchSize != 1 {
+			t.Errorf("%d clients: serial mean batch %.2f, want 1", x.Concurrency, x.Serial.BatchSize)
+		}
+		for _, st := range []levelStats{x.Batched, x.Serial} {
+			if st.TTFTP50MS <= 0 || st.TTFTP95MS < st.TTFTP50MS || st.LatencyP95MS < st.LatencyP50MS || st.LatencyP50MS < st.TTFTP50MS {
+				t.Errorf("%d clients: %+v", x.Concurrency, st)
+			}
+		}
+	}
+}
