@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,7 +26,8 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on (0.0.0.0 exposes the server to your network)"},
 		&cli.IntFlag{Name: "port", Value: 8000, Usage: "port to listen on"},
 		&cli.StringFlag{Name: "model-id", Usage: "id reported by /v1/models (default: the target model name)"},
-		&cli.IntFlag{Name: "max-queue", Value: 32, Usage: "requests that may wait behind the running one (0: none; more get 429)"},
+		&cli.IntFlag{Name: "max-batch", Usage: "requests decoded together in one batch (0: chosen from the device's memory and the model's cache per token, printed at start)"},
+		&cli.IntFlag{Name: "max-queue", Value: 32, Usage: "requests that may wait when --max-batch run (0: none; more get 429)"},
 		&cli.StringFlag{Name: "api-key", Usage: "require 'Authorization: Bearer KEY'", EnvVars: []string{"DFLASH_API_KEY"}},
 		&cli.IntFlag{Name: "max-tokens-limit", Usage: "largest max_tokens a request may ask for (default: the context)"},
 		&cli.IntFlag{Name: "default-max-tokens", Value: 4096, Usage: "max_tokens when a request sets none"},
@@ -46,7 +48,10 @@ func serveCommand() *cli.Command {
   POST /v1/chat/completions   POST /v1/completions   POST /v1/responses
   POST /v1/messages           POST /v1/messages/count_tokens
   GET /v1/models              GET /health          GET /metrics (Prometheus)
-One generation runs at a time; others wait in a FIFO queue (--max-queue). SIGTERM drains.
+Up to --max-batch requests decode together, one token each per forward, joining and
+leaving the batch between steps; more wait in a FIFO queue (--max-queue). With a draft
+model, a request that arrives alone runs DFlash; requests that arrive while others run
+join the batch as plain rows. SIGTERM drains.
 
 Point clients at it:
   OpenAI SDK:  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
@@ -59,6 +64,7 @@ Examples:
   dflash-mlx serve                                   # default pair on 127.0.0.1:8000
   dflash-mlx serve --target-model mlx-community/Qwen3-8B-4bit --port 8080 --api-key "$KEY"
   dflash-mlx serve --host 0.0.0.0 --cors-origins http://localhost:3000 --log-json
+  dflash-mlx serve --no-draft --max-batch 16          # a shared server: many clients at once
   curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model": "Qwen3-4B-bf16", "messages": [{"role": "user", "content": "Hi"}]}'`,
 		Flags:  flags,
@@ -94,7 +100,13 @@ func serveAction(c *cli.Context) error {
 	if id == "" {
 		id = s.TargetRef
 	}
+	maxBatch, why, err := maxBatchFlag(c.Int("max-batch"), s)
+	if err != nil {
+		return err
+	}
+	s.Notice(fmt.Sprintf("batching up to %d requests (%s)", maxBatch, why))
 	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok)}
+	b.sched = s.Engine.NewScheduler(engine.SchedulerConfig{MaxBatch: maxBatch, OnStep: b.onStep})
 	cfg := server.Config{
 		Host: c.String("host"), Port: c.Int("port"), MaxQueue: maxQueue, APIKey: c.String("api-key"),
 		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),
@@ -139,13 +151,28 @@ func queueFlag(n int) (int, error) {
 	return n, nil
 }
 
-// backend adapts a Session to server.Backend.
+// backend adapts a Session to server.Backend: its generations go through one scheduler.
 type backend struct {
 	s          *Session
+	sched      *engine.Scheduler
 	id         string
 	blockSize  int
 	profile    bool
 	toolFormat server.ToolCallFormat
+	// steps is the server's observer of decode steps (ObserveSteps), nil until set.
+	steps atomic.Pointer[func(rows int)]
+}
+
+// MaxConcurrent is how many generations the scheduler runs at once.
+func (b *backend) MaxConcurrent() int { return b.sched.MaxBatch() }
+
+// ObserveSteps makes every decode step report its rows to f (the server's metrics).
+func (b *backend) ObserveSteps(f func(rows int)) { b.steps.Store(&f) }
+
+func (b *backend) onStep(rows, _ int) {
+	if f := b.steps.Load(); f != nil {
+		(*f)(rows)
+	}
 }
 
 func (b *backend) ModelID() string    { return b.id }
@@ -263,7 +290,7 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		Detok:      b.s.Tok.NewStreamDecoder(true),
 		Profile:    b.profile,
 	}
-	res, err := b.s.Generate(ctx, er, func(ev engine.Event) error {
+	res, err := b.sched.Generate(ctx, er, func(ev engine.Event) error {
 		if ev.Text == "" && len(ev.Tokens) == 0 {
 			return nil
 		}

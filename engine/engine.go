@@ -117,51 +117,6 @@ func (e *Engine) budget(req *Request) {
 	req.MaxTokens = min(req.MaxTokens, e.ContextLen()-len(req.Prompt))
 }
 
-// prefill runs all prompt tokens but the last through the target in chunks (no logits),
-// feeding tapped hidden rows to the proposer chunk by chunk. The caller runs the last
-// prompt token as the first decode-shaped step (as mlx-lm does).
-func (e *Engine) prefill(ctx context.Context, prompt []int32, c model.Cache, p verify.Proposer) error {
-	return e.prefillFrom(ctx, prompt, 0, c, p, 0, nil, nil)
-}
-
-// prefillFrom is prefill from position from on (the caches hold the positions before it).
-// With every > 0, chunks also end at the multiples of every and at the positions of
-// marks (increasing), where mark is called.
-func (e *Engine) prefillFrom(ctx context.Context, prompt []int32, from int, c model.Cache, p verify.Proposer, every int, marks []int, mark func(pos int)) error {
-	var taps []int
-	if p != nil {
-		taps = p.TapLayers()
-	}
-	end := len(prompt) - 1
-	for pos := from; pos < end; {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		k := min(PrefillChunk, end-pos)
-		if every > 0 {
-			k = min(k, (pos/every+1)*every-pos)
-			for len(marks) > 0 && marks[0] <= pos {
-				marks = marks[1:]
-			}
-			if len(marks) > 0 {
-				k = min(k, marks[0]-pos)
-			}
-		}
-		s := mlxc.NewScope()
-		out := e.Target.Forward(mlxc.FromSlice(prompt[pos:pos+k], 1, k), c, model.ForwardOptions{Taps: taps, Logits: model.LogitsNone})
-		if p != nil {
-			p.Context(out.Hidden)
-		}
-		evalCache(c, out.Hidden)
-		s.Close()
-		pos += k
-		if every > 0 && pos < end && mark != nil && (pos%every == 0 || (len(marks) > 0 && marks[0] == pos)) {
-			mark(pos)
-		}
-	}
-	return nil
-}
-
 // reserveContext preallocates the proposer's context for n positions when it keeps one
 // (verify.DFlash): a cache that regrows copies all its rows each time.
 func reserveContext(p verify.Proposer, n int) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"slices"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -37,47 +36,6 @@ func (e *Engine) prefixSaver(p verify.Proposer) (contextSaver, bool) {
 	}
 	s, ok := p.(contextSaver)
 	return s, ok
-}
-
-// prefillPrompt is prefill through the prefix cache: it resumes from the longest cached
-// prefix, prefills the rest (marking the recurrent layers' states on the way for a target
-// that has them: every MarkEvery positions and at marksAt), puts the prompt's state into the cache and counts the reused and the
-// computed positions in st.
-func (e *Engine) prefillPrompt(ctx context.Context, prompt []int32, marksAt []int, c model.Cache, p verify.Proposer, st *Stats) error {
-	saver, ok := e.prefixSaver(p)
-	end := len(prompt) - 1
-	st.PrefillTokens = len(prompt)
-	if !ok {
-		return e.prefill(ctx, prompt, c, p)
-	}
-	from := e.resume(prompt, c, p, saver)
-	st.PromptCacheTokens, st.PrefillTokens = from, len(prompt)-from
-	var marks []prefixcache.Mark
-	every := 0
-	if !c.Trimmable() {
-		every = e.Prefix.MarkEvery()
-	}
-	defer func() {
-		for _, m := range marks {
-			cache.FreeSaved(m.Target)
-		}
-	}()
-	err := e.prefillFrom(ctx, prompt, from, c, p, every, sortedMarks(marksAt), func(pos int) {
-		if s, err := c.SaveFixed(pos); err == nil {
-			mlxc.Eval(cache.SavedArrays(s)...)
-			marks = append(marks, prefixcache.Mark{Pos: pos, Target: s})
-		}
-	})
-	if err != nil || end <= from {
-		return err
-	}
-	ent := e.entry(prompt[:end], c, saver, p != nil)
-	if ent == nil {
-		return nil
-	}
-	ent.Marks, marks = marks, nil
-	e.Prefix.Insert(ent)
-	return nil
 }
 
 // resume loads the longest cached prefix of prompt into the empty caches and returns its

@@ -83,6 +83,9 @@ type Stats struct {
 	// acceptance, whatever block sizes the cycles had (EstimatedTau uses them).
 	DraftTries []int `json:"draft_tries,omitempty"`
 	DraftHits  []int `json:"draft_hits,omitempty"`
+	// BatchSize is the mean number of sequences decoded in one forward with this one
+	// (1: alone; plain decoding only).
+	BatchSize float64 `json:"batch_size,omitempty"`
 	// Drafted and Accepted count draft tokens proposed and accepted.
 	Drafted  int `json:"drafted"`
 	Accepted int `json:"accepted"`

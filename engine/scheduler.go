@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// SchedulerConfig configures a Scheduler.
+type SchedulerConfig struct {
+	// MaxBatch bounds the sequences decoded (or prefilled) at once; more wait, first come
+	// first served. At most 1 for a target that cannot batch.
+	MaxBatch int
+	// PrefillInterleave is the prompt positions a joining sequence prefills between two
+	// decode steps of running rows (0: DefaultPrefillInterleave).
+	PrefillInterleave int
+	// OnStep, when set, is called on the MLX thread after each decode step with the rows
+	// it decoded and the requests still waiting for admission (metrics).
+	OnStep func(rows, waiting int)
+}
+
+// Scheduler runs many requests at once on one engine: plain requests decode together,
+// one token per row per forward, joining and leaving between steps (batcher); a DFlash
+// request runs alone when it arrives at an idle engine and as a plain row when others
+// are already decoding (its greedy output is the same; a sampled one is another draw of
+// the same distribution). Generate may be called from many goroutines.
+//
+// A request's text reaches its emit on the caller's goroutine, through a mailbox the
+// MLX thread fills: a slow reader delays only itself. An emit error, a cancelled
+// context or a bad request ends that request only.
+type Scheduler struct {
+	e   *Engine
+	cfg SchedulerConfig
+
+	mu      sync.Mutex
+	waiting []*scheduled // submitted, not yet admitted (FIFO)
+	running bool         // a loop holds the MLX thread
+}
+
+// scheduled is a sequence handed to the Scheduler with its mailbox.
+type scheduled struct {
+	q  *sequence
+	mb mailbox
+	// done is closed once the sequence is done with the engine; res and err are then set.
+	done chan struct{}
+	res  Result
+	err  error
+}
+
+// NewScheduler makes a scheduler over e.
+func (e *Engine) NewScheduler(cfg SchedulerConfig) *Scheduler {
+	cfg.MaxBatch = min(max(cfg.MaxBatch, 1), e.newDecoder().maxRows())
+	return &Scheduler{e: e, cfg: cfg}
+}
+
+// MaxBatch is the most sequences decoded at once.
+func (s *Scheduler) MaxBatch() int { return s.cfg.MaxBatch }
+
+// Waiting is the number of requests waiting for admission.
+func (s *Scheduler) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
+// Generate runs one request among the others, calling emit (on this goroutine) with what
+// each step commits. It returns when the request is done: finished, cancelled (ctx; also
+// while it waits), or failed; an error from emit ends it and is returned.
+func (s *Scheduler) Generate(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
+	if err := req.validate(s.e.ContextLen()); err != nil {
+		return Result{}, err
+	}
+	j := &scheduled{done: make(chan struct{})}
+	j.mb.wake = make(chan struct{}, 1)
+	j.q = s.e.newSequence(ctx, req, j.mb.post, time.Now())
+	s.mu.Lock()
+	s.waiting = append(s.waiting, j)
+	start := !s.running
+	s.running = true
+	s.mu.Unlock()
+	if start {
+		go s.drive()
+	}
+	for {
+		select {
+		case <-j.mb.wake:
+			j.mb.deliver(emit)
+		case <-ctx.Done():
+			if s.withdraw(j) {
+				return Result{FinishReason: FinishCancelled, Stats: Stats{Mode: "plain", PromptTokens: len(req.Prompt)}}, nil
+			}
+			// Admitted: the sequence ends at its next step; keep delivering until then.
+			select {
+			case <-j.done:
+			case <-j.mb.wake:
+				j.mb.deliver(emit)
+				continue
+			}
+			return s.finish(j, emit)
+		case <-j.done:
+			return s.finish(j, emit)
+		}
+	}
+}
+
+// finish delivers what is left in j's mailbox and returns its outcome.
+func (s *Scheduler) finish(j *scheduled, emit func(Event) error) (Result, error) {
+	if err := j.mb.deliver(emit); err != nil && j.err == nil {
+		j.err = err
+	}
+	return j.res, j.err
+}
+
+// withdraw removes j from the waiting list; false when it was admitted already.
+func (s *Scheduler) withdraw(j *scheduled) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.waiting, j)
+	if i < 0 {
+		return false
+	}
+	s.waiting = slices.Delete(s.waiting, i, i+1)
+	return true
+}
+
+// drive runs the scheduling loop on the MLX thread until no request is left.
+func (s *Scheduler) drive() {
+	err := mlxc.Do(func() error { s.loop(); return nil })
+	if err != nil {
+		// The runtime could not start: nothing can run; fail every waiting request.
+		s.mu.Lock()
+		w := s.waiting
+		s.waiting, s.running = nil, false
+		s.mu.Unlock()
+		for _, j := range w {
+			j.err = err
+			close(j.done)
+		}
+	}
+}
+
+// loop admits waiting requests while there is room and iterates the batcher.
+func (s *Scheduler) loop() {
+	b := s.e.newBatcher(s.cfg.MaxBatch, s.cfg.PrefillInterleave)
+	jobs := map[*sequence]*scheduled{}
+	b.finished = func(q *sequence) {
+		j := jobs[q]
+		delete(jobs, q)
+		j.res, j.err = q.result()
+		close(j.done)
+	}
+	b.d.observe = func(rows int) {
+		if s.cfg.OnStep != nil {
+			s.cfg.OnStep(rows, s.Waiting())
+		}
+	}
+	defer b.free()
+	for {
+		s.mu.Lock()
+		for len(s.waiting) > 0 && b.room() > 0 {
+			j := s.waiting[0]
+			if s.e.Proposer != nil && !j.q.req.NoDraft && b.empty() {
+				// Alone on an idle engine: DFlash, exclusively.
+				s.waiting = s.waiting[1:]
+				s.mu.Unlock()
+				s.runAlone(j)
+				s.mu.Lock()
+				continue
+			}
+			s.waiting = s.waiting[1:]
+			j.q.req.NoDraft = true
+			jobs[j.q] = j
+			b.admit(j.q)
+		}
+		if b.empty() && len(s.waiting) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			mlxc.ClearCache()
+			return
+		}
+		s.mu.Unlock()
+		_ = b.iterate() // failures end the sequences they concern
+	}
+}
+
+// runAlone runs a request through Engine.Generate (the DFlash loops) while nothing else
+// decodes.
+func (s *Scheduler) runAlone(j *scheduled) {
+	q := j.q
+	res, err := s.e.Generate(q.ctx, q.req, q.emit)
+	j.res, j.err = res, err
+	close(j.done)
+}
+
+// mailbox carries a sequence's events from the MLX thread to its caller.
+type mailbox struct {
+	mu     sync.Mutex
+	events []Event
+	// stop is the caller's emit error: the MLX thread's next post returns it, which ends
+	// the sequence.
+	stop error
+	wake chan struct{} // capacity 1: "events are waiting"
+}
+
+var errNoEmit = errors.New("no emit")
+
+// post queues ev (MLX thread); it fails once the caller's emit has.
+func (m *mailbox) post(ev Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stop != nil {
+		return m.stop
+	}
+	m.events = append(m.events, ev)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// deliver hands the queued events to emit (caller's goroutine), merged into one when
+// several wait; emit's error is kept for post and returned.
+func (m *mailbox) deliver(emit func(Event) error) error {
+	m.mu.Lock()
+	evs := m.events
+	m.events = nil
+	stop := m.stop
+	m.mu.Unlock()
+	if stop != nil || len(evs) == 0 || emit == nil {
+		return stop
+	}
+	var ev Event
+	for _, e := range evs {
+		ev.Tokens = append(ev.Tokens, e.Tokens...)
+		ev.Text += e.Text
+	}
+	if err := emit(ev); err != nil {
+		m.mu.Lock()
+		m.stop = err
+		m.mu.Unlock()
+		return err
+	}
+	return nil
+}

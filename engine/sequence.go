@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+)
+
+// sequence is one request in the decoder: its tokens and output, its sampling state and
+// key stream, its statistics, and its caches while it prefills or decodes alone (in a
+// batch of several rows the decoder's batched caches hold it).
+type sequence struct {
+	req  Request
+	ctx  context.Context
+	emit func(Event) error // nil: nothing to report
+	o    *output
+	st   Stats
+	keys *sample.Keys
+	// penalty: the repetition penalty is on, so each step needs the previous token's value
+	// (the steps of a batch holding such a row are not built ahead).
+	penalty bool
+	// history is the last prompt token followed by every token read.
+	history []int32
+	// built counts the steps built for the sequence (tokens read plus the one in flight).
+	built int
+	// c holds the sequence's layers while it prefills and while it is the decoder's only
+	// row; nil while a batch holds it.
+	c  model.Cache
+	pf *prefillJob
+	// err ends the sequence: emit's error, or the failure of a step that held it.
+	err error
+	// start is when the request arrived; firstTok when its first token was read.
+	start, firstTok time.Time
+	// stepRows sums the rows of the steps the sequence was in (its mean batch size).
+	stepRows int
+}
+
+// newSequence makes the sequence of a validated request; its budget is clamped to the
+// context.
+func (e *Engine) newSequence(ctx context.Context, req Request, emit func(Event) error, start time.Time) *sequence {
+	e.budget(&req)
+	s := &sequence{req: req, ctx: ctx, emit: emit, start: start, keys: newKeys(req.Sampling)}
+	s.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
+	s.st = Stats{Mode: "plain", PromptTokens: len(req.Prompt)}
+	s.penalty = req.Sampling.RepetitionPenalty > 0 && req.Sampling.RepetitionPenalty != 1
+	s.history = []int32{req.Prompt[len(req.Prompt)-1]}
+	if req.MaxTokens == 0 {
+		s.o.end(FinishLength)
+	}
+	return s
+}
+
+// over reports whether the sequence has ended: its output is complete, it failed, or its
+// request was cancelled (which ends it here).
+func (s *sequence) over() bool {
+	if s.o.done || s.err != nil {
+		return true
+	}
+	if s.ctx.Err() != nil {
+		s.o.end(FinishCancelled)
+		return true
+	}
+	return false
+}
+
+// wantsStep reports whether another step should be built for the sequence: it has not
+// ended and the token budget leaves room for one more beyond those in flight.
+func (s *sequence) wantsStep() bool { return !s.over() && s.built < s.req.MaxTokens }
+
+// take commits a token read from a step and reports it.
+func (s *sequence) take(tok int32, now time.Time) {
+	if s.firstTok.IsZero() {
+		s.firstTok = now
+		s.st.FirstTokenTime = now.Sub(s.start)
+		s.st.PrefillTime = s.st.FirstTokenTime
+	}
+	s.history = append(s.history, tok)
+	s.o.push(tok)
+	s.report()
+}
+
+// report hands the output accumulated since the last report to emit; an error from emit
+// ends the sequence.
+func (s *sequence) report() {
+	if s.err != nil {
+		return
+	}
+	if err := emitPending(s.o, s.emit); err != nil {
+		s.err = err
+	}
+}
+
+// fed is what the sequence's caches hold: the prompt and the tokens read after the last
+// prompt token, at most n of them in all.
+func (s *sequence) fed(n int) []int32 {
+	fed := append(append([]int32(nil), s.req.Prompt...), s.history[1:]...)
+	return fed[:min(len(fed), n)]
+}
+
+// result is the sequence's outcome once it has ended.
+func (s *sequence) result() (Result, error) {
+	s.st.GeneratedTokens = len(s.o.tokens)
+	if !s.firstTok.IsZero() {
+		finishStats(&s.st, s.firstTok, time.Now())
+	}
+	if s.built > 0 {
+		s.st.BatchSize = float64(s.stepRows) / float64(s.built)
+	}
+	return Result{Tokens: s.o.tokens, Text: s.o.text.String(), FinishReason: s.o.finish, Stats: s.st}, s.err
+}
