@@ -19,7 +19,8 @@ import (
 //     a *PromptTooLongError becomes context_length_exceeded. They need not tokenize all of a
 //     prompt that cannot fit: tokenizing megabytes only to refuse them costs the server
 //     seconds and lasting memory.
-//   - Generate is never called concurrently: the server runs one generation at a time.
+//   - Generate is called at most MaxConcurrent() times at once (ConcurrentBackend); at most
+//     once at a time by a backend without the method.
 //   - Generate calls emit once per piece of new text, in order, from any single goroutine,
 //     and never after it returns. Each Delta.Text is whole UTF-8 (no split runes).
 //   - Stop strings are the backend's job: generation ends at the first occurrence of any
@@ -49,6 +50,20 @@ type Backend interface {
 	TextPrompt(text string) (Prompt, error)
 	// Generate runs one generation and reports text through emit.
 	Generate(ctx context.Context, req GenerateRequest, emit func(Delta) error) (GenerateResult, error)
+}
+
+// ConcurrentBackend is an optional Backend method: how many Generate calls may run at once
+// (the engine's batch size). The server admits that many generations and queues the rest; a
+// Backend without the method, or one that returns less than 1, runs one at a time.
+type ConcurrentBackend interface {
+	MaxConcurrent() int
+}
+
+// StepObserverBackend is an optional Backend method. server.New calls ObserveSteps once with
+// a function that the backend calls after each decode step with the rows it decoded (its
+// batch size), for /metrics. The function is cheap and safe to call from any goroutine.
+type StepObserverBackend interface {
+	ObserveSteps(observe func(rows int))
 }
 
 // PromptCacheReporter is an optional Backend method: the prefix cache's state, which

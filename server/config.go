@@ -17,8 +17,8 @@ type Config struct {
 	// ModelAliases are names accepted in "model" besides Backend.ModelID.
 	ModelAliases []string
 
-	// MaxQueue is how many requests may wait behind the running generation (default 32;
-	// NoQueue for none, so that only the running generation is served). One more is
+	// MaxQueue is how many requests may wait behind the running generations (default 32;
+	// NoQueue for none, so that only the running generations are served). One more is
 	// answered 429 with Retry-After.
 	MaxQueue int
 
@@ -69,8 +69,8 @@ type Config struct {
 	DrainTimeout time.Duration
 }
 
-// NoQueue is the MaxQueue of a server that lets no request wait: while a generation runs,
-// every other one gets 429. (MaxQueue 0 means the default, as every zero field does.)
+// NoQueue is the MaxQueue of a server that lets no request wait: while every generation
+// slot is taken, every other request gets 429. (MaxQueue 0 means the default, as every zero field does.)
 const NoQueue = -1
 
 const (

@@ -1,11 +1,11 @@
 // Package server is dflash-mlx's HTTP API: OpenAI's chat completions, completions and
 // Responses, and Anthropic's Messages.
 //
-// Its one job is HTTP: decode and validate requests, queue them, run one generation at a
-// time on a Backend, and answer in each API's JSON and SSE shapes. It knows nothing about
-// MLX, models or tokenizers: the engine is reached through the small Backend interface
-// (backend.go), which the serve command implements over engine and tokenizer. It imports
-// only the standard library.
+// Its one job is HTTP: decode and validate requests, queue them, run as many generations at
+// once as the Backend batches, and answer in each API's JSON and SSE shapes. It knows
+// nothing about MLX, models or tokenizers: the engine is reached through the small Backend
+// interface (backend.go), which the serve command implements over engine and tokenizer. It
+// imports only the standard library.
 //
 // # Endpoints
 //
@@ -46,8 +46,10 @@
 //
 // # Policies
 //
-// Concurrency: the engine has one MLX worker, so exactly one generation runs at a time.
-// Others wait in a FIFO queue of Config.MaxQueue places; one more gets 429 with Retry-After.
+// Concurrency: the engine decodes a batch of requests in each step, so up to its batch size
+// (ConcurrentBackend.MaxConcurrent; one for a Backend without it) generations run at once.
+// Others wait in a FIFO queue of Config.MaxQueue places; one more gets 429 with Retry-After,
+// estimated from the waiting and running requests shared over the slots.
 // A client that disconnects, while queued or mid-answer, cancels its generation (the
 // Backend sees its context end); one that only half-closes its sending side after the
 // request is answered in full (a 102 Processing response or an SSE comment tells the two

@@ -130,9 +130,10 @@ func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, info *reques
 	switch {
 	case errors.Is(err, errQueueFull):
 		s.metrics.observeQueueRejected()
-		waiting, _ := s.queue.depth()
+		waiting, running := s.queue.depth()
 		writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "queue_full",
-			Message:    fmt.Sprintf("the server is busy: one generation runs and %d requests wait; retry later", waiting),
+			Message: fmt.Sprintf("the server is busy: %d generations run and %d requests wait; retry later",
+				running, waiting),
 			RetryAfter: s.queue.retryAfter()})
 	case errors.Is(err, errDraining) || errors.Is(context.Cause(ctx), errDraining):
 		writeError(w, unavailable("the server is shutting down"))

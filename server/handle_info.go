@@ -38,6 +38,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	waiting, running := s.queue.depth()
+	queue := queueGauges{waiting: waiting, running: running, slots: s.queue.slots}
 	var pc *PromptCacheState
 	if r, ok := s.backend.(PromptCacheReporter); ok {
 		if st, ok := r.PromptCacheState(); ok {
@@ -46,7 +47,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	bytes, entries := s.responses.usage()
 	store := storeGauges{bytes: bytes, budget: s.cfg.ResponseStoreBytes, entries: entries}
-	if err := s.metrics.write(w, waiting, running, pc, store); err != nil {
+	if err := s.metrics.write(w, queue, pc, store); err != nil {
 		s.log.Debug("writing metrics failed", "err", err)
 	}
 }

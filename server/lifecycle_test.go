@@ -344,8 +344,12 @@ func TestMetricsParseAndCount(t *testing.T) {
 			func(v float64) bool { return v > 0 }, "> 0"},
 		{"dflash_tau", "dflash_tau_count", map[string]string{}, func(v float64) bool { return v == 3 }, "3"},
 		{"dflash_tokens_per_second", "dflash_tokens_per_second_count", map[string]string{}, func(v float64) bool { return v == 3 }, "3"},
-		{"dflash_queue_depth", "dflash_queue_depth", map[string]string{}, func(v float64) bool { return v == 0 }, "0"},
+		{"dflash_queue_waiting", "dflash_queue_waiting", map[string]string{}, func(v float64) bool { return v == 0 }, "0"},
 		{"dflash_generation_running", "dflash_generation_running", map[string]string{}, func(v float64) bool { return v == 0 }, "0"},
+		{"dflash_generation_slots", "dflash_generation_slots", map[string]string{}, func(v float64) bool { return v == 1 }, "1"},
+		// Three requests reached the queue (the 400 never did), each finding it empty.
+		{"dflash_queue_depth", "dflash_queue_depth_bucket", map[string]string{"le": "0"}, func(v float64) bool { return v == 3 }, "3"},
+		{"dflash_queue_depth", "dflash_queue_depth_count", map[string]string{}, func(v float64) bool { return v == 3 }, "3"},
 	}
 	for _, c := range checks {
 		v := promValue(families, c.family, c.name, c.labels)
@@ -354,7 +358,8 @@ func TestMetricsParseAndCount(t *testing.T) {
 		}
 	}
 	for name, typ := range map[string]string{"dflash_http_requests_total": "counter", "dflash_tau": "histogram",
-		"dflash_queue_depth": "gauge", "dflash_queue_wait_seconds": "histogram"} {
+		"dflash_queue_waiting": "gauge", "dflash_queue_depth": "histogram", "dflash_queue_wait_seconds": "histogram",
+		"dflash_batch_rows": "histogram", "dflash_generation_running": "gauge"} {
 		if f := families[name]; f == nil || f.typ != typ || f.help == "" {
 			t.Errorf("family %s: want TYPE %s with HELP", name, typ)
 		}

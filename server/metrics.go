@@ -25,6 +25,12 @@ type metrics struct {
 	tokensPerSecond  *histogram
 	queueWait        *histogram
 	duration         *histogram
+	queueDepth       *histogram // requests already waiting when one arrives at the queue
+
+	// batchRows has a lock of its own: the backend feeds it after every decode step, and
+	// those calls should not wait behind a scrape rendering the rest.
+	stepMu    sync.Mutex
+	batchRows *histogram
 }
 
 func newMetrics() *metrics {
@@ -35,7 +41,24 @@ func newMetrics() *metrics {
 		tokensPerSecond: newHistogram([]float64{5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000}),
 		queueWait:       newHistogram([]float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
 		duration:        newHistogram([]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+		queueDepth:      newHistogram([]float64{0, 1, 2, 4, 8, 16, 32, 64}),
+		batchRows:       newHistogram([]float64{1, 2, 4, 8, 16, 32, 64}),
 	}
+}
+
+// observeStep counts one decode step of rows requests; the backend calls it (through
+// StepObserverBackend) from its decode loop.
+func (m *metrics) observeStep(rows int) {
+	m.stepMu.Lock()
+	defer m.stepMu.Unlock()
+	m.batchRows.observe(float64(rows))
+}
+
+// observeQueueDepth counts one request arriving at the queue with waiting requests ahead.
+func (m *metrics) observeQueueDepth(waiting int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.queueDepth.observe(float64(waiting))
 }
 
 // observeRequest counts one finished HTTP request.
@@ -82,8 +105,13 @@ type storeGauges struct {
 	entries       int
 }
 
-// write renders every metric; waiting and running come from the queue at scrape time.
-func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheState, store storeGauges) error {
+// queueGauges are the queue's state at scrape time.
+type queueGauges struct {
+	waiting, running, slots int
+}
+
+// write renders every metric.
+func (m *metrics) write(w io.Writer, queue queueGauges, pc *PromptCacheState, store storeGauges) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
@@ -105,10 +133,12 @@ func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheS
 	header(&b, "dflash_queue_rejected_total", "counter", "Requests refused with 429 because the queue was full.")
 	fmt.Fprintf(&b, "dflash_queue_rejected_total %d\n", m.queueRejected)
 
-	header(&b, "dflash_queue_depth", "gauge", "Requests waiting for the generation slot.")
-	fmt.Fprintf(&b, "dflash_queue_depth %d\n", waiting)
-	header(&b, "dflash_generation_running", "gauge", "1 while a generation runs.")
-	fmt.Fprintf(&b, "dflash_generation_running %d\n", boolToInt(running))
+	header(&b, "dflash_queue_waiting", "gauge", "Requests waiting for a generation slot.")
+	fmt.Fprintf(&b, "dflash_queue_waiting %d\n", queue.waiting)
+	header(&b, "dflash_generation_running", "gauge", "Generations running now.")
+	fmt.Fprintf(&b, "dflash_generation_running %d\n", queue.running)
+	header(&b, "dflash_generation_slots", "gauge", "The most generations that run at once (the backend's batch size).")
+	fmt.Fprintf(&b, "dflash_generation_slots %d\n", queue.slots)
 
 	header(&b, "dflash_response_store_bytes", "gauge", "Bytes held by stored /v1/responses answers.")
 	fmt.Fprintf(&b, "dflash_response_store_bytes %d\n", store.bytes)
@@ -123,8 +153,12 @@ func (m *metrics) write(w io.Writer, waiting int, running bool, pc *PromptCacheS
 
 	m.tau.write(&b, "dflash_tau", "Mean tokens committed per DFlash cycle, per request.")
 	m.tokensPerSecond.write(&b, "dflash_tokens_per_second", "Decode speed per request, in tokens per second (requests with a timed decode of two tokens or more).")
-	m.queueWait.write(&b, "dflash_queue_wait_seconds", "Time a request waited for the generation slot.")
+	m.queueWait.write(&b, "dflash_queue_wait_seconds", "Time a request waited for a generation slot.")
+	m.queueDepth.write(&b, "dflash_queue_depth", "Requests already waiting when a request arrived at the queue (admitted, queued or refused).")
 	m.duration.write(&b, "dflash_request_duration_seconds", "Duration of completion requests.")
+	m.stepMu.Lock()
+	m.batchRows.write(&b, "dflash_batch_rows", "Requests decoded together in one decode step (the batch size), per step.")
+	m.stepMu.Unlock()
 
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -176,13 +210,6 @@ func header(b *strings.Builder, name, typ, help string) {
 func label(v string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	return `"` + r.Replace(v) + `"`
-}
-
-func boolToInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // histogram is a cumulative-bucket histogram with fixed upper bounds.

@@ -48,18 +48,32 @@ func New(cfg Config, backend Backend, logger *slog.Logger) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	hardStop, stopAllWork := context.WithCancel(context.Background())
+	m := newMetrics()
+	queue := newGenerationQueue(maxConcurrent(backend), cfg.queueLimit())
+	queue.onArrival = m.observeQueueDepth
+	if o, ok := backend.(StepObserverBackend); ok {
+		o.ObserveSteps(m.observeStep)
+	}
 	s := &Server{
 		cfg:         cfg,
 		backend:     backend,
 		log:         logger,
-		queue:       newGenerationQueue(cfg.queueLimit()),
-		metrics:     newMetrics(),
+		queue:       queue,
+		metrics:     m,
 		responses:   newResponseStore(cfg.ResponseStoreBytes),
 		hardStop:    hardStop,
 		stopAllWork: stopAllWork,
 	}
 	s.handler = s.observe(s.cors(s.auth(http.HandlerFunc(s.dispatch))))
 	return s, nil
+}
+
+// maxConcurrent is how many generations backend runs at once: its MaxConcurrent, or one.
+func maxConcurrent(backend Backend) int {
+	if c, ok := backend.(ConcurrentBackend); ok {
+		return max(c.MaxConcurrent(), 1)
+	}
+	return 1
 }
 
 // Handler returns the server's HTTP handler, for tests and for embedding in another
@@ -97,8 +111,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ConnContext: connContext,
 	}
 	s.log.Info("serving OpenAI-compatible API", "addr", "http://"+ln.Addr().String(),
-		"model", s.backend.ModelID(), "context", s.backend.ContextLength(), "max_queue", s.cfg.queueLimit(),
-		"auth", s.cfg.APIKey != "")
+		"model", s.backend.ModelID(), "context", s.backend.ContextLength(), "max_concurrent", s.queue.slots,
+		"max_queue", s.cfg.queueLimit(), "auth", s.cfg.APIKey != "")
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(clientListener{ln}) }()
 	select {

@@ -47,6 +47,13 @@ type Fake struct {
 	// ToolFormat is the tool-call format the fake's template teaches (ToolCallFormat reports
 	// it, and earlier calls are rendered in it); empty means Qwen3's JSON form.
 	ToolFormat server.ToolCallFormat
+	// Concurrent is the fake's MaxConcurrent, how many generations the server may run on it
+	// at once; 0 means one.
+	Concurrent int
+	// Gate, when set, holds every generation after it starts (it counts as Active) until a
+	// value is received from Gate or Gate is closed, or the context ends: a test lets
+	// generations go one by one, or all at once.
+	Gate chan struct{}
 
 	mu        sync.Mutex
 	active    int
@@ -74,7 +81,11 @@ type Run struct {
 var (
 	_ server.Backend           = (*Fake)(nil)
 	_ server.ToolCallFormatter = (*Fake)(nil)
+	_ server.ConcurrentBackend = (*Fake)(nil)
 )
+
+// MaxConcurrent reports Concurrent, one by default.
+func (f *Fake) MaxConcurrent() int { return max(f.Concurrent, 1) }
 
 // ToolCallFormat reports the fake's ToolFormat, Qwen3's JSON form by default.
 func (f *Fake) ToolCallFormat() server.ToolCallFormat {
@@ -247,7 +258,7 @@ func (f *Fake) Generate(ctx context.Context, req server.GenerateRequest, emit fu
 
 	deltas := f.plan(Input{Prompt: Detokenize(req.Prompt), Request: req})
 	deltas, finish := f.limit(deltas, req)
-	if !sleep(ctx, f.PrefillDelay) {
+	if !f.pass(ctx) || !sleep(ctx, f.PrefillDelay) {
 		res.FinishReason = server.FinishCancelled
 		return res, ctx.Err()
 	}
@@ -341,6 +352,19 @@ func truncateWords(d plannedDelta, tokens int) plannedDelta {
 	return plannedDelta{text: strings.Join(words[:tokens], ""), tokens: tokens}
 }
 
+// pass waits at the Gate, if any, or until ctx ends; it reports whether ctx is still live.
+func (f *Fake) pass(ctx context.Context) bool {
+	if f.Gate == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-f.Gate:
+		return true
+	}
+}
+
 // sleep waits d or until ctx ends; it reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
@@ -386,7 +410,8 @@ func (f *Fake) Active() int {
 	return f.active
 }
 
-// MaxActive is the most Generate calls that ever ran at once; the server must keep it at 1.
+// MaxActive is the most Generate calls that ever ran at once; the server must keep it at
+// MaxConcurrent.
 func (f *Fake) MaxActive() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
