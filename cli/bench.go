@@ -240,8 +240,8 @@ func benchAction(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
-	if s.Engine.Proposer == nil {
-		return cli.Exit("bench needs a drafter: pass --draft-model or a target the registry knows", 2)
+	if s.Engine.Proposer == nil && len(c.IntSlice("concurrency")) == 0 {
+		return cli.Exit("bench needs a drafter (only --concurrency, which decodes plainly, runs without one): pass --draft-model or a target the registry knows", 2)
 	}
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	prompts, err := benchPromptIDs(c, s)
