@@ -91,14 +91,15 @@ func (b *batcher) iterate() error {
 	return nil
 }
 
-// prefillSome runs the first prefilling sequence: whole when no row decodes (nobody
-// waits), else one chunk of interleave positions. A sequence that ends while prefilling
+// prefillSome runs the prefills: every waiting one whole when no row decodes (nobody
+// waits for a token; they then join together), else one chunk of interleave positions of
+// the first. A sequence that ends while prefilling
 // (cancelled, or its prefill failed) leaves without joining.
 func (b *batcher) prefillSome() {
 	for len(b.prefilling) > 0 {
 		q := b.prefilling[0]
 		limit := 0
-		if !b.d.idle() || len(b.ready) > 0 {
+		if !b.d.idle() {
 			limit = b.interleave
 		}
 		var runErr error

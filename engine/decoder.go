@@ -234,7 +234,7 @@ func (d *decoder) step(ids *mlxc.Array, rows []*sequence) *mlxc.Array {
 		out := d.e.Target.Forward(mlxc.Reshape(ids, 1, 1), d.single.c, model.ForwardOptions{Logits: model.LogitsLast})
 		logits = mlxc.Reshape(out.Logits, 1, -1)
 	} else {
-		out := d.bm.ForwardBatch(mlxc.Reshape(ids, n, 1), d.batch, model.BatchOptions{})
+		out := d.bm.ForwardBatch(mlxc.Reshape(ids, n, 1), d.batch, model.BatchOptions{PaddedKeys: paddedPays(d.batch.Lens())})
 		logits = mlxc.Reshape(out.Logits, n, -1)
 	}
 	if !slices.ContainsFunc(rows, func(q *sequence) bool { return q.penalty || !q.req.Sampling.Greedy() }) {
@@ -361,4 +361,17 @@ func (d *decoder) free() {
 		d.batch = nil
 	}
 	d.rows = nil
+}
+
+// paddedPays reports whether a step over rows of these lengths attends in one call over
+// the longest row's keys (model.BatchOptions.PaddedKeys) rather than one call per row:
+// when padding adds at most half the keys the rows hold, the calls saved outweigh the
+// masked keys computed (docs/perf/batching.md). Both give each row's own logits.
+func paddedPays(lens []int) bool {
+	longest, sum := 0, 0
+	for _, n := range lens {
+		longest = max(longest, n+1)
+		sum += n + 1
+	}
+	return 2*len(lens)*longest <= 3*sum
 }
