@@ -34,6 +34,8 @@ func TestParse(t *testing.T) {
 		{name: "bad run ahead", env: map[string]string{"DFLASH_RUN_AHEAD": "maybe"}, wantErr: `DFLASH_RUN_AHEAD="maybe": want 0`},
 		{name: "adaptive block off", env: map[string]string{"DFLASH_ADAPTIVE_BLOCK": "0"}, want: with(func(s *Settings) { s.Loop.AdaptiveBlock = Off })},
 		{name: "adaptive block on", env: map[string]string{"DFLASH_ADAPTIVE_BLOCK": "1"}, want: with(func(s *Settings) { s.Loop.AdaptiveBlock = On })},
+		{name: "prefill interleave", env: map[string]string{"DFLASH_PREFILL_INTERLEAVE": "64"}, want: with(func(s *Settings) { s.Loop.PrefillInterleave = 64 })},
+		{name: "prefill interleave too small", env: map[string]string{"DFLASH_PREFILL_INTERLEAVE": "8"}, wantErr: `DFLASH_PREFILL_INTERLEAVE="8": want a position count ≥ 16`},
 		{name: "bad adaptive block", env: map[string]string{"DFLASH_ADAPTIVE_BLOCK": "auto"}, wantErr: `DFLASH_ADAPTIVE_BLOCK="auto": want 0 (the full block every cycle)`},
 		{name: "skinny tc", env: map[string]string{"DFLASH_SKINNY_GEMM": "tc"}, want: def},
 		{name: "skinny off", env: map[string]string{"DFLASH_SKINNY_GEMM": "0"}, want: with(func(s *Settings) { s.Kernels.SkinnyGEMM = false })},
