@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/server"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
@@ -309,6 +310,11 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		out.FinishReason = server.FinishCancelled
 	}
 	return out, err
+}
+
+// DeviceMemory reports MLX's active and cached memory to /metrics.
+func (b *backend) DeviceMemory() (active, cached int64) {
+	return int64(mlxc.ActiveMemory()), int64(mlxc.CacheMemory())
 }
 
 // PromptCacheState reports the session's prefix cache to /metrics.

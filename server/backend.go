@@ -72,6 +72,13 @@ type PromptCacheReporter interface {
 	PromptCacheState() (st PromptCacheState, ok bool)
 }
 
+// MemoryReporter is an optional Backend method: the device memory the engine's arrays
+// hold now and the memory its allocator keeps for reuse, which /metrics exports (a leak
+// shows as active memory that does not return to its idle level).
+type MemoryReporter interface {
+	DeviceMemory() (active, cached int64)
+}
+
 // PromptCacheState is a prefix cache's counters and size.
 type PromptCacheState struct {
 	Lookups, Hits, ReusedTokens, Evictions, Rejected, DiskHits, DiskErrors int64

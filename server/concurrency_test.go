@@ -162,3 +162,21 @@ func TestBatchRowsHistogramCountsEveryStep(t *testing.T) {
 		"dflash_batch_rows_count 3200",
 	})
 }
+
+// memoryFake is the fake backend reporting fixed device memory.
+type memoryFake struct{ *servertest.Fake }
+
+func (memoryFake) DeviceMemory() (active, cached int64) { return 123456, 789 }
+
+// A backend that reports its device memory gets it exported as two gauges; one that does
+// not gets neither.
+func TestMetricsDeviceMemory(t *testing.T) {
+	srv := servertest.Start(t, server.Config{}, memoryFake{&servertest.Fake{}}, nil)
+	wantLines(t, scrapeLines(t, srv.URL), []string{"dflash_device_active_bytes 123456", "dflash_device_cached_bytes 789"})
+	plain := newFakeServer(t, server.Config{}, &servertest.Fake{})
+	for l := range scrapeLines(t, plain.URL) {
+		if strings.HasPrefix(l, "dflash_device_") {
+			t.Errorf("a backend without memory reports exports %q", l)
+		}
+	}
+}

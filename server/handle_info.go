@@ -47,7 +47,12 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	bytes, entries := s.responses.usage()
 	store := storeGauges{bytes: bytes, budget: s.cfg.ResponseStoreBytes, entries: entries}
-	if err := s.metrics.write(w, queue, pc, store); err != nil {
+	var mem *memoryGauges
+	if r, ok := s.backend.(MemoryReporter); ok {
+		active, cached := r.DeviceMemory()
+		mem = &memoryGauges{active: active, cached: cached}
+	}
+	if err := s.metrics.write(w, queue, pc, store, mem); err != nil {
 		s.log.Debug("writing metrics failed", "err", err)
 	}
 }

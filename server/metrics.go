@@ -110,8 +110,11 @@ type queueGauges struct {
 	waiting, running, slots int
 }
 
-// write renders every metric.
-func (m *metrics) write(w io.Writer, queue queueGauges, pc *PromptCacheState, store storeGauges) error {
+// memoryGauges are the engine's device memory at scrape time.
+type memoryGauges struct{ active, cached int64 }
+
+// write renders every metric (mem: nil when the backend does not report memory).
+func (m *metrics) write(w io.Writer, queue queueGauges, pc *PromptCacheState, store storeGauges, mem *memoryGauges) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
@@ -149,6 +152,12 @@ func (m *metrics) write(w io.Writer, queue queueGauges, pc *PromptCacheState, st
 
 	if pc != nil {
 		writePromptCache(&b, *pc)
+	}
+	if mem != nil {
+		header(&b, "dflash_device_active_bytes", "gauge", "Device memory the engine's arrays hold now (caches, weights, the prefix cache).")
+		fmt.Fprintf(&b, "dflash_device_active_bytes %d\n", mem.active)
+		header(&b, "dflash_device_cached_bytes", "gauge", "Device memory the allocator keeps for reuse.")
+		fmt.Fprintf(&b, "dflash_device_cached_bytes %d\n", mem.cached)
 	}
 
 	m.tau.write(&b, "dflash_tau", "Mean tokens committed per DFlash cycle, per request.")
