@@ -50,6 +50,8 @@ func benchCommand() *cli.Command {
 		&cli.BoolFlag{Name: "compare-widths", Usage: "instead: plain decoding, DFlash with the adaptive block and DFlash at each fixed block (--widths), alternating in one process; prints tok/s, τ and the widths the adaptive runs chose"},
 		&cli.IntSliceFlag{Name: "widths", Usage: "the fixed blocks --compare-widths runs (default: the probed sizes from 2 up to the drafter's block or --block-size)"},
 		&cli.IntSliceFlag{Name: "concurrency", Usage: "instead: per level c (e.g. 1,2,4,8,16), c clients each sending --requests-per-client plain greedy requests in turn, batched by one scheduler (up to c rows per forward) and served one at a time, in one process; prints aggregate tok/s, speedup, per-request tok/s, TTFT and latency p50/p95, mean batch size and whether every request matched the serial tokens"},
+		&cli.IntFlag{Name: "join-gap", Usage: "instead: --join-rows requests decode while a request with a prompt of this many tokens joins; prints the longest wait between two tokens of a running row, with the prefill interleaved and whole"},
+		&cli.IntFlag{Name: "join-rows", Value: 4, Usage: "the rows decoding while --join-gap's prompt joins"},
 		&cli.IntFlag{Name: "requests-per-client", Value: 2, Usage: "requests each --concurrency client sends, each after its previous one finished"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
 		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
@@ -73,8 +75,10 @@ Examples:
   dflash-mlx bench --random qwen3.5-4b-thin --replay-drafts 0.1 -n 32 --repeats 1 --prompt-tokens 32
   dflash-mlx bench --random qwen3.5-35b-a3b-thin --replay-drafts 0.1 -n 32 --repeats 1 --dir /tmp/moe-thin
 
-Serving many clients at once (plain decoding batched vs one request at a time):
-  dflash-mlx bench --demo --concurrency 1,2,4,8,16 --requests-per-client 2 -n 64`,
+Serving many clients at once (plain decoding batched vs one request at a time), and how
+a long prompt joining a running batch delays its rows:
+  dflash-mlx bench --demo --concurrency 1,2,4,8,16 --requests-per-client 2 -n 64
+  dflash-mlx bench --target-model testdata/gocode/target --no-draft --join-gap 1900`,
 		Flags:  flags,
 		Action: benchAction,
 	}
@@ -240,8 +244,8 @@ func benchAction(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
-	if s.Engine.Proposer == nil && len(c.IntSlice("concurrency")) == 0 {
-		return cli.Exit("bench needs a drafter (only --concurrency, which decodes plainly, runs without one): pass --draft-model or a target the registry knows", 2)
+	if s.Engine.Proposer == nil && len(c.IntSlice("concurrency")) == 0 && c.Int("join-gap") == 0 {
+		return cli.Exit("bench needs a drafter (only --concurrency and --join-gap, which decode plainly, run without one): pass --draft-model or a target the registry knows", 2)
 	}
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	prompts, err := benchPromptIDs(c, s)
@@ -283,6 +287,9 @@ func benchAction(c *cli.Context) error {
 	temp := c.Float64("temperature")
 	if err := (sample.Params{Temperature: temp}).Validate(); err != nil {
 		return cli.Exit("bad --temperature: "+err.Error(), 2)
+	}
+	if n := c.Int("join-gap"); n != 0 {
+		return benchJoinGap(c, s, n, c.Int("join-rows"), joinGapReport{Target: rep.Target, Backend: rep.Backend, Device: rep.Device})
 	}
 	if levels := c.IntSlice("concurrency"); len(levels) > 0 {
 		if temp > 0 {

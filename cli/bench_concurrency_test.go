@@ -50,3 +50,28 @@ func TestBenchConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// bench --join-gap: the interleaved and the whole prefill each report the running rows'
+// gaps and the long prompt's first token; refused lengths exit with a usage error.
+func TestBenchJoinGap(t *testing.T) {
+	td, _ := tinyPair(t)
+	out, errOut, code := runCLI(t, "bench", "--target-model", td, "--no-draft", "--join-gap", "300", "--join-rows", "2", "--json", "-q")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep joinGapReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if rep.Rows != 2 || rep.PromptTokens != 300 || len(rep.Runs) != 2 || rep.Runs[0].Interleave <= 0 || rep.Runs[1].Interleave != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Runs {
+		if r.GapBeforeMS <= 0 || r.GapDuringMS <= 0 || r.TTFTMS <= 0 {
+			t.Errorf("run %+v: every gap and the TTFT must be measured", r)
+		}
+	}
+	if _, _, code := runCLI(t, "bench", "--target-model", td, "--no-draft", "--join-gap", "1", "-q"); code != 2 {
+		t.Errorf("--join-gap 1: exit %d, want 2", code)
+	}
+}

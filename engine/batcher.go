@@ -3,14 +3,24 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-// DefaultPrefillInterleave is how many prompt positions a joining sequence prefills
+// DefaultPrefillInterleave is the most prompt positions a joining sequence prefills
 // between two decode steps of the rows already decoding: a long prompt then delays each
 // running row's next token by about one such chunk instead of its whole prefill.
 const DefaultPrefillInterleave = 256
+
+// A chunk is further held to about prefillShare decode steps' time, at the rate the
+// sequence's previous chunk ran (a position costs more the more keys it attends to, so a
+// fixed count of positions would stall the rows longer and longer on a slow device), and
+// never below minPrefillChunk positions, so the prefill always moves.
+const (
+	prefillShare    = 2
+	minPrefillChunk = 16
+)
 
 // batcher admits sequences into the decoder: each prefills in its own caches (one at a
 // time, first come first served, in chunks between the decode steps while rows decode,
@@ -21,7 +31,8 @@ type batcher struct {
 	d *decoder
 	// maxRows bounds the sequences admitted (prefilling and decoding).
 	maxRows int
-	// interleave is the prompt positions prefilled per tick while rows decode.
+	// interleave is the most prompt positions prefilled per tick while rows decode (0:
+	// whole prompts).
 	interleave int
 	// prefilling are the admitted sequences still prefilling, in arrival order; ready
 	// those prefilled that join at the next tick.
@@ -31,13 +42,20 @@ type batcher struct {
 	active []*sequence
 	// finished, when set, is told of each sequence once it is done with the batcher.
 	finished func(q *sequence)
+	// stepTime is a moving average of a decode tick's time; chunkRate the positions per
+	// second of the last interleaved prefill chunk (0: none yet).
+	stepTime  time.Duration
+	chunkRate float64
 }
 
 func (e *Engine) newBatcher(maxRows, interleave int) *batcher {
 	b := &batcher{e: e, d: e.newDecoder(), interleave: interleave}
 	b.maxRows = min(max(maxRows, 1), b.d.maxRows())
-	if b.interleave <= 0 {
+	switch {
+	case interleave == 0:
 		b.interleave = DefaultPrefillInterleave
+	case interleave < 0:
+		b.interleave = 0 // whole prompts, the rows waiting
 	}
 	return b
 }
@@ -77,6 +95,14 @@ func (b *batcher) iterate() error {
 	}
 	b.ready = nil
 	if !b.d.idle() || len(joiners) > 0 {
+		t0 := time.Now()
+		defer func() {
+			if dt := time.Since(t0); b.stepTime == 0 {
+				b.stepTime = dt
+			} else {
+				b.stepTime = (b.stepTime*7 + dt) / 8
+			}
+		}()
 		if err := mlxc.Catch(func() {
 			if err := b.d.tick(joiners); err != nil {
 				panic(&mlxc.Error{Op: "decode step", Msg: err.Error()})
@@ -100,12 +126,16 @@ func (b *batcher) prefillSome() {
 		q := b.prefilling[0]
 		limit := 0
 		if !b.d.idle() {
-			limit = b.interleave
+			limit = b.chunkLimit()
 		}
 		var runErr error
 		if !q.over() {
+			from, t0 := q.pf.pos, time.Now()
 			if err := mlxc.Catch(func() { runErr = q.pf.run(q.ctx, limit) }); err != nil {
 				q.err = fmt.Errorf("prefill: %w", err)
+			}
+			if dt := time.Since(t0); limit > 0 && q.pf.pos > from && dt > 0 {
+				b.chunkRate = float64(q.pf.pos-from) / dt.Seconds()
 			}
 		}
 		if runErr != nil || q.over() {
@@ -126,6 +156,19 @@ func (b *batcher) prefillSome() {
 			return // one chunk per tick while rows decode
 		}
 	}
+}
+
+// chunkLimit is the positions of the next interleaved prefill chunk: up to interleave,
+// and about prefillShare decode ticks' time at the last chunk's rate.
+func (b *batcher) chunkLimit() int {
+	if b.interleave == 0 {
+		return 0
+	}
+	if b.chunkRate <= 0 || b.stepTime <= 0 {
+		return min(b.interleave, 4*minPrefillChunk)
+	}
+	n := int(b.chunkRate * (prefillShare * b.stepTime).Seconds())
+	return min(max(n, minPrefillChunk), b.interleave)
 }
 
 // dropPrefill removes the first prefilling sequence, freeing its caches.

@@ -15,8 +15,9 @@ type SchedulerConfig struct {
 	// MaxBatch bounds the sequences decoded (or prefilled) at once; more wait, first come
 	// first served. At most 1 for a target that cannot batch.
 	MaxBatch int
-	// PrefillInterleave is the prompt positions a joining sequence prefills between two
-	// decode steps of running rows (0: DefaultPrefillInterleave).
+	// PrefillInterleave is the most prompt positions a joining sequence prefills between
+	// two decode steps of running rows (0: DefaultPrefillInterleave; < 0: whole prompts,
+	// the running rows waiting: to measure what interleaving saves).
 	PrefillInterleave int
 	// OnStep, when set, is called on the MLX thread after each decode step with the rows
 	// it decoded and the requests still waiting for admission (metrics).
