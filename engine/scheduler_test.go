@@ -294,3 +294,39 @@ func TestSchedulerDraftAloneElsePlainRows(t *testing.T) {
 		}
 	}
 }
+
+// With the prefix cache, requests joining a batch resume from the prefixes that earlier
+// ones left (their prompts, and prompt plus answer: a second turn), and still give their
+// solo tokens; Qwen3 and the hybrid (whose recurrent state resumes at marks).
+func TestBatchedRequestsResumeFromPrefixCache(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	for name, p := range map[string]*pair{
+		"qwen3":   loadPair(t, "decisive-bf16", decisiveSpec(11), 2),
+		"qwen3_5": loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := &Engine{Target: p.target, Prefix: newPrefixCache(t, 1<<30, 4)}
+			defer func() { _ = mlxc.Do(func() error { e.Prefix.Free(); return nil }) }()
+			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4, PrefillInterleave: 64})
+			first := batchRequests(p.vocab)
+			got := runConcurrently(t, s, first)
+			// Second turns: each prompt followed by its answer and two more tokens.
+			second := make([]Request, len(first))
+			for i, req := range first {
+				second[i] = req
+				second[i].Prompt = append(append(append([]int32(nil), req.Prompt...), got[i].Tokens...), 11, 12)
+				second[i].PrefixMarks = []int{len(req.Prompt)}
+			}
+			again := runConcurrently(t, s, second)
+			for i, req := range second {
+				if at, ok := eqTokens(again[i].Tokens, soloReference(t, p.target, req)); !ok {
+					t.Errorf("second turn %d differs from alone at %d", i, at)
+				}
+				// The first turn left its prompt and answer (less the last token, never fed).
+				if want := len(first[i].Prompt) + len(got[i].Tokens) - 1; again[i].Stats.PromptCacheTokens < want {
+					t.Errorf("second turn %d resumed %d positions, want at least %d", i, again[i].Stats.PromptCacheTokens, want)
+				}
+			}
+		})
+	}
+}
