@@ -49,7 +49,9 @@ func (e *Engine) newPrefill(prompt []int32, marksAt []int, c model.Cache, p veri
 	if !j.usePrefix {
 		return j
 	}
+	s := mlxc.NewScope() // the load's intermediates (the caches keep what they hold)
 	j.pos = e.resume(prompt, c, p, j.saver)
+	s.Close()
 	j.from = j.pos
 	st.PromptCacheTokens, st.PrefillTokens = j.pos, len(prompt)-j.pos
 	if !c.Trimmable() {
@@ -111,7 +113,6 @@ func (j *prefillJob) run(ctx context.Context, limit int) error {
 			j.p.Context(out.Hidden)
 		}
 		evalCache(j.c, out.Hidden)
-		s.Close()
 		j.pos += k
 		if j.pos < j.end && j.markHere() {
 			if st, err := j.c.SaveFixed(j.pos); err == nil {
@@ -119,6 +120,7 @@ func (j *prefillJob) run(ctx context.Context, limit int) error {
 				j.marks = append(j.marks, prefixcache.Mark{Pos: j.pos, Target: st})
 			}
 		}
+		s.Close()
 	}
 	return nil
 }
@@ -138,6 +140,8 @@ func (j *prefillJob) finish() {
 	if !j.usePrefix || !j.done() || j.end <= j.from {
 		return
 	}
+	s := mlxc.NewScope() // the copies' intermediates (the entry's arrays are its own)
+	defer s.Close()
 	ent := j.e.entry(j.prompt[:j.end], j.c, j.saver, j.p != nil)
 	if ent == nil {
 		return

@@ -330,3 +330,58 @@ func TestBatchedRequestsResumeFromPrefixCache(t *testing.T) {
 		})
 	}
 }
+
+// Requests leave no device memory behind: after solo and batched requests (rows joining
+// and leaving, some cancelled), with and without the prefix cache, the active memory is
+// back at its level before them once the prefix cache is freed. (Arrays made outside a
+// scope, or a saved state that is a view of a larger buffer, would stay.)
+func TestRequestsLeaveNoMemory(t *testing.T) {
+	for name, p := range map[string]*pair{
+		"qwen3":   loadPair(t, "decisive-bf16", decisiveSpec(11), 2),
+		"qwen3_5": loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2),
+	} {
+		for _, withPrefix := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/prefix%v", name, withPrefix), func(t *testing.T) {
+				e := &Engine{Target: p.target}
+				if withPrefix {
+					e.Prefix = newPrefixCache(t, 1<<30, 4)
+				}
+				active := func() uint64 {
+					var a uint64
+					_ = mlxc.Do(func() error { mlxc.ClearCache(); a = mlxc.ActiveMemory(); return nil })
+					return a
+				}
+				run(t, e, Request{Prompt: []int32{1, 2, 3}, MaxTokens: 3}) // first-use allocations
+				if e.Prefix != nil {
+					_ = mlxc.Do(func() error { e.Prefix.Free(); return nil })
+					e.Prefix = newPrefixCache(t, 1<<30, 4)
+				}
+				before := active()
+				reqs := batchRequests(p.vocab)
+				for _, req := range reqs[:3] {
+					run(t, e, req)
+				}
+				s := e.NewScheduler(SchedulerConfig{MaxBatch: 4, PrefillInterleave: 64})
+				runConcurrently(t, s, reqs)
+				ctx, cancel := context.WithCancel(context.Background())
+				n := 0
+				_, _ = s.Generate(ctx, Request{Prompt: []int32{4, 5, 6, 7}, MaxTokens: 100}, func(Event) error {
+					if n++; n == 5 {
+						cancel()
+					}
+					return nil
+				})
+				cancel()
+				if e.Prefix != nil {
+					if e.Prefix.Stats().Entries == 0 {
+						t.Error("the prefix cache holds no entry: the test saved nothing")
+					}
+					_ = mlxc.Do(func() error { e.Prefix.Free(); return nil })
+				}
+				if after := active(); after != before {
+					t.Errorf("active memory %d before the requests, %d after (%+d bytes)", before, after, int64(after)-int64(before))
+				}
+			})
+		}
+	}
+}

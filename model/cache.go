@@ -389,9 +389,12 @@ func (c *KVCache) Load(s cache.Saved, n int) error {
 }
 
 // copyRows writes the first n rows (axis 2) of src into a new zero buffer of the given
-// shape: always a buffer of its own (MLX's copy may share its input's).
+// shape: always a buffer of its own (cache.OwnCopy).
 func copyRows(src *mlxc.Array, shape []int, n int) *mlxc.Array {
 	rows := mlxc.SliceAxis(src, 2, 0, n)
+	if shape[2] == n {
+		return cache.OwnCopy(rows) // a slice update covering all of it would return rows
+	}
 	stop := slices.Clone(shape)
 	stop[2] = n
 	return mlxc.SliceUpdate(mlxc.Zeros(shape, src.Dtype()), rows, make([]int, len(shape)), stop)

@@ -373,3 +373,14 @@ func (l *List) Trimmable() bool {
 // SaveFixed saves the layers that are no Trimmer after their first n positions, leaving
 // the zero Saved at the others: their state at n is any longer saved state's prefix.
 func (l *List) SaveFixed(n int) ([]Saved, error) { return l.save(n, true) }
+
+// OwnCopy is a copy of x in a buffer of exactly its size that shares no other array's.
+// MLX's copy and contiguous of a view, and a slice update that covers its whole target,
+// may return a view of x's buffer; a saved state made that way would keep the whole
+// source alive (a cache's reserved keys, every row of a batch, a prefill chunk's conv
+// input) while counting only its own bytes. A concatenation always writes a new buffer.
+func OwnCopy(x *mlxc.Array) *mlxc.Array {
+	empty := x.Shape()
+	empty[0] = 0
+	return mlxc.Concatenate([]*mlxc.Array{x, mlxc.Zeros(empty, x.Dtype())}, 0)
+}

@@ -74,7 +74,7 @@ func (c *BatchCache) Join(s cache.Saved) error {
 		c.ensure(state, tail)
 		c.appendRow(state, tail)
 	} else {
-		c.step.set(ownCopy(state), ownCopy(tail))
+		c.step.set(cache.OwnCopy(state), cache.OwnCopy(tail))
 	}
 	c.lens = append(c.lens, s.Offset)
 	return nil
@@ -92,13 +92,6 @@ func zerosLike(x *mlxc.Array, n int) *mlxc.Array {
 	return mlxc.Zeros(sh, x.Dtype())
 }
 
-// ownCopy copies x into a buffer of its own (MLX's copy of a contiguous view may share
-// its source's).
-func ownCopy(x *mlxc.Array) *mlxc.Array {
-	sh := x.Shape()
-	return mlxc.SliceUpdate(mlxc.Zeros(sh, x.Dtype()), x, make([]int, len(sh)), sh)
-}
-
 // Extract copies row r's state and tail into arrays of their own, as Cache.Save would
 // have saved the same sequence decoded alone.
 func (c *BatchCache) Extract(r int) (cache.Saved, error) {
@@ -110,8 +103,8 @@ func (c *BatchCache) Extract(r int) (cache.Saved, error) {
 		return s, nil
 	}
 	s.Arrays = []*mlxc.Array{
-		ownCopy(mlxc.SliceAxis(c.step.state, 0, r, r+1)).Detach(),
-		ownCopy(mlxc.SliceAxis(c.step.tail, 0, r, r+1)).Detach(),
+		cache.OwnCopy(mlxc.SliceAxis(c.step.state, 0, r, r+1)).Detach(),
+		cache.OwnCopy(mlxc.SliceAxis(c.step.tail, 0, r, r+1)).Detach(),
 	}
 	return s, nil
 }

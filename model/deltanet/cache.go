@@ -376,8 +376,9 @@ const recurrentKind = "recurrent"
 var _ cache.Saver = (*Cache)(nil)
 
 // Save keeps the state and tail after all Offset positions (the committed ones in the
-// run-ahead loop): a recurrent state cannot be had at an earlier position. It shares the
-// buffers, which no forward writes in place.
+// run-ahead loop): a recurrent state cannot be had at an earlier position. It copies them
+// (cache.OwnCopy): the tail is a slice of the last forward's conv input and the state may
+// be one of a stacked output, views that would keep those whole buffers alive.
 func (c *Cache) Save(n int) (cache.Saved, error) {
 	if c.tentative {
 		return cache.Saved{}, errors.New("deltanet cache: cannot save during a speculation")
@@ -387,7 +388,7 @@ func (c *Cache) Save(n int) (cache.Saved, error) {
 	}
 	s := cache.Saved{Kind: recurrentKind, Offset: n}
 	if c.state != nil {
-		s.Arrays = []*mlxc.Array{c.state.Ref(), c.tail.Ref()}
+		s.Arrays = []*mlxc.Array{cache.OwnCopy(c.state).Detach(), cache.OwnCopy(c.tail).Detach()}
 	}
 	return s, nil
 }
