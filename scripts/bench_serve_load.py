@@ -44,6 +44,18 @@ def server_command(kind, model, port, extra):
     raise SystemExit(f"unknown --server {kind!r} (ours or mlxlm)")
 
 
+def stop_server(proc):
+    """Stops a server this script started (its whole process group): SIGTERM, then
+    SIGKILL after 30 s; None (a server given by --url) is left alone."""
+    if proc is None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def wait_ready(url, proc, timeout, fallback_model):
     """The model id to send, once the server answers: the first of GET /v1/models, or,
     when that listing fails (mlx-lm's scans the Hugging Face cache, which may not exist),
@@ -140,12 +152,7 @@ def main():
         one_request(url, model, "Write the Go file for a stack.", 8)  # warm-up, not counted
         rounds = [run_round(url, model, c, a.requests, a.max_tokens) for c in counts]
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(proc)
     report = {"server": a.url or a.server, "model": a.model, "max_tokens": a.max_tokens,
               "requests_per_client": a.requests, "rounds": rounds}
     if a.json:

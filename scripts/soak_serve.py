@@ -32,7 +32,6 @@ import json
 import os
 import random
 import re
-import signal
 import socket
 import struct
 import subprocess
@@ -45,7 +44,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ next to the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serve_load import ROOT, TOPICS, server_command, wait_ready  # noqa: E402
+from bench_serve_load import ROOT, TOPICS, server_command, stop_server, wait_ready  # noqa: E402
 
 MIB = 1 << 20
 
@@ -421,12 +420,7 @@ def main():
             r = solo_answer(url, model, prompts[i], a.max_tokens)
             rechecks.append({"prompt": i, "same": r["text"] == refs[i]["text"] and r["finish"] == refs[i]["finish"]})
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(proc)
 
     d = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
     batch = histogram(m1, "dflash_batch_rows", m0)

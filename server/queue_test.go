@@ -81,12 +81,7 @@ func TestQueueAdmitsOneGenerationPerSlot(t *testing.T) {
 			t.Errorf("after the hand-over: waiting %d running %d, want 0 %d", waiting, running, slots)
 		}
 		rel()
-		for _, r := range releases[1:] {
-			r()
-		}
-		if waiting, running := q.depth(); waiting != 0 || running != 0 {
-			t.Errorf("after all released: waiting %d running %d, want 0 0", waiting, running)
-		}
+		releaseAll(t, q, releases[1:])
 	})
 }
 
@@ -120,12 +115,7 @@ func TestQueueServesWaitersInArrivalOrder(t *testing.T) {
 		if want := []int{0, 1, 2, 3, 4}; !slices.Equal(order, want) {
 			t.Fatalf("served in order %v, want %v", order, want)
 		}
-		for _, r := range releases[1:] {
-			r()
-		}
-		if waiting, running := q.depth(); waiting != 0 || running != 0 {
-			t.Errorf("after all released: waiting %d running %d, want 0 0", waiting, running)
-		}
+		releaseAll(t, q, releases[1:])
 	})
 }
 
@@ -208,12 +198,7 @@ func TestQueueHandOverRacingCancelKeepsEverySlot(t *testing.T) {
 				t.Fatalf("after the race: waiting %d running %d, want 0 %d", waiting, running, slots)
 			}
 		}
-		for _, r := range releases {
-			r()
-		}
-		if waiting, running := q.depth(); waiting != 0 || running != 0 {
-			t.Errorf("after all released: waiting %d running %d, want 0 0", waiting, running)
-		}
+		releaseAll(t, q, releases)
 	})
 }
 
@@ -330,4 +315,15 @@ func TestQueueReportsTheWaitersEachArrivalFinds(t *testing.T) {
 			r()
 		}
 	})
+}
+
+// releaseAll releases every holding and checks that the queue is then empty and idle.
+func releaseAll(t *testing.T, q *generationQueue, releases []func()) {
+	t.Helper()
+	for _, r := range releases {
+		r()
+	}
+	if waiting, running := q.depth(); waiting != 0 || running != 0 {
+		t.Errorf("after all released: waiting %d running %d, want 0 0", waiting, running)
+	}
 }
