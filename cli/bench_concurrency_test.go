@@ -63,7 +63,7 @@ func TestBenchJoinGap(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if rep.Rows != 2 || rep.PromptTokens != 300 || len(rep.Runs) != 2 || rep.Runs[0].Interleave <= 0 || rep.Runs[1].Interleave != 0 {
+	if rep.Rows != 2 || rep.PromptTokens != 300 || len(rep.Runs) != 2 || rep.Runs[0].SliceMS <= 0 || rep.Runs[1].SliceMS != 0 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Runs {

@@ -13,11 +13,11 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/engine"
 )
 
-// joinGapRun is one way of admitting the long prompt: its prefill interleaved with the
-// running rows' steps in chunks of at most Interleave positions (fewer where a chunk
-// would take longer than about two decode steps), or whole (Interleave 0).
+// joinGapRun is one way of admitting the long prompt: its prefill sliced between the
+// running rows' steps, at most SliceMS at a time (whole when the measured prefill rate
+// runs it within that), or whole regardless (SliceMS 0).
 type joinGapRun struct {
-	Interleave int `json:"interleave"`
+	SliceMS float64 `json:"slice_ms"`
 	// The longest wait between two tokens of a running row, before the long prompt
 	// arrived and from its arrival to its first token (its admission).
 	GapBeforeMS float64 `json:"gap_before_ms"`
@@ -40,7 +40,7 @@ type joinGapReport struct {
 // the rows already decoding: rows plain greedy requests run; once each has emitted a few
 // tokens, a request with an N-token prompt arrives; the longest gap between two tokens of
 // a running row is reported before it arrived and while it was admitted, with the
-// prefill interleaved (the scheduler's default chunk) and whole.
+// prefill sliced (the scheduler's default slice) and whole, each the second of two runs.
 func benchJoinGap(c *cli.Context, s *Session, n, rows int, rep joinGapReport) error {
 	ctxLen := s.Engine.ContextLen()
 	if n < 2 || n+2 > ctxLen {
@@ -55,11 +55,16 @@ func benchJoinGap(c *cli.Context, s *Session, n, rows int, rep joinGapReport) er
 		long[i] = int32((i*7919 + 13) % vocab)
 	}
 	rep.Rows, rep.PromptTokens = rows, n
-	interleave := s.Settings.Loop.PrefillInterleave
-	if interleave == 0 {
-		interleave = engine.DefaultPrefillInterleave
+	slice := time.Duration(s.Settings.Loop.PrefillSliceMS) * time.Millisecond
+	if slice == 0 {
+		slice = engine.DefaultPrefillSlice
 	}
-	for _, il := range []int{interleave, -1} {
+	// Each way runs twice and the second is reported: the first compiles the kernels of
+	// its shapes (on a GPU, seconds on first use), which is not the stall being measured.
+	for _, il := range []time.Duration{slice, -1} {
+		if _, err := joinGap(s.Engine, long, rows, il); err != nil {
+			return err
+		}
 		run, err := joinGap(s.Engine, long, rows, il)
 		if err != nil {
 			return err
@@ -74,8 +79,8 @@ func benchJoinGap(c *cli.Context, s *Session, n, rows int, rep joinGapReport) er
 	fmt.Printf("target %s, %s on %s: %d rows decoding, a %d-token prompt joins\n", rep.Target, rep.Backend, rep.Device, rows, n)
 	fmt.Printf("%-22s %16s %16s %12s\n", "prefill", "gap before, ms", "gap joining, ms", "its TTFT, ms")
 	for _, r := range rep.Runs {
-		how := fmt.Sprintf("chunks ≤ %d, timed", r.Interleave)
-		if r.Interleave == 0 {
+		how := fmt.Sprintf("sliced, ≤ %.0f ms a step", r.SliceMS)
+		if r.SliceMS == 0 {
 			how = "whole"
 		}
 		fmt.Printf("%-22s %16.0f %16.0f %12.0f\n", how, r.GapBeforeMS, r.GapDuringMS, r.TTFTMS)
@@ -84,10 +89,10 @@ func benchJoinGap(c *cli.Context, s *Session, n, rows int, rep joinGapReport) er
 }
 
 // joinGap runs one measurement with the given prefill chunk.
-func joinGap(e *engine.Engine, long []int32, rows, interleave int) (joinGapRun, error) {
+func joinGap(e *engine.Engine, long []int32, rows int, slice time.Duration) (joinGapRun, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sched := e.NewScheduler(engine.SchedulerConfig{MaxBatch: rows + 1, PrefillInterleave: interleave})
+	sched := e.NewScheduler(engine.SchedulerConfig{MaxBatch: rows + 1, PrefillSlice: slice})
 	var mu sync.Mutex
 	var arrived, admitted time.Time
 	var before, during time.Duration
@@ -150,6 +155,6 @@ func joinGap(e *engine.Engine, long []int32, rows, interleave int) (joinGapRun, 
 	for err := range errs {
 		return joinGapRun{}, fmt.Errorf("a running row: %w", err)
 	}
-	return joinGapRun{Interleave: max(interleave, 0), GapBeforeMS: ms(before), GapDuringMS: ms(during),
+	return joinGapRun{SliceMS: ms(max(slice, 0)), GapBeforeMS: ms(before), GapDuringMS: ms(during),
 		TTFTMS: ms(res.Stats.FirstTokenTime)}, nil
 }

@@ -107,7 +107,7 @@ func serveAction(c *cli.Context) error {
 	}
 	s.Notice(fmt.Sprintf("batching up to %d requests (%s)", maxBatch, why))
 	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok)}
-	b.sched = s.Engine.NewScheduler(engine.SchedulerConfig{MaxBatch: maxBatch, PrefillInterleave: s.Settings.Loop.PrefillInterleave, OnStep: b.onStep})
+	b.sched = s.Engine.NewScheduler(engine.SchedulerConfig{MaxBatch: maxBatch, PrefillSlice: time.Duration(s.Settings.Loop.PrefillSliceMS) * time.Millisecond, OnStep: b.onStep})
 	cfg := server.Config{
 		Host: c.String("host"), Port: c.Int("port"), MaxQueue: maxQueue, APIKey: c.String("api-key"),
 		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),

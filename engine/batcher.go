@@ -8,19 +8,16 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-// DefaultPrefillInterleave is the most prompt positions a joining sequence prefills
-// between two decode steps of the rows already decoding: a long prompt then delays each
-// running row's next token by about one such chunk instead of its whole prefill.
-const DefaultPrefillInterleave = 256
+// DefaultPrefillSlice is how long a joining sequence's prefill may hold the rows already
+// decoding between two of their steps. A prompt that the measured prefill rate puts within
+// the slice runs whole (a GPU prefills thousands of positions in that time, and splitting
+// them would cost the newcomer many times its prefill in per-chunk overhead and, on CUDA,
+// new kernels for each shape); a longer one runs in chunks that fit it.
+const DefaultPrefillSlice = 250 * time.Millisecond
 
-// A chunk is further held to about prefillShare decode steps' time, at the rate the
-// sequence's previous chunk ran (a position costs more the more keys it attends to, so a
-// fixed count of positions would stall the rows longer and longer on a slow device), and
-// never below minPrefillChunk positions, so the prefill always moves.
-const (
-	prefillShare    = 2
-	minPrefillChunk = 16
-)
+// minPrefillChunk is the smallest interleaved chunk, so the prefill always moves; chunks
+// are powers of two, so a device sees few chunk shapes.
+const minPrefillChunk = 16
 
 // batcher admits sequences into the decoder: each prefills in its own caches (one at a
 // time, first come first served, in chunks between the decode steps while rows decode,
@@ -31,9 +28,9 @@ type batcher struct {
 	d *decoder
 	// maxRows bounds the sequences admitted (prefilling and decoding).
 	maxRows int
-	// interleave is the most prompt positions prefilled per tick while rows decode (0:
-	// whole prompts).
-	interleave int
+	// slice is the most time a prefill may hold the decoding rows per tick (0: whole
+	// prompts, the rows waiting).
+	slice time.Duration
 	// prefilling are the admitted sequences still prefilling, in arrival order; ready
 	// those prefilled that join at the next tick.
 	prefilling, ready []*sequence
@@ -42,20 +39,20 @@ type batcher struct {
 	active []*sequence
 	// finished, when set, is told of each sequence once it is done with the batcher.
 	finished func(q *sequence)
-	// stepTime is a moving average of a decode tick's time; chunkRate the positions per
-	// second of the last interleaved prefill chunk (0: none yet).
-	stepTime  time.Duration
-	chunkRate float64
+	// prefilled and prefillTime are the positions prefilled and the time they took,
+	// decayed (the prefill rate; whole prefills weigh most).
+	prefilled   float64
+	prefillTime time.Duration
 }
 
-func (e *Engine) newBatcher(maxRows, interleave int) *batcher {
-	b := &batcher{e: e, d: e.newDecoder(), interleave: interleave}
+func (e *Engine) newBatcher(maxRows int, slice time.Duration) *batcher {
+	b := &batcher{e: e, d: e.newDecoder(), slice: slice}
 	b.maxRows = min(max(maxRows, 1), b.d.maxRows())
 	switch {
-	case interleave == 0:
-		b.interleave = DefaultPrefillInterleave
-	case interleave < 0:
-		b.interleave = 0 // whole prompts, the rows waiting
+	case slice == 0:
+		b.slice = DefaultPrefillSlice
+	case slice < 0:
+		b.slice = 0 // whole prompts, the rows waiting
 	}
 	return b
 }
@@ -95,14 +92,6 @@ func (b *batcher) iterate() error {
 	}
 	b.ready = nil
 	if !b.d.idle() || len(joiners) > 0 {
-		t0 := time.Now()
-		defer func() {
-			if dt := time.Since(t0); b.stepTime == 0 {
-				b.stepTime = dt
-			} else {
-				b.stepTime = (b.stepTime*7 + dt) / 8
-			}
-		}()
 		if err := mlxc.Catch(func() {
 			if err := b.d.tick(joiners); err != nil {
 				panic(&mlxc.Error{Op: "decode step", Msg: err.Error()})
@@ -118,15 +107,14 @@ func (b *batcher) iterate() error {
 }
 
 // prefillSome runs the prefills: every waiting one whole when no row decodes (nobody
-// waits for a token; they then join together), else one chunk of interleave positions of
-// the first. A sequence that ends while prefilling
+// waits for a token; they then join together), else one slice's worth of the first. A sequence that ends while prefilling
 // (cancelled, or its prefill failed) leaves without joining.
 func (b *batcher) prefillSome() {
 	for len(b.prefilling) > 0 {
 		q := b.prefilling[0]
 		limit := 0
 		if !b.d.idle() {
-			limit = b.chunkLimit()
+			limit = b.chunkLimit(q.pf.end - q.pf.pos)
 		}
 		var runErr error
 		if !q.over() {
@@ -134,9 +122,7 @@ func (b *batcher) prefillSome() {
 			if err := mlxc.Catch(func() { runErr = q.pf.run(q.ctx, limit) }); err != nil {
 				q.err = fmt.Errorf("prefill: %w", err)
 			}
-			if dt := time.Since(t0); limit > 0 && q.pf.pos > from && dt > 0 {
-				b.chunkRate = float64(q.pf.pos-from) / dt.Seconds()
-			}
+			b.countPrefill(q.pf.pos-from, time.Since(t0))
 		}
 		if runErr != nil || q.over() {
 			// Cancelled (runErr is the context's) or failed.
@@ -153,22 +139,41 @@ func (b *batcher) prefillSome() {
 		b.prefilling = b.prefilling[1:]
 		b.ready = append(b.ready, q)
 		if limit > 0 {
-			return // one chunk per tick while rows decode
+			return // one slice per tick while rows decode
 		}
 	}
 }
 
-// chunkLimit is the positions of the next interleaved prefill chunk: up to interleave,
-// and about prefillShare decode ticks' time at the last chunk's rate.
-func (b *batcher) chunkLimit() int {
-	if b.interleave == 0 {
+// chunkLimit is the positions of the next prefill chunk while rows decode, of a prompt
+// with left positions still to run: 0 (all of them) when the measured rate runs them
+// within the slice, else the largest power of two that it runs within the slice (at
+// least minPrefillChunk). Before any prefill was timed, minPrefillChunk·4.
+func (b *batcher) chunkLimit(left int) int {
+	if b.slice == 0 {
 		return 0
 	}
-	if b.chunkRate <= 0 || b.stepTime <= 0 {
-		return min(b.interleave, 4*minPrefillChunk)
+	if b.prefillTime <= 0 {
+		return min(4*minPrefillChunk, left)
 	}
-	n := int(b.chunkRate * (prefillShare * b.stepTime).Seconds())
-	return min(max(n, minPrefillChunk), b.interleave)
+	fit := int(b.prefilled / b.prefillTime.Seconds() * b.slice.Seconds())
+	if fit >= left {
+		return 0
+	}
+	n := minPrefillChunk
+	for n*2 <= fit {
+		n *= 2
+	}
+	return n
+}
+
+// countPrefill adds a prefill run of n positions that took dt to the measured rate,
+// older runs weighing less.
+func (b *batcher) countPrefill(n int, dt time.Duration) {
+	if n <= 0 || dt <= 0 {
+		return
+	}
+	b.prefilled = b.prefilled*0.75 + float64(n)
+	b.prefillTime = b.prefillTime*3/4 + dt
 }
 
 // dropPrefill removes the first prefilling sequence, freeing its caches.

@@ -15,10 +15,10 @@ type SchedulerConfig struct {
 	// MaxBatch bounds the sequences decoded (or prefilled) at once; more wait, first come
 	// first served. At most 1 for a target that cannot batch.
 	MaxBatch int
-	// PrefillInterleave is the most prompt positions a joining sequence prefills between
-	// two decode steps of running rows (0: DefaultPrefillInterleave; < 0: whole prompts,
-	// the running rows waiting: to measure what interleaving saves).
-	PrefillInterleave int
+	// PrefillSlice is the most time a joining sequence's prefill holds the running rows
+	// between two of their steps (0: DefaultPrefillSlice; < 0: whole prompts, the running
+	// rows waiting: to measure what slicing saves).
+	PrefillSlice time.Duration
 	// OnStep, when set, is called on the MLX thread after each decode step with the rows
 	// it decoded and the requests still waiting for admission (metrics).
 	OnStep func(rows, waiting int)
@@ -146,7 +146,7 @@ func (s *Scheduler) drive() {
 
 // loop admits waiting requests while there is room and iterates the batcher.
 func (s *Scheduler) loop() {
-	b := s.e.newBatcher(s.cfg.MaxBatch, s.cfg.PrefillInterleave)
+	b := s.e.newBatcher(s.cfg.MaxBatch, s.cfg.PrefillSlice)
 	jobs := map[*sequence]*scheduled{}
 	b.finished = func(q *sequence) {
 		j := jobs[q]

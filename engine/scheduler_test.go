@@ -134,7 +134,7 @@ func TestBatchedRequestsMatchSolo(t *testing.T) {
 				e := &Engine{Target: p.target}
 				var mu sync.Mutex
 				widest := 0
-				s := e.NewScheduler(SchedulerConfig{MaxBatch: maxBatch, PrefillInterleave: 64, OnStep: func(rows, _ int) {
+				s := e.NewScheduler(SchedulerConfig{MaxBatch: maxBatch, PrefillSlice: time.Nanosecond, OnStep: func(rows, _ int) {
 					mu.Lock()
 					widest = max(widest, rows)
 					mu.Unlock()
@@ -224,6 +224,12 @@ func TestSchedulerIsolation(t *testing.T) {
 		if outs[i].err != nil {
 			t.Fatalf("good request %d: %v", i, outs[i].err)
 		}
+		if len(outs[i].res.Tokens) != req.MaxTokens {
+			t.Errorf("good request %d: %d tokens, want %d", i, len(outs[i].res.Tokens), req.MaxTokens)
+		}
+		if !testenv.ShapeExact() {
+			continue // a GPU's batched rows round apart from a row alone
+		}
 		if at, ok := eqTokens(outs[i].res.Tokens, soloReference(t, p.target, req)); !ok {
 			t.Errorf("good request %d differs from alone at %d", i, at)
 		}
@@ -307,7 +313,7 @@ func TestBatchedRequestsResumeFromPrefixCache(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := &Engine{Target: p.target, Prefix: newPrefixCache(t, 1<<30, 4)}
 			defer func() { _ = mlxc.Do(func() error { e.Prefix.Free(); return nil }) }()
-			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4, PrefillInterleave: 64})
+			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4, PrefillSlice: time.Nanosecond})
 			first := batchRequests(p.vocab)
 			got := runConcurrently(t, s, first)
 			// Second turns: each prompt followed by its answer and two more tokens.
@@ -343,41 +349,41 @@ func TestRequestsLeaveNoMemory(t *testing.T) {
 		for _, withPrefix := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/prefix%v", name, withPrefix), func(t *testing.T) {
 				e := &Engine{Target: p.target}
-				if withPrefix {
-					e.Prefix = newPrefixCache(t, 1<<30, 4)
-				}
 				active := func() uint64 {
 					var a uint64
 					_ = mlxc.Do(func() error { mlxc.ClearCache(); a = mlxc.ActiveMemory(); return nil })
 					return a
 				}
-				run(t, e, Request{Prompt: []int32{1, 2, 3}, MaxTokens: 3}) // first-use allocations
-				if e.Prefix != nil {
-					_ = mlxc.Do(func() error { e.Prefix.Free(); return nil })
-					e.Prefix = newPrefixCache(t, 1<<30, 4)
-				}
-				before := active()
 				reqs := batchRequests(p.vocab)
-				for _, req := range reqs[:3] {
-					run(t, e, req)
-				}
-				s := e.NewScheduler(SchedulerConfig{MaxBatch: 4, PrefillInterleave: 64})
-				runConcurrently(t, s, reqs)
-				ctx, cancel := context.WithCancel(context.Background())
-				n := 0
-				_, _ = s.Generate(ctx, Request{Prompt: []int32{4, 5, 6, 7}, MaxTokens: 100}, func(Event) error {
-					if n++; n == 5 {
-						cancel()
+				workload := func() {
+					if withPrefix {
+						e.Prefix = newPrefixCache(t, 1<<30, 4)
 					}
-					return nil
-				})
-				cancel()
-				if e.Prefix != nil {
-					if e.Prefix.Stats().Entries == 0 {
-						t.Error("the prefix cache holds no entry: the test saved nothing")
+					for _, req := range reqs[:3] {
+						run(t, e, req)
 					}
-					_ = mlxc.Do(func() error { e.Prefix.Free(); return nil })
+					s := e.NewScheduler(SchedulerConfig{MaxBatch: 4, PrefillSlice: time.Nanosecond})
+					runConcurrently(t, s, reqs)
+					ctx, cancel := context.WithCancel(context.Background())
+					n := 0
+					_, _ = s.Generate(ctx, Request{Prompt: []int32{4, 5, 6, 7}, MaxTokens: 100}, func(Event) error {
+						if n++; n == 5 {
+							cancel()
+						}
+						return nil
+					})
+					cancel()
+					if e.Prefix != nil {
+						if e.Prefix.Stats().Entries == 0 {
+							t.Error("the prefix cache holds no entry: the test saved nothing")
+						}
+						_ = mlxc.Do(func() error { e.Prefix.Free(); return nil })
+						e.Prefix = nil
+					}
 				}
+				workload() // first-use allocations (a GPU's kernel constants, say) stay
+				before := active()
+				workload()
 				if after := active(); after != before {
 					t.Errorf("active memory %d before the requests, %d after (%+d bytes)", before, after, int64(after)-int64(before))
 				}

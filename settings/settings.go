@@ -48,11 +48,12 @@ type Loop struct {
 	// equals plain decoding bit for bit on a GPU too (slower plain decoding). A semantic
 	// choice, so it is the --gpu-exact option of run, bench and serve, not a variable.
 	GPUExact bool `json:"gpu_exact"`
-	// PrefillInterleave (DFLASH_PREFILL_INTERLEAVE): the prompt positions a request joining
-	// a running batch prefills between two decode steps of the other rows; smaller keeps
-	// their tokens flowing more evenly, larger admits the newcomer sooner. 0: the engine's
-	// default (256). Speed only.
-	PrefillInterleave int `json:"prefill_interleave,omitempty"`
+	// PrefillSliceMS (DFLASH_PREFILL_SLICE_MS): the most milliseconds a request joining a
+	// running batch prefills between two decode steps of the other rows; a prompt the
+	// measured prefill rate runs within it runs whole. Smaller keeps their tokens flowing
+	// more evenly, larger admits the newcomer sooner. 0: the engine's default (250).
+	// Speed only.
+	PrefillSliceMS int `json:"prefill_slice_ms,omitempty"`
 }
 
 // Kernels picks our custom kernels (docs/gpu.md has each one's measurements). They apply
@@ -245,15 +246,15 @@ var variables = []variable{
 		"want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)")},
 	{"DFLASH_ADAPTIVE_BLOCK", switchVar(func(s *Settings) *Switch { return &s.Loop.AdaptiveBlock },
 		"want 0 (the full block every cycle), 1 or unset (an adaptive block)")},
-	{"DFLASH_PREFILL_INTERLEAVE", func(s *Settings, v string) error {
+	{"DFLASH_PREFILL_SLICE_MS", func(s *Settings, v string) error {
 		if v == "" {
 			return nil
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 16 {
-			return errors.New("want a position count ≥ 16 (unset: 256)")
+		if err != nil || n < 1 {
+			return errors.New("want milliseconds ≥ 1 (unset: 250)")
 		}
-		s.Loop.PrefillInterleave = n
+		s.Loop.PrefillSliceMS = n
 		return nil
 	}},
 	{"DFLASH_SKINNY_GEMM", func(s *Settings, v string) error {
