@@ -337,9 +337,9 @@ func TestBatchedRequestsResumeFromPrefixCache(t *testing.T) {
 	}
 }
 
-// Requests leave no device memory behind: after solo and batched requests (rows joining
-// and leaving, some cancelled), with and without the prefix cache, the active memory is
-// back at its level before them once the prefix cache is freed. (Arrays made outside a
+// Requests leave no device memory behind: after a second round of solo and batched
+// requests (rows joining and leaving, some cancelled), with and without the prefix cache,
+// the active memory is no higher than after the first once the prefix cache is freed. (Arrays made outside a
 // scope, or a saved state that is a view of a larger buffer, would stay.)
 func TestRequestsLeaveNoMemory(t *testing.T) {
 	for name, p := range map[string]*pair{
@@ -384,7 +384,9 @@ func TestRequestsLeaveNoMemory(t *testing.T) {
 				workload() // first-use allocations (a GPU's kernel constants, say) stay
 				before := active()
 				workload()
-				if after := active(); after != before {
+				// More memory after the second round than after the first is a leak (a GPU
+				// may also release some of its first-use allocations in between).
+				if after := active(); after > before {
 					t.Errorf("active memory %d before the requests, %d after (%+d bytes)", before, after, int64(after)-int64(before))
 				}
 			})
