@@ -127,13 +127,7 @@ func TestQueueRefusesWhenFull(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		for i := range 2 {
-			go func() { _, _ = q.acquire(ctx) }()
-			waitDepth(t, q, i+1)
-		}
-		if _, err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
-			t.Fatalf("third waiter: got %v, want errQueueFull", err)
-		}
+		fillWaiters(t, ctx, q, 2)
 		if s := q.retryAfter(); s < 1 || s > 300 {
 			t.Errorf("retryAfter %d outside 1..300", s)
 		}
@@ -293,13 +287,7 @@ func TestQueueReportsTheWaitersEachArrivalFinds(t *testing.T) {
 		releases := fill(t, q, slots)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		for i := range 2 {
-			go func() { _, _ = q.acquire(ctx) }()
-			waitDepth(t, q, i+1)
-		}
-		if _, err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
-			t.Fatalf("over the queue: got %v, want errQueueFull", err)
-		}
+		fillWaiters(t, ctx, q, 2)
 		q.close()
 		_, _ = q.acquire(context.Background()) // refused before the queue: not an arrival
 		want := append(make([]int, slots), 0, 1, 2)
@@ -325,5 +313,18 @@ func releaseAll(t *testing.T, q *generationQueue, releases []func()) {
 	}
 	if waiting, running := q.depth(); waiting != 0 || running != 0 {
 		t.Errorf("after all released: waiting %d running %d, want 0 0", waiting, running)
+	}
+}
+
+// fillWaiters queues n waiters on ctx, each seen waiting before the next, and checks that
+// one more is refused: the queue is full.
+func fillWaiters(t *testing.T, ctx context.Context, q *generationQueue, n int) {
+	t.Helper()
+	for i := range n {
+		go func() { _, _ = q.acquire(ctx) }()
+		waitDepth(t, q, i+1)
+	}
+	if _, err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
+		t.Fatalf("waiter %d of a queue of %d: got %v, want errQueueFull", n+1, n, err)
 	}
 }
