@@ -167,10 +167,9 @@ func (b *batcher) chunkLimit(left int) int {
 }
 
 // countPrefill adds a prefill run of n positions that took dt to the measured rate,
-// older runs weighing less. Runs shorter than a first chunk are left out: their fixed
-// cost per forward would make a GPU look many times slower than it prefills.
+// older runs weighing less.
 func (b *batcher) countPrefill(n int, dt time.Duration) {
-	if n < 4*minPrefillChunk || dt <= 0 {
+	if n <= 0 || dt <= 0 {
 		return
 	}
 	b.prefilled = b.prefilled*0.75 + float64(n)
