@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -206,8 +205,6 @@ type mailbox struct {
 	stop error
 	wake chan struct{} // capacity 1: "events are waiting"
 }
-
-var errNoEmit = errors.New("no emit")
 
 // post queues ev (MLX thread); it fails once the caller's emit has.
 func (m *mailbox) post(ev Event) error {
