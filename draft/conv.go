@@ -24,7 +24,8 @@ func NewConv(group int) *Conv {
 }
 
 // Apply convolves rows h [L, H] with coefficients coeff [L, K, G] (G = H/group) and the
-// base kernel base [K, H].
+// base kernel base [K, H]; or R blocks at once, h [R, L, H] and coeff [R, L, K, G], each
+// block convolved on its own (the same values as R calls).
 func (c *Conv) Apply(h, coeff, base *mlxc.Array) *mlxc.Array {
 	return c.fn.Call(h, coeff, base)[0]
 }
@@ -37,18 +38,24 @@ func (c *Conv) Free() {
 }
 
 // ConvOps is the convolution as MLX ops (Conv's contract): rows h [L, H], coefficients
-// [L, K, G] shared by the group channels of a group, base [K, H] cast to h's dtype.
+// [L, K, G] shared by the group channels of a group, base [K, H] cast to h's dtype; or
+// blocks h [R, L, H] with coefficients [R, L, K, G]. Every term is element-wise, so a block's
+// values do not depend on how many blocks go with it.
 func ConvOps(h, coeff, base *mlxc.Array, group int) *mlxc.Array {
-	L, H := h.Dim(0), h.Dim(1)
+	shape := h.Shape()
+	lead := shape[:len(shape)-2] // [] for one block, [R] for R
+	ax := len(lead)              // the rows' axis
+	L, H := shape[ax], shape[ax+1]
 	K := base.Dim(0)
 	G := H / group
-	blocks := mlxc.Reshape(h, L, G, group)
-	dyn := mlxc.Reshape(coeff, L, K, G, 1)
+	dims := func(d ...int) []int { return append(append([]int(nil), lead...), d...) }
+	blocks := mlxc.Reshape(h, dims(L, G, group)...)
+	dyn := mlxc.Reshape(coeff, dims(L, K, G, 1)...)
 	var out *mlxc.Array
 	for t := 0; t < K && t < L; t++ {
 		values := blocks
 		if t > 0 {
-			values = mlxc.Concatenate([]*mlxc.Array{mlxc.Zeros([]int{t, G, group}, h.Dtype()), mlxc.SliceAxis(blocks, 0, 0, L-t)}, 0)
+			values = mlxc.Concatenate([]*mlxc.Array{mlxc.Zeros(dims(t, G, group), h.Dtype()), mlxc.SliceAxis(blocks, ax, 0, L-t)}, ax)
 		}
 		kernel := mlxc.AsType(mlxc.Reshape(mlxc.SliceAxis(base, 0, t, t+1), 1, G, group), h.Dtype())
 		term := mlxc.Multiply(kernel, values)
@@ -57,8 +64,8 @@ func ConvOps(h, coeff, base *mlxc.Array, group int) *mlxc.Array {
 		} else {
 			out = mlxc.Add(out, term)
 		}
-		d := mlxc.Reshape(mlxc.SliceAxis(dyn, 1, t, t+1), L, G, 1)
+		d := mlxc.Reshape(mlxc.SliceAxis(dyn, ax+1, t, t+1), dims(L, G, 1)...)
 		out = mlxc.Add(out, mlxc.Multiply(d, values))
 	}
-	return mlxc.Reshape(out, L, H)
+	return mlxc.Reshape(out, shape...)
 }

@@ -71,18 +71,33 @@ func (l *layer) freeConvs() {
 	}
 }
 
-// prepareSide is the first side of layer convolution c over the normed rows n [L, H]: the
-// rows the sublayer reads, and the coefficients [L, K, G] its output's side uses.
-func (d *Drafter) prepareSide(c *dynConv, n *mlxc.Array) (u, finish *mlxc.Array) {
-	L, K, G := n.Dim(0), d.Cfg.ConvKernel, d.Cfg.HiddenSize/d.Cfg.ConvGroup
-	dyn := mlxc.Split(mlxc.Reshape(c.proj.Apply(n), L, 2, K, G), []int{1}, 1)
-	first := mlxc.Reshape(dyn[0], L, K, G)
-	return d.conv.Apply(n, first, c.side[0]), mlxc.Reshape(dyn[1], L, K, G)
+// prepareSide is the first side of layer convolution c over the normed rows n [N, H],
+// blocks of L rows each (N = L: one block): the rows the sublayer reads, and the
+// coefficients [N, K, G] its output's side uses. The kernel projection runs over all rows
+// at once; the convolution never reads across a block's start.
+func (d *Drafter) prepareSide(c *dynConv, n *mlxc.Array, L int) (u, finish *mlxc.Array) {
+	N, K, G := n.Dim(0), d.Cfg.ConvKernel, d.Cfg.HiddenSize/d.Cfg.ConvGroup
+	dyn := mlxc.Split(mlxc.Reshape(c.proj.Apply(n), N, 2, K, G), []int{1}, 1)
+	first := mlxc.Reshape(dyn[0], N, K, G)
+	return d.convBlocks(n, first, c.side[0], L), mlxc.Reshape(dyn[1], N, K, G)
 }
 
-// finishSide is the second side of c over the sublayer's output rows h [L, H].
-func (d *Drafter) finishSide(c *dynConv, h, coeff *mlxc.Array) *mlxc.Array {
-	return d.conv.Apply(h, coeff, c.side[1])
+// finishSide is the second side of c over the sublayer's output rows h [N, H] (blocks of
+// L rows).
+func (d *Drafter) finishSide(c *dynConv, h, coeff *mlxc.Array, L int) *mlxc.Array {
+	return d.convBlocks(h, coeff, c.side[1], L)
+}
+
+// convBlocks convolves rows h [N, H] in blocks of L rows: one block as it is, several as
+// [N/L, L, H] (Conv's batched form, the same values per block).
+func (d *Drafter) convBlocks(h, coeff, base *mlxc.Array, L int) *mlxc.Array {
+	N, H := h.Dim(0), h.Dim(1)
+	if N == L {
+		return d.conv.Apply(h, coeff, base)
+	}
+	R := N / L
+	y := d.conv.Apply(mlxc.Reshape(h, R, L, H), mlxc.Reshape(coeff, R, L, coeff.Dim(1), coeff.Dim(2)), base)
+	return mlxc.Reshape(y, N, H)
 }
 
 // Block is what a DFlash2 forward gives the selector: the block's normed final rows
@@ -93,31 +108,63 @@ type Block struct {
 
 // ForwardWindow drafts a DFlash2 block. block is int32 [1, L] = [anchor, mask…]; ctx holds
 // the target's tapped rows [1, S, n·H] of the positions committed since the last call
-// (nil when none), which go into c at its offset; the block follows them.
+// (nil when none), which go into c at its offset; the block follows them. It is
+// ForwardWindowRows' one-row case.
 func (d *Drafter) ForwardWindow(block, ctx *mlxc.Array, c *WindowCache) (Block, error) {
-	L := block.Dim(1)
-	off := c.Offset()
-	proj, skip, err := d.windowContext(ctx, c, off)
+	bs, err := d.ForwardWindowRows([]*mlxc.Array{block}, []*mlxc.Array{ctx}, []*WindowCache{c})
 	if err != nil {
 		return Block{}, err
 	}
-	S := 0
-	if proj != nil {
-		S = proj.Dim(0)
-	}
-	q0 := off + skip + S
-	rotate := func(a *mlxc.Array) *mlxc.Array { return d.rope.Apply(a, q0) }
-	x := d.windowLayers(d.embedBlock(block), proj, off+skip, c, rotate, func(rows int) *mlxc.Array {
-		start := c.start
-		if proj != nil {
-			start = off + skip + S - rows
+	return bs[0], nil
+}
+
+// ForwardWindowRows drafts the blocks of several sequences in one forward: row r's block
+// blocks[r] (int32 [1, L], the same L for every row: DFlash2 always drafts its trained
+// block) after its own window c[r], into which its new context rows ctxs[r] ([1, S_r, n·H],
+// nil when none) go as ForwardWindow writes them. The convolutions, projections, MLPs,
+// norms and the head run once over all rows' block tokens packed together ([R·L, ·]; the
+// convolutions per block); each row's attention reads only its own window and block, at
+// its own positions. Every packed op is row-wise, so on the CPU row r's Block is bit for
+// bit ForwardWindow's for that row alone. The caches must be distinct; on an error (a
+// misused cache) no cache has changed.
+func (d *Drafter) ForwardWindowRows(blocks, ctxs []*mlxc.Array, caches []*WindowCache) ([]Block, error) {
+	L := blocks[0].Dim(1)
+	rows := make([]windowRow, len(blocks))
+	ids := make([]*mlxc.Array, len(blocks))
+	for r, block := range blocks {
+		if block.Dim(1) != L {
+			return nil, fmt.Errorf("draft: row %d's block has %d tokens, row 0's %d (DFlash2 rows share the trained block)", r, block.Dim(1), L)
 		}
-		return d.windowMask(start, q0, rows, L)
-	})
-	if proj != nil {
-		c.advance(off+skip, S)
+		ids[r] = block
 	}
-	return d.finalRows(x), nil
+	for r, c := range caches {
+		off := c.Offset()
+		proj, skip, err := d.windowContext(ctxs[r], c, off)
+		if err != nil {
+			return nil, fmt.Errorf("draft: row %d: %w", r, err)
+		}
+		S := 0
+		if proj != nil {
+			S = proj.Dim(0)
+		}
+		q0 := off + skip + S
+		rows[r] = windowRow{c: c, proj: proj, at: off + skip,
+			rotate: func(a *mlxc.Array) *mlxc.Array { return d.rope.Apply(a, q0) },
+			makeMask: func(n int) *mlxc.Array {
+				start := c.start
+				if proj != nil {
+					start = q0 - n
+				}
+				return d.windowMask(start, q0, n, L)
+			}}
+	}
+	x := d.windowLayers(d.embedBlock(packRows(ids)), L, rows)
+	for _, w := range rows {
+		if w.proj != nil {
+			w.c.advance(w.at, w.proj.Dim(0))
+		}
+	}
+	return d.finalRows(x, L), nil
 }
 
 // ForwardWindowAt is ForwardWindow when only the device knows how many of the previous
@@ -136,42 +183,67 @@ func (d *Drafter) ForwardWindowAt(block, ctx, valid *mlxc.Array, c *WindowCache)
 	}
 	proj := d.project(d.activation(mlxc.Reshape(ctx, T, -1)))
 	q0 := mlxc.Add(mlxc.FromSlice([]int32{int32(off)}, 1), valid)
-	rotate := func(a *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(a, q0) }
-	x := d.windowLayers(d.embedBlock(block), proj, off, c, rotate, func(rows int) *mlxc.Array {
-		return d.windowMaskAt(off+T-rows, q0, rows, L)
-	})
+	x := d.windowLayers(d.embedBlock(block), L, []windowRow{{c: c, proj: proj, at: off,
+		rotate: func(a *mlxc.Array) *mlxc.Array { return d.rope.ApplyAt(a, q0) },
+		makeMask: func(rows int) *mlxc.Array {
+			return d.windowMaskAt(off+T-rows, q0, rows, L)
+		}}})
 	c.advance(off, T)
-	return d.finalRows(x), nil
+	return d.finalRows(x, L)[0], nil
 }
 
-// windowLayers runs the block rows x [L, H] through the DFlash2 layers: each layer
-// writes the projected context rows proj (nil: none) into c at position at, and its block
-// attends to the window's rows and to itself, queries and block keys rotated by rotate,
-// under the mask makeMask gives for the window's row count (made once: every layer holds
-// the same positions).
-func (d *Drafter) windowLayers(x, proj *mlxc.Array, at int, c *WindowCache, rotate func(*mlxc.Array) *mlxc.Array, makeMask func(rows int) *mlxc.Array) *mlxc.Array {
-	L := x.Dim(0)
-	var mask *mlxc.Array
+// windowRow is one sequence's share of a DFlash2 forward: its window c, into which each
+// layer writes the projected context rows proj (nil: none) at position at; its block's
+// queries and keys are rotated by rotate, and its mask is makeMask's for the window's row
+// count (made once: every layer holds the same positions).
+type windowRow struct {
+	c        *WindowCache
+	proj     *mlxc.Array
+	at       int
+	rotate   func(*mlxc.Array) *mlxc.Array
+	makeMask func(rows int) *mlxc.Array
+	mask     *mlxc.Array
+}
+
+// windowLayers runs the packed block rows x [R·L, H] (row r's block is rows r·L…r·L+L−1)
+// through the DFlash2 layers: each row's block attends to its own window's rows and to
+// itself.
+func (d *Drafter) windowLayers(x *mlxc.Array, L int, rows []windowRow) *mlxc.Array {
+	N := x.Dim(0)
+	outs := make([]*mlxc.Array, len(rows))
 	for i := range d.layers {
 		l := &d.layers[i]
-		x = d.layer2(l, x, func(u *mlxc.Array) *mlxc.Array {
-			q, kb, vb := d.blockHeads(l, u, rotate)
-			if proj != nil {
-				k, v := d.headsKV(l, l.k.Apply(proj), l.v.Apply(proj), at)
-				c.write(i, k, v)
-			}
-			kc, vc := c.keys(i)
-			if mask == nil {
-				rows := 0
-				if kc != nil {
-					rows = kc.Dim(2)
+		x = d.layer2(l, x, L, func(u *mlxc.Array) *mlxc.Array {
+			qp, kp, vp := l.q.Apply(u), l.k.Apply(u), l.v.Apply(u)
+			for r := range rows {
+				w := &rows[r]
+				q, kb, vb := d.blockHeads(l, rowsOf(qp, r*L, L, N), rowsOf(kp, r*L, L, N), rowsOf(vp, r*L, L, N), w.rotate)
+				if w.proj != nil {
+					k, v := d.headsKV(l, l.k.Apply(w.proj), l.v.Apply(w.proj), w.at)
+					w.c.write(i, k, v)
 				}
-				mask = makeMask(rows)
+				kc, vc := w.c.keys(i)
+				if w.mask == nil {
+					n := 0
+					if kc != nil {
+						n = kc.Dim(2)
+					}
+					w.mask = w.makeMask(n)
+				}
+				outs[r] = d.attend2(q, kc, vc, kb, vb, w.mask, L)
 			}
-			return d.attend2(l, q, kc, vc, kb, vb, mask, L)
+			return packRows(outs)
 		})
 	}
 	return x
+}
+
+// rowsOf is rows start…start+L−1 of a [N, ·] (a itself when that is all of it).
+func rowsOf(a *mlxc.Array, start, L, N int) *mlxc.Array {
+	if L == N {
+		return a
+	}
+	return mlxc.SliceAxis(a, 0, start, start+L)
 }
 
 // windowContext projects the new context rows ctx [1, S, n·H] and begins the window
@@ -229,37 +301,38 @@ func (d *Drafter) activation(x *mlxc.Array) *mlxc.Array {
 	return x
 }
 
-// layer2 is one DFlash2 decoder layer over the block rows x [L, H]; attend maps the
-// attention convolution's output rows to the attention's output rows (after o_proj).
-func (d *Drafter) layer2(l *layer, x *mlxc.Array, attend func(u *mlxc.Array) *mlxc.Array) *mlxc.Array {
+// layer2 is one DFlash2 decoder layer over the block rows x [N, H], blocks of L rows;
+// attend maps the attention convolution's output rows to the attention's heads as rows
+// [N, nH·hd] (before o_proj).
+func (d *Drafter) layer2(l *layer, x *mlxc.Array, L int, attend func(u *mlxc.Array) *mlxc.Array) *mlxc.Array {
 	eps := d.Cfg.RMSNormEps
-	u, coeff := d.prepareSide(l.attnConv, mlxc.RMSNorm(x, l.inputNorm, eps))
-	x = mlxc.Add(x, d.finishSide(l.attnConv, attend(u), coeff))
-	u, coeff = d.prepareSide(l.mlpConv, mlxc.RMSNorm(x, l.postNorm, eps))
+	u, coeff := d.prepareSide(l.attnConv, mlxc.RMSNorm(x, l.inputNorm, eps), L)
+	x = mlxc.Add(x, d.finishSide(l.attnConv, l.o.Apply(attend(u)), coeff, L))
+	u, coeff = d.prepareSide(l.mlpConv, mlxc.RMSNorm(x, l.postNorm, eps), L)
 	m := l.down.Apply(d.swiglu.Apply(l.gate.Apply(u), l.up.Apply(u)))
-	return mlxc.Add(x, d.finishSide(l.mlpConv, m, coeff))
+	return mlxc.Add(x, d.finishSide(l.mlpConv, m, coeff, L))
 }
 
 // blockHeads are the block's rotated query heads [1, nH, L, hd] and its own keys and
-// values [1, nKV, L, hd] from the convolution's rows u [L, H].
-func (d *Drafter) blockHeads(l *layer, u *mlxc.Array, rotate func(*mlxc.Array) *mlxc.Array) (q, k, v *mlxc.Array) {
+// values [1, nKV, L, hd] from its rows of the q, k and v products (qp, kp, vp [L, ·]).
+func (d *Drafter) blockHeads(l *layer, qp, kp, vp *mlxc.Array, rotate func(*mlxc.Array) *mlxc.Array) (q, k, v *mlxc.Array) {
 	c0 := d.Cfg
-	L := u.Dim(0)
-	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(l.q.Apply(u), 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
-	k, v = d.heads(l, l.k.Apply(u), l.v.Apply(u), rotate)
+	L := qp.Dim(0)
+	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qp, 1, L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	k, v = d.heads(l, kp, vp, rotate)
 	return rotate(q), k, v
 }
 
 // attend2 is the block's attention over the window's context keys kc, vc (nil: none) and
-// its own keys kb, vb, visible as mask [1, 1, L, ctx+L] says, through o_proj: rows [L, H].
-func (d *Drafter) attend2(l *layer, q, kc, vc, kb, vb, mask *mlxc.Array, L int) *mlxc.Array {
+// its own keys kb, vb, visible as mask [1, 1, L, ctx+L] says: its heads as rows [L, nH·hd].
+func (d *Drafter) attend2(q, kc, vc, kb, vb, mask *mlxc.Array, L int) *mlxc.Array {
 	keys, values := kb, vb
 	if kc != nil {
 		keys = mlxc.Concatenate([]*mlxc.Array{kc, kb}, 2)
 		values = mlxc.Concatenate([]*mlxc.Array{vc, vb}, 2)
 	}
 	o := mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
-	return l.o.Apply(mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1))
+	return mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
 }
 
 // windowMask is the block's mask over R context rows (positions start…start+R−1) and its
@@ -280,12 +353,27 @@ func (d *Drafter) windowMaskAt(start int, q0 *mlxc.Array, R, L int) *mlxc.Array 
 	return mlxc.Reshape(mlxc.Concatenate([]*mlxc.Array{ctx, all}, 1), 1, 1, L, R+L)
 }
 
-// finalRows are the final norm of the block's rows after the anchor and their logits
-// through the target's head (times output_multiplier, soft-capped when the checkpoint
-// says so).
-func (d *Drafter) finalRows(x *mlxc.Array) Block {
-	L := x.Dim(0)
-	n := model.NormOf(mlxc.SliceAxis(x, 0, 1, L), d.norm, d.Cfg.RMSNormEps)
+// finalRows are, for each block of L rows in x [R·L, H], the final norm of its rows after
+// the anchor and their logits through the target's head (times output_multiplier,
+// soft-capped when the checkpoint says so): the norm and head run once over all blocks.
+func (d *Drafter) finalRows(x *mlxc.Array, L int) []Block {
+	N, H := x.Dim(0), x.Dim(1)
+	if N == L {
+		return []Block{d.finalBlock(mlxc.SliceAxis(x, 0, 1, L))}
+	}
+	R := N / L
+	all := d.finalBlock(mlxc.Reshape(mlxc.SliceAxis(mlxc.Reshape(x, R, L, H), 1, 1, L), R*(L-1), H))
+	out := make([]Block, R)
+	for r := range out {
+		a, b := r*(L-1), (r+1)*(L-1)
+		out[r] = Block{Hidden: mlxc.SliceAxis(all.Hidden, 0, a, b), Logits: mlxc.SliceAxis(all.Logits, 0, a, b)}
+	}
+	return out
+}
+
+// finalBlock is finalRows over rows x that are all drafts (no anchor).
+func (d *Drafter) finalBlock(x *mlxc.Array) Block {
+	n := model.NormOf(x, d.norm, d.Cfg.RMSNormEps)
 	logits := d.target.Head(n)
 	if m := d.Cfg.OutputMultiplier; m != 1 {
 		logits = mlxc.Multiply(logits, mlxc.Scalar(m, logits.Dtype()))

@@ -296,35 +296,124 @@ func (d *Drafter) TapLayers() []int { return d.Cfg.TargetLayerIDs }
 // Forward drafts a block. block is int32 [1, L] = [staged, mask…]; ctx is the target's
 // tapped hidden rows [1, T, n·H] for the positions committed since the last call (nil when
 // none); they are appended to the cache. Returns logits [1, L−1, V] for slots 1..L−1.
+// It is ForwardRows' one-row case.
 func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array {
-	L := block.Dim(1)
-	// Rows stay 2-D ([L, H]) like the target's, so matmuls need no Flatten/Unflatten nodes.
-	x := d.target.Embed(mlxc.Reshape(block, L))
-	p := &draftPass{d: d, L: L, bands: bandMasks{}, padded: d.KeyBucket > 0 && L <= 64}
-	if ctx != nil {
-		p.T = ctx.Dim(1)
-		p.proj = d.project(mlxc.Reshape(ctx, p.T, -1))
+	return d.ForwardRows([]*mlxc.Array{block}, []*mlxc.Array{ctx}, []*model.KVCaches{c})[0]
+}
+
+// ForwardRows drafts the blocks of several sequences in one forward: row r's block
+// blocks[r] (int32 [1, L_r] = [staged, mask…]; the lengths may differ) after its own
+// context, cache caches[r] with its new rows ctxs[r] ([1, T_r, n·H], nil when none)
+// appended as Forward appends them. The embedding, projections, MLPs, norms and the head
+// run once over all rows' block tokens packed together ([ΣL_r, ·]); each row's attention
+// reads only its own cache and block, its positions from its own cache offset. Every
+// packed op is row-wise (a row's result never reads another row), so on the CPU row r's
+// logits are bit for bit Forward's for that row alone; on a GPU a product's kernel may
+// pick another tiling for more rows. Returns each row's logits [1, L_r−1, V]. The caches
+// must be distinct.
+func (d *Drafter) ForwardRows(blocks, ctxs []*mlxc.Array, caches []*model.KVCaches) []*mlxc.Array {
+	passes := make([]*draftPass, len(blocks))
+	ids := make([]*mlxc.Array, len(blocks))
+	N := 0
+	for r, block := range blocks {
+		L := block.Dim(1)
+		p := &draftPass{d: d, L: L, start: N, bands: bandMasks{}, padded: d.KeyBucket > 0 && L <= 64}
+		if ctx := ctxs[r]; ctx != nil {
+			p.T = ctx.Dim(1)
+			p.proj = d.project(mlxc.Reshape(ctx, p.T, -1))
+		}
+		passes[r], ids[r] = p, mlxc.Reshape(block, L)
+		N += L
 	}
+	// Rows stay 2-D ([ΣL, H]) like the target's, so matmuls need no Flatten/Unflatten nodes.
+	x := d.target.Embed(packRows(ids))
+	merged := make([]*mlxc.Array, len(passes))
 	var next *model.Normed // this layer's input norm, when the previous layer's MLP made it
 	for i := range d.layers {
 		l := &d.layers[i]
-		lc := c.Layers[i]
 		h := next
 		if h == nil {
 			h = model.NormOf(x, l.inputNorm, d.Cfg.RMSNormEps)
 		}
-		q, kn, vn := p.heads(l, lc, h)
-		merged := d.attn.Attend(q, p.keys(l, lc, q, kn, vn), L)
-		x, next = d.layerTail(i, x, merged)
+		bp := d.projectBlock(l, h)
+		for r, p := range passes {
+			lc := caches[r].Layers[i]
+			q, kn, vn := p.heads(l, lc, bp.rows(p.start, p.L, N))
+			merged[r] = d.attn.Attend(q, p.keys(l, lc, q, kn, vn), p.L)
+		}
+		x, next = d.layerTail(i, x, packRows(merged))
 	}
-	return d.logits(next)
+	return d.rowLogits(next, passes, N)
 }
 
-// draftPass is one Forward call: the block's length, the context rows it appends (T of
-// them, projected), and what all layers share because they hold the same positions.
+// packRows stacks rows [L_r, ·] into [ΣL_r, ·]; one array passes as it is, so that the
+// one-row forward builds no extra node.
+func packRows(rows []*mlxc.Array) *mlxc.Array {
+	if len(rows) == 1 {
+		return rows[0]
+	}
+	return mlxc.Concatenate(rows, 0)
+}
+
+// blockProj is one layer's q, k, v products of all rows' block rows [N, ·], made once for
+// every row: the merged product for the fused head prep (whole), else one per part.
+type blockProj struct {
+	whole *mlxc.Array
+	parts []*mlxc.Array
+}
+
+// projectBlock projects the normed block rows h of one layer.
+func (d *Drafter) projectBlock(l *layer, h *model.Normed) blockProj {
+	if l.qkv != nil && d.fused.PrepFits(h.H, d.Cfg.HeadDim, l.qNorm, l.kNorm) {
+		return blockProj{whole: l.qkv.Whole(h.X())}
+	}
+	return blockProj{parts: model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)}
+}
+
+// rows is one row's share, rows start..start+L−1 of N (all of them: the arrays as they are).
+func (b blockProj) rows(start, L, N int) blockProj {
+	if L == N {
+		return b
+	}
+	if b.whole != nil {
+		return blockProj{whole: mlxc.SliceAxis(b.whole, 0, start, start+L)}
+	}
+	parts := make([]*mlxc.Array, len(b.parts))
+	for i, a := range b.parts {
+		parts[i] = mlxc.SliceAxis(a, 0, start, start+L)
+	}
+	return blockProj{parts: parts}
+}
+
+// rowLogits are each row's draft logits [1, L_r−1, V] from the final norm of the packed
+// rows [N, H]: the head reads every row's slots 1..L_r−1 in one product.
+func (d *Drafter) rowLogits(final *model.Normed, passes []*draftPass, N int) []*mlxc.Array {
+	if len(passes) == 1 {
+		return []*mlxc.Array{d.logits(final)}
+	}
+	idx := make([]int32, 0, N-len(passes))
+	for _, p := range passes {
+		for j := 1; j < p.L; j++ {
+			idx = append(idx, int32(p.start+j))
+		}
+	}
+	sel := mlxc.FromSlice(idx, len(idx))
+	all := d.target.Head(model.NormedAs(mlxc.Take(final.H, sel, 0), mlxc.Take(final.X(), sel, 0)))
+	out := make([]*mlxc.Array, len(passes))
+	m := 0
+	for r, p := range passes {
+		out[r] = mlxc.Reshape(mlxc.SliceAxis(all, 0, m, m+p.L-1), 1, p.L-1, -1)
+		m += p.L - 1
+	}
+	return out
+}
+
+// draftPass is one row of a ForwardRows call: the block's length and its first row among
+// the packed rows, the context rows it appends (T of them, projected), and what all layers
+// share because they hold the same positions.
 type draftPass struct {
 	d                  *Drafter
-	L, T               int
+	L, T, start        int
 	proj               *mlxc.Array // the projected context rows, nil when none
 	padded             bool        // keys padded to KeyBucket under a mask
 	mask, visible, pos *mlxc.Array // padded keys, fqa, fused: made by the first layer that needs them
@@ -332,20 +421,19 @@ type draftPass struct {
 	bands              bandMasks   // the masked layers' masks, one per kind
 }
 
-// heads projects one layer's normed rows h into the block's rotated query heads and its
-// keys and values: through the fused head prep where it fits, else MLX ops.
-func (p *draftPass) heads(l *layer, lc *model.KVCache, h *model.Normed) (q, kn, vn *mlxc.Array) {
+// heads makes the block's rotated query heads and its keys and values from the row's
+// projections b: through the fused head prep where it fits, else MLX ops.
+func (p *draftPass) heads(l *layer, lc *model.KVCache, b blockProj) (q, kn, vn *mlxc.Array) {
 	d, c0, off := p.d, p.d.Cfg, lc.Offset()
-	if l.qkv != nil && d.fused.PrepFits(h.H, c0.HeadDim, l.qNorm, l.kNorm) {
+	if b.whole != nil {
 		if p.pos == nil {
 			p.pos = d.fused.OnDevice(model.Visible(off + p.T))
 		}
-		return d.fused.HeadPrepMerged(l.qkv.Whole(h.X()), c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, p.pos)
+		return d.fused.HeadPrepMerged(b.whole, c0.NumHeads, c0.NumKVHeads, c0.HeadDim, l.qNorm, l.kNorm, p.pos)
 	}
-	qkv := model.ApplyParts(l.qkv, h.X(), l.q, l.k, l.v)
-	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(qkv[0], 1, p.L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
+	q = mlxc.Transpose(mlxc.RMSNorm(mlxc.Reshape(b.parts[0], 1, p.L, c0.NumHeads, -1), l.qNorm, c0.RMSNormEps), 0, 2, 1, 3)
 	q = d.rope.Apply(q, off+p.T)
-	kn, vn = d.headsKV(l, qkv[1], qkv[2], off+p.T)
+	kn, vn = d.headsKV(l, b.parts[1], b.parts[2], off+p.T)
 	return q, kn, vn
 }
 
