@@ -282,10 +282,10 @@ func (d *Drafter) AddWindowContext(ctx *mlxc.Array, c *WindowCache) error {
 	return nil
 }
 
-// embedBlock is the block's input rows [L, H]: the target's embedding of its tokens,
-// times input_embedding_scale when the checkpoint sets one.
-func (d *Drafter) embedBlock(block *mlxc.Array) *mlxc.Array {
-	x := d.activation(d.target.Embed(mlxc.Reshape(block, block.Dim(1))))
+// embedBlock is the input rows [R·L, H] of blocks [R, L]: the target's embedding of
+// their tokens, times input_embedding_scale when the checkpoint sets one.
+func (d *Drafter) embedBlock(blocks *mlxc.Array) *mlxc.Array {
+	x := d.activation(d.target.Embed(mlxc.Reshape(blocks, -1)))
 	if s := d.Cfg.InputEmbeddingScale; s != 1 {
 		x = mlxc.Multiply(x, mlxc.Scalar(s, x.Dtype()))
 	}
