@@ -67,7 +67,7 @@ func BenchmarkBatchAttention(b *testing.B) {
 						b.ResetTimer()
 						for range b.N {
 							s := mlxc.NewScope()
-							p := model.NewBatchPass("bench", lc.Lens(), ids, model.BatchOptions{PaddedKeys: padded})
+							p := model.NewBatchPass("bench", lc.Lens(), 1, ids, model.BatchOptions{PaddedKeys: padded})
 							o := p.Attend(lc, q, kv, kv, 0.088)
 							p.Finish()
 							mlxc.Eval(append(lc.Arrays(), o)...)

@@ -15,9 +15,15 @@ import (
 // mlx-lm left-pads behind one shared write index). A row therefore sits in the buffer
 // exactly where a single-sequence KVCache keeps it, and attention over row r's first
 // Lens()[r] keys is the single-sequence computation (BatchPass).
+//
+// A tentative step (BatchOptions.Tentative) writes its positions past the rows' lengths
+// without counting them; pending holds how many each row got until Commit counts the kept
+// ones. The rejected ones need no undo: they lie past the row's length, where no attention
+// reads and the next step overwrites.
 type BatchKVCache struct {
 	keys, values *mlxc.Array // nil until a row holds a key
 	lens         []int
+	pending      []int // the uncommitted tentative step's positions per row; nil: none
 }
 
 var _ cache.BatchLayer = (*BatchKVCache)(nil)
@@ -68,6 +74,9 @@ func (c *BatchKVCache) replace(k, v *mlxc.Array) {
 // Join appends a row holding a KV layer's saved state (KVCache.Save): one copy of the
 // batch, as any change of the row count is in MLX.
 func (c *BatchKVCache) Join(s cache.Saved) error {
+	if c.pending != nil {
+		return errTentativeKV
+	}
 	if s.Kind != kvKind {
 		return fmt.Errorf("batch kv cache: cannot join a %q layer's state", s.Kind)
 	}
@@ -107,6 +116,9 @@ func (c *BatchKVCache) Join(s cache.Saved) error {
 // Extract copies row r's keys and values into buffers of their own, as KVCache.Save
 // would have saved the same sequence decoded alone.
 func (c *BatchKVCache) Extract(r int) (cache.Saved, error) {
+	if c.pending != nil {
+		return cache.Saved{}, errTentativeKV
+	}
 	if r < 0 || r >= len(c.lens) {
 		return cache.Saved{}, fmt.Errorf("batch kv cache: row %d of %d", r, len(c.lens))
 	}
@@ -126,6 +138,9 @@ func (c *BatchKVCache) Extract(r int) (cache.Saved, error) {
 // Keep keeps the rows listed (increasing), in one gather that also drops the capacity no
 // remaining row needs.
 func (c *BatchKVCache) Keep(rows []int) error {
+	if c.pending != nil {
+		return errTentativeKV
+	}
 	for _, r := range rows {
 		if r < 0 || r >= len(c.lens) {
 			return fmt.Errorf("batch kv cache: cannot keep row %d of %d", r, len(c.lens))
@@ -154,24 +169,65 @@ func (c *BatchKVCache) Keep(rows []int) error {
 	return nil
 }
 
-// write stores k, v ([B, nKV, 1, hd], one new position per row) at each row's length in
-// one scatter, growing the buffers first; the lengths are unchanged (advance).
+// write stores k, v ([B, nKV, W, hd], W positions per row) at positions at [B, 1, W, 1]
+// (row r's from its length on) in one scatter, growing the buffers first so that every
+// row has room for all W; the lengths are unchanged (advance, or Commit after a tentative
+// step). A row that takes fewer than W positions gets junk in the rest, past its length.
 func (c *BatchKVCache) write(k, v, at *mlxc.Array) {
-	if k.Dim(0) != len(c.lens) || k.Dim(2) != 1 {
-		panic(&mlxc.Error{Op: "batch kv cache", Msg: fmt.Sprintf("a step writes one position per row of %d, got %v", len(c.lens), k.Shape())})
+	if c.pending != nil {
+		panic(&mlxc.Error{Op: "batch kv cache", Msg: errTentativeKV.Error()})
 	}
-	c.ensure(slices.Max(c.lens)+1, k)
+	if k.Dim(0) != len(c.lens) || at.Dim(2) != k.Dim(2) {
+		panic(&mlxc.Error{Op: "batch kv cache", Msg: fmt.Sprintf("a step writes %d positions per row of %d, got %v", at.Dim(2), len(c.lens), k.Shape())})
+	}
+	c.ensure(slices.Max(c.lens)+k.Dim(2), k)
 	c.replace(mlxc.PutAlongAxis(c.keys, at, k, 2), mlxc.PutAlongAxis(c.values, at, v, 2))
 }
 
-// advance counts the position written by the last step in the rows that are live (nil:
-// all); a held row's written key lies past its length and is overwritten by its next step.
-func (c *BatchKVCache) advance(live []bool) {
-	for r := range c.lens {
-		if live == nil || live[r] {
-			c.lens[r]++
+// advance counts the positions the last step gave each row (counts[r]; a held row's 0
+// leaves its written keys past its length, for its next step to overwrite), or, for a
+// tentative step, records them until Commit.
+func (c *BatchKVCache) advance(counts []int, tentative bool) {
+	if tentative {
+		c.pending = slices.Clone(counts)
+		return
+	}
+	for r, n := range counts {
+		c.lens[r] += n
+	}
+}
+
+// Tentative reports whether a tentative step awaits Commit.
+func (c *BatchKVCache) Tentative() bool { return c.pending != nil }
+
+// Commit counts row r's first keep[r] positions of the tentative step (0 ≤ keep[r] ≤ the
+// positions it wrote for the row); the others lie past the row's length from now on.
+func (c *BatchKVCache) Commit(keep []int) error {
+	if c.pending == nil {
+		return errors.New("batch kv cache: commit without a tentative step")
+	}
+	if err := checkKeep(keep, c.pending); err != nil {
+		return fmt.Errorf("batch kv cache: %w", err)
+	}
+	for r, n := range keep {
+		c.lens[r] += n
+	}
+	c.pending = nil
+	return nil
+}
+
+// checkKeep checks a commit's keep counts against the positions the tentative step gave
+// each row.
+func checkKeep(keep, widths []int) error {
+	if len(keep) != len(widths) {
+		return fmt.Errorf("%d keep counts for %d rows", len(keep), len(widths))
+	}
+	for r, n := range keep {
+		if n < 0 || n > widths[r] {
+			return fmt.Errorf("row %d cannot keep %d of the %d positions its tentative step took", r, n, widths[r])
 		}
 	}
+	return nil
 }
 
 // Arrays returns the live buffers, for evaluation after a step.
@@ -192,8 +248,11 @@ func (c *BatchKVCache) Bytes() int64 {
 // Free releases the buffers; the layer has no rows afterwards.
 func (c *BatchKVCache) Free() {
 	c.replace(nil, nil)
-	c.lens = nil
+	c.lens, c.pending = nil, nil
 }
+
+// errTentativeKV refuses a change of rows or a step while a tentative step is pending.
+var errTentativeKV = errors.New("batch kv cache: a tentative step is not committed")
 
 // errNoRows is a batched step over a batch without rows.
 var errNoRows = errors.New("batched forward: the batch has no rows")

@@ -101,7 +101,7 @@ func TestBatchKVCacheAlgebra(t *testing.T) {
 				for r := range live {
 					live[r] = rng.IntN(4) > 0
 				}
-				p := model.NewBatchPass("test", lc.Lens(), mlxc.Zeros([]int{B, 1}, mlxc.Int32), model.BatchOptions{Live: live})
+				p := model.NewBatchPass("test", lc.Lens(), 1, mlxc.Zeros([]int{B, 1}, mlxc.Int32), model.BatchOptions{Live: live})
 				q := mlxc.Zeros([]int{B, nKV, 1, hd}, mlxc.Float32)
 				o := p.Attend(lc, q, mlxc.FromSlice(kNew, B, nKV, 1, hd), mlxc.FromSlice(vNew, B, nKV, 1, hd), 1)
 				p.Finish()

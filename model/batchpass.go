@@ -8,29 +8,49 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 )
 
-// BatchModel is a model that decodes B sequences in one forward: each row of a batch
-// takes one new token at its own position.
+// BatchModel is a model that steps B sequences in one forward: each row of a batch takes
+// its own tokens (one in a decode step, a draft block in a verify step) at its own
+// positions.
 type BatchModel interface {
 	Model
 	// NewBatch makes an empty batch of this model's layers; rows join from single-sequence
 	// caches made by NewCache (cache.Batch.Join) and leave into them (Extract, Leave).
 	NewBatch() cache.Batch
-	// ForwardBatch runs ids [B, 1] (int32; B = b.Rows()), row r's token at position
-	// b.Lens()[r], appends them to the batch and returns logits [B, 1, V] (no taps).
+	// ForwardBatch runs one step over every row of b (B = b.Rows()) and appends it to the
+	// batch. Without opt.Widths ids is int32 [B, 1], row r's token at position
+	// b.Lens()[r], and the logits are [B, 1, V]; with opt.Widths ids is int32 [1, ΣWidths],
+	// row r's Widths[r] tokens packed after those of the rows before it, at positions
+	// b.Lens()[r], b.Lens()[r]+1, …, and the logits are [1, ΣWidths, V] (every position).
+	// Output.Hidden holds opt.Taps' residual rows, packed like the logits. Row r's logits
+	// and hidden rows are what the single-sequence Forward of its tokens computes (bit for
+	// bit on the CPU).
 	ForwardBatch(ids *mlxc.Array, b cache.Batch, opt BatchOptions) Output
 }
 
-// BatchOptions controls one batched decode step.
+// BatchOptions controls one batched step.
 type BatchOptions struct {
-	// Live marks the rows that take this step's token (nil: all). A held row's state is
-	// left as it was: its KV length does not move (the key written past it is overwritten
-	// by its next step) and its recurrent state and conv tail are selected back; its
-	// logits are computed and meaningless.
+	// Live marks the rows that take this step's token (nil: all); only without Widths
+	// (there a width of 0 holds a row). A held row's state is left as it was: its KV
+	// length does not move (the key written past it is overwritten by its next step) and
+	// its recurrent state and conv tail are selected back; its logits are computed and
+	// meaningless.
 	Live []bool
 	// PaddedKeys attends every row in one attention over the longest row's keys, the rows'
-	// tails masked; off: one attention per row over exactly its keys, the computation of
-	// that row decoded alone (bit for bit on the CPU). docs/perf/batching.md compares them.
+	// tails masked (key j visible to query i of row r iff j ≤ Lens[r]+i); off: one
+	// attention per row over exactly its keys, the computation of that row run alone (bit
+	// for bit on the CPU). docs/perf/batching.md compares them.
 	PaddedKeys bool
+	// Widths, when set (one per row, each ≥ 0, at least one token in all), gives row r
+	// Widths[r] tokens this step, packed in ids [1, ΣWidths]; a width of 0 holds the row
+	// (its state stays bit for bit what it was). nil: one token per row, ids [B, 1].
+	Widths []int
+	// Taps lists decoder layers whose residual outputs are returned in Output.Hidden,
+	// concatenated on the feature axis in this order (ForwardOptions.Taps).
+	Taps []int
+	// Tentative writes the step's positions without counting them: the batch then refuses
+	// every change until cache.Batch.Commit(keep) keeps row r's first keep[r] of them
+	// (the accepted prefix of a verified draft block); the others leave no trace.
+	Tentative bool
 }
 
 // BatchKVCaches is a stack of batched KV layers: the batch of a pure-attention model.
@@ -52,49 +72,155 @@ func NewBatchKVCaches(n int) *BatchKVCaches {
 	return c
 }
 
-// BatchPass is one batched decode step's view of its KV layers: the rows' positions
-// (their lengths before the step), the arrays all layers share, and the layers written,
-// which Finish advances.
+// BatchPass is one batched step's view of its layers: the rows' positions (their lengths
+// before the step), the packing of their tokens, the arrays all layers share, the taps,
+// and the KV layers written, which Finish advances.
+//
+// The step's N token rows are packed (row r's after those of the rows before it), as the
+// products and the MLP take them: row-independent, so each row's rows are computed as
+// when it runs alone. Heads and recurrences take them unpacked, [B, W] with W the widest
+// row (Unpack, Pack): a row's positions past its width are padding, computed and never
+// kept (they lie past its length, or past the steps its recurrent state replays).
 type BatchPass struct {
-	Opt         BatchOptions
-	B           int
+	Opt BatchOptions
+	// B rows; N token rows, packed; W the widest row's tokens.
+	B, N, W     int
 	lens        []int
-	pos, at     *mlxc.Array // int32 [B]: RoPE offsets; [B, 1, 1, 1]: write indices
+	widths      []int       // the tokens each row computes: Widths, or 1 each
+	counts      []int       // the positions each row takes: widths, 0 for a held row
+	pos, at     *mlxc.Array // int32 [B]: RoPE offsets; [B, 1, W, 1]: write positions
+	unpack      *mlxc.Array // int32 [B·W]: the packed row at each unpacked one (nil: identity)
+	pack        *mlxc.Array // int32 [N]: the unpacked row of each packed one (nil: identity)
 	mask        *mlxc.Array // the padded path's key mask, made by its first layer
 	written     []*BatchKVCache
-	longestSeen int
+	longestSeen int // the keys of the longest row after the step, padding included
+	taps        []*mlxc.Array
+	tapAt       map[int]int // tap layer → its index in taps
 }
 
-// NewBatchPass checks a step over rows of the given lengths (the batch's Lens) and
-// makes its shared arrays; op names the family's forward in errors.
-func NewBatchPass(op string, lens []int, ids *mlxc.Array, opt BatchOptions) *BatchPass {
+// NewBatchPass checks a step of ids over rows of the given lengths (the batch's Lens) for
+// a model of layers decoder layers and makes its shared arrays; op names the family's
+// forward in errors.
+func NewBatchPass(op string, lens []int, layers int, ids *mlxc.Array, opt BatchOptions) *BatchPass {
 	B := len(lens)
+	fail := func(format string, args ...any) { panic(&mlxc.Error{Op: op, Msg: fmt.Sprintf(format, args...)}) }
 	if B == 0 {
-		panic(&mlxc.Error{Op: op, Msg: errNoRows.Error()})
+		fail("%v", errNoRows)
 	}
-	if sh := ids.Shape(); len(sh) != 2 || sh[0] != B || sh[1] != 1 {
-		panic(&mlxc.Error{Op: op, Msg: fmt.Sprintf("ids must be [%d, 1] (one token per row), got %v", B, sh)})
+	p := &BatchPass{Opt: opt, B: B, lens: slices.Clone(lens), widths: opt.Widths, tapAt: map[int]int{}}
+	sh := ids.Shape()
+	if opt.Widths == nil {
+		if len(sh) != 2 || sh[0] != B || sh[1] != 1 {
+			fail("ids must be [%d, 1] (one token per row), got %v", B, sh)
+		}
+		if opt.Live != nil && len(opt.Live) != B {
+			fail("live marks %d rows of %d", len(opt.Live), B)
+		}
+		p.widths, p.counts = make([]int, B), make([]int, B)
+		for r := range p.widths {
+			p.widths[r] = 1
+			if opt.Live == nil || opt.Live[r] {
+				p.counts[r] = 1
+			}
+		}
+	} else {
+		if opt.Live != nil {
+			fail("live and widths both set: a width of 0 holds a row")
+		}
+		if len(opt.Widths) != B {
+			fail("widths give %d rows of %d", len(opt.Widths), B)
+		}
+		for r, w := range opt.Widths {
+			if w < 0 {
+				fail("row %d has width %d", r, w)
+			}
+			p.N += w
+		}
+		if p.N == 0 {
+			fail("widths %v give no row a token", opt.Widths)
+		}
+		if len(sh) != 2 || sh[0] != 1 || sh[1] != p.N {
+			fail("ids must be [1, %d] (the rows' tokens packed, widths %v), got %v", p.N, opt.Widths, sh)
+		}
+		p.widths, p.counts = slices.Clone(opt.Widths), slices.Clone(opt.Widths)
 	}
-	if opt.Live != nil && len(opt.Live) != B {
-		panic(&mlxc.Error{Op: op, Msg: fmt.Sprintf("live marks %d rows of %d", len(opt.Live), B)})
+	p.N, p.W = 0, slices.Max(p.widths)
+	for _, w := range p.widths {
+		p.N += w
 	}
-	p := &BatchPass{Opt: opt, B: B, lens: append([]int(nil), lens...)}
+	for i, t := range opt.Taps {
+		if t < 0 || t >= layers {
+			fail("tap layer %d out of range [0, %d)", t, layers)
+		}
+		p.tapAt[t] = i
+	}
+	if len(opt.Taps) > 0 {
+		p.taps = make([]*mlxc.Array, len(opt.Taps))
+	}
 	pos := make([]int32, B)
+	at := make([]int32, 0, B*p.W)
 	for r, n := range lens {
 		pos[r] = int32(n)
-		p.longestSeen = max(p.longestSeen, n+1)
+		p.longestSeen = max(p.longestSeen, n+p.W)
+		for i := range p.W {
+			at = append(at, int32(n+i))
+		}
 	}
 	p.pos = mlxc.FromSlice(pos, B)
-	p.at = mlxc.Reshape(p.pos, B, 1, 1, 1)
+	p.at = mlxc.FromSlice(at, B, 1, p.W, 1)
+	if p.N != B*p.W { // some row is narrower than the widest: gathers between the layouts
+		unpack, pack := make([]int32, 0, B*p.W), make([]int32, 0, p.N)
+		first := 0 // the packed index of row r's first token
+		for r, w := range p.widths {
+			for i := range p.W {
+				unpack = append(unpack, int32(min(first+min(i, max(w-1, 0)), p.N-1))) // padding repeats a token
+				if i < w {
+					pack = append(pack, int32(r*p.W+i))
+				}
+			}
+			first += w
+		}
+		p.unpack, p.pack = mlxc.FromSlice(unpack, B*p.W), mlxc.FromSlice(pack, p.N)
+	}
 	return p
 }
 
-// Positions are the rows' positions, int32 [B], for RoPE (Rope.ApplyAt).
+// Positions are the rows' positions, int32 [B], for RoPE (Rope.ApplyAt): row r's W
+// unpacked tokens sit at Positions[r]+i.
 func (p *BatchPass) Positions() *mlxc.Array { return p.pos }
 
-// Attend writes the step's heads k, v [B, nKV, 1, hd] into lc at each row's position
-// and attends the queries q [B, nH, 1, hd] over each row's keys up to and including the
-// new one, returning the attention rows [B, nH·hd].
+// Counts are the positions each row takes in this step (its width, 0 when held), or nil
+// when every row takes all W: the recurrent layers' per-row step counts.
+func (p *BatchPass) Counts() []int {
+	for _, n := range p.counts {
+		if n != p.W {
+			return p.counts
+		}
+	}
+	return nil
+}
+
+// Unpack turns packed rows x [N, …] into unpacked ones [B·W, …]: row r's tokens at
+// r·W, r·W+1, …, its padding a copy of one of the step's rows.
+func (p *BatchPass) Unpack(x *mlxc.Array) *mlxc.Array {
+	if p.unpack == nil {
+		return x
+	}
+	return mlxc.Take(x, p.unpack, 0)
+}
+
+// Pack is Unpack's inverse on the rows' tokens: unpacked rows x [B·W, …] to packed ones
+// [N, …], the padding dropped.
+func (p *BatchPass) Pack(x *mlxc.Array) *mlxc.Array {
+	if p.pack == nil {
+		return x
+	}
+	return mlxc.Take(x, p.pack, 0)
+}
+
+// Attend writes the step's heads k, v [B, nKV, W, hd] into lc at each row's positions
+// and attends the queries q [B, nH, W, hd] over each row's keys up to and including its
+// own, causally, returning the attention rows packed [N, nH·hd].
 func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32) *mlxc.Array {
 	if !slices.Equal(lc.lens, p.lens) {
 		panic(&mlxc.Error{Op: "batched attention", Msg: fmt.Sprintf("layer holds rows of lengths %v, the step %v", lc.lens, p.lens)})
@@ -102,31 +228,77 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 	lc.write(k, v, p.at)
 	p.written = append(p.written, lc)
 	if p.Opt.PaddedKeys {
+		// One attention for all rows: on the CPU this rounds as the row alone only where
+		// the softmax's reductions do not depend on the key length (batchtest checks the
+		// rows within a tolerance when W > 1).
 		if p.mask == nil {
 			j := mlxc.Reshape(mlxc.Arange(0, float64(p.longestSeen), 1, mlxc.Int32), 1, 1, 1, p.longestSeen)
-			p.mask = mlxc.LessEqual(j, p.at) // key j of row r is visible iff j ≤ its position
+			p.mask = mlxc.LessEqual(j, p.at) // key j of row r is visible to query i iff j ≤ Lens[r]+i
 		}
 		keys := mlxc.SliceAxis(lc.keys, 2, 0, p.longestSeen)
 		values := mlxc.SliceAxis(lc.values, 2, 0, p.longestSeen)
-		return mergeHeads(mlxc.ScaledDotProductAttention(q, keys, values, scale, mlxc.MaskArray, p.mask, nil), p.B)
+		o := mlxc.ScaledDotProductAttention(q, keys, values, scale, mlxc.MaskArray, p.mask, nil)
+		return p.Pack(mergeHeads(o, p.B*p.W))
 	}
-	nKV, hd := lc.keys.Dim(1), lc.keys.Dim(3)
-	outs := make([]*mlxc.Array, p.B)
+	// One attention per row over exactly its keys, with the mask mode the single-sequence
+	// Forward gives a block of w tokens (KVPass: causal for w > 1): the row's own
+	// computation.
+	nH, nKV, hd, vd := q.Dim(1), lc.keys.Dim(1), lc.keys.Dim(3), lc.values.Dim(3)
+	outs := make([]*mlxc.Array, 0, p.B)
 	for r, n := range p.lens {
-		keys := mlxc.Slice(lc.keys, []int{r, 0, 0, 0}, []int{r + 1, nKV, n + 1, hd})
-		values := mlxc.Slice(lc.values, []int{r, 0, 0, 0}, []int{r + 1, nKV, n + 1, lc.values.Dim(3)})
-		outs[r] = mlxc.ScaledDotProductAttention(mlxc.SliceAxis(q, 0, r, r+1), keys, values, scale, mlxc.MaskNone, nil, nil)
+		w := p.widths[r]
+		if w == 0 {
+			continue
+		}
+		keys := mlxc.Slice(lc.keys, []int{r, 0, 0, 0}, []int{r + 1, nKV, n + w, hd})
+		values := mlxc.Slice(lc.values, []int{r, 0, 0, 0}, []int{r + 1, nKV, n + w, vd})
+		qr := q
+		if p.B > 1 || w < p.W {
+			qr = mlxc.Slice(q, []int{r, 0, 0, 0}, []int{r + 1, nH, w, q.Dim(3)})
+		}
+		mode := mlxc.MaskNone
+		if w > 1 {
+			mode = mlxc.MaskCausal
+		}
+		outs = append(outs, mergeHeads(mlxc.ScaledDotProductAttention(qr, keys, values, scale, mode, nil, nil), w))
 	}
-	o := outs[0]
-	if p.B > 1 {
-		o = mlxc.Concatenate(outs, 0)
+	if len(outs) == 1 {
+		return outs[0]
 	}
-	return mergeHeads(o, p.B)
+	return mlxc.Concatenate(outs, 0)
 }
 
-// Finish counts the step's position in every KV layer it wrote, for the live rows.
+// Tap keeps the residual rows h [N, H] after layer i when the step taps it.
+func (p *BatchPass) Tap(i int, h *mlxc.Array) {
+	if j, ok := p.tapAt[i]; ok {
+		p.taps[j] = h
+	}
+}
+
+// Output shapes the step's logits rows [N, V] and its taps as ForwardBatch returns them:
+// [1, N, ·] with Widths, else [B, 1, ·].
+func (p *BatchPass) Output(logits *mlxc.Array) Output {
+	shape := func(x *mlxc.Array) *mlxc.Array {
+		if p.Opt.Widths != nil {
+			return mlxc.Reshape(x, 1, p.N, -1)
+		}
+		return mlxc.Reshape(x, p.B, 1, -1)
+	}
+	out := Output{Logits: shape(logits)}
+	if p.taps != nil {
+		hid := p.taps[0]
+		if len(p.taps) > 1 {
+			hid = mlxc.Concatenate(p.taps, -1)
+		}
+		out.Hidden = shape(hid)
+	}
+	return out
+}
+
+// Finish counts the step's positions in every KV layer it wrote (each row's count), or
+// for a tentative step records them until Commit.
 func (p *BatchPass) Finish() {
 	for _, lc := range p.written {
-		lc.advance(p.Opt.Live)
+		lc.advance(p.counts, p.Opt.Tentative)
 	}
 }

@@ -23,6 +23,13 @@ type BatchLayer interface {
 	Extract(r int) (Saved, error)
 	// Keep keeps only the rows listed (increasing, no repeats), in that order.
 	Keep(rows []int) error
+	// Tentative reports whether the last step was tentative and is not committed yet:
+	// until Commit the layer refuses Join, Extract, Keep and a new step.
+	Tentative() bool
+	// Commit ends a tentative step, keeping row r's first keep[r] positions of it (0 ≤
+	// keep[r] ≤ the positions the step gave the row); the rest leave no trace. It fails
+	// without a tentative step, and leaves the layer unchanged when it fails.
+	Commit(keep []int) error
 	Arrays() []*mlxc.Array
 	Bytes() int64
 	Free()
@@ -37,6 +44,11 @@ type Batch interface {
 	Extract(r int, into Caches) error
 	Keep(rows []int) error
 	Leave(r int, into Caches) error
+	// Tentative and Commit are BatchLayer's, for every layer at once: a tentative step
+	// (a speculative verify) writes its positions without counting them, and Commit keeps
+	// each row's accepted prefix of them.
+	Tentative() bool
+	Commit(keep []int) error
 	Arrays() []*mlxc.Array
 	Bytes() int64
 	Free()
@@ -72,6 +84,9 @@ func (b *BatchList) Join(c Caches) (int, error) {
 	if c == nil {
 		return 0, errors.New("batch join: no cache")
 	}
+	if b.Tentative() {
+		return 0, errUncommitted("join")
+	}
 	row := b.Rows()
 	saved, err := c.Save(c.Offset())
 	if err != nil {
@@ -105,6 +120,9 @@ func (b *BatchList) dropLast(n, row int) {
 // model), which then holds exactly what a sequence decoded alone would: for the prefix
 // cache, or to continue the sequence alone. The batch keeps the row.
 func (b *BatchList) Extract(r int, into Caches) error {
+	if b.Tentative() {
+		return errUncommitted("extract")
+	}
 	if r < 0 || r >= b.Rows() {
 		return fmt.Errorf("batch extract: row %d of %d", r, b.Rows())
 	}
@@ -126,6 +144,9 @@ func (b *BatchList) Extract(r int, into Caches) error {
 
 // Keep keeps only the rows listed (increasing, no repeats), in that order.
 func (b *BatchList) Keep(rows []int) error {
+	if b.Tentative() {
+		return errUncommitted("keep")
+	}
 	n := b.Rows()
 	for i, r := range rows {
 		if r < 0 || r >= n || (i > 0 && r <= rows[i-1]) {
@@ -143,6 +164,9 @@ func (b *BatchList) Keep(rows []int) error {
 // Leave extracts row r into the empty cache into (nil: discard it, e.g. a cancelled
 // request) and removes it from the batch; the rows after it move up by one.
 func (b *BatchList) Leave(r int, into Caches) error {
+	if b.Tentative() {
+		return errUncommitted("leave")
+	}
 	if into != nil {
 		if err := b.Extract(r, into); err != nil {
 			return err
@@ -159,6 +183,41 @@ func (b *BatchList) Leave(r int, into Caches) error {
 		}
 	}
 	return b.Keep(rest)
+}
+
+// Tentative reports whether a tentative step awaits its Commit (all layers take the same
+// steps, so any one layer's answer is the batch's).
+func (b *BatchList) Tentative() bool {
+	for _, l := range b.layers {
+		if l.Tentative() {
+			return true
+		}
+	}
+	return false
+}
+
+// Commit keeps row r's first keep[r] positions of the tentative step in every layer. The
+// layers check keep against the same step before changing anything, so a refused commit
+// (at layer 0) leaves the batch as it was and the step still tentative.
+func (b *BatchList) Commit(keep []int) error {
+	if !b.Tentative() {
+		return errors.New("batch commit: no tentative step to commit")
+	}
+	if len(keep) != b.Rows() {
+		return fmt.Errorf("batch commit: %d keep counts for %d rows", len(keep), b.Rows())
+	}
+	for i, l := range b.layers {
+		if err := l.Commit(keep); err != nil {
+			return fmt.Errorf("batch commit: layer %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// errUncommitted is a change of the rows refused while a tentative step is pending: its
+// positions are written but not counted, and which of them a row keeps is not known yet.
+func errUncommitted(op string) error {
+	return fmt.Errorf("batch %s: a tentative step is not committed", op)
 }
 
 // Arrays lists every layer's buffers, for evaluation after a step.

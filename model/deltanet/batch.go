@@ -11,13 +11,19 @@ import (
 // BatchCache is one GatedDeltaNet layer's state for B sequences: the recurrent states
 // [B, Hv, Dv, Dk] (float32) and conv tails [B, K−1, C] stacked on the row axis. The
 // recurrence, the conv and the kernels treat rows independently, so a step over the
-// stack is each row's own step. Rows have no padding: every row of a step takes one
-// position, or, held (ApplyRows's live), keeps its state.
+// stack is each row's own step. A step gives every row T positions, of which row r takes
+// its count (ApplyRows): the positions past it are padding, whose steps the row's state
+// never keeps; a row taking none keeps its state bit for bit.
 type BatchCache struct {
 	// step holds the stacked state and tail and is what Mixer.Apply runs on; its offset
-	// means nothing here (lens are the rows' lengths).
+	// means nothing here (lens are the rows' lengths). A step whose rows take different
+	// counts runs tentatively on it (Cache.Speculate): its record (start state, tape, conv
+	// rows) rebuilds each row's state after its own count.
 	step Cache
 	lens []int
+	// counts are the positions each row may keep of an uncommitted tentative step (nil:
+	// none pending).
+	counts []int
 }
 
 var _ cache.BatchLayer = (*BatchCache)(nil)
@@ -47,6 +53,9 @@ func (c *BatchCache) ensure(stateRow, tailRow *mlxc.Array) {
 // Join appends a row holding a recurrent layer's saved state (Cache.Save): one copy of
 // the stack.
 func (c *BatchCache) Join(s cache.Saved) error {
+	if c.counts != nil {
+		return errTentativeBatch
+	}
 	if s.Kind != recurrentKind {
 		return fmt.Errorf("batch deltanet cache: cannot join a %q layer's state", s.Kind)
 	}
@@ -95,6 +104,9 @@ func zerosLike(x *mlxc.Array, n int) *mlxc.Array {
 // Extract copies row r's state and tail into arrays of their own, as Cache.Save would
 // have saved the same sequence decoded alone.
 func (c *BatchCache) Extract(r int) (cache.Saved, error) {
+	if c.counts != nil {
+		return cache.Saved{}, errTentativeBatch
+	}
 	if r < 0 || r >= len(c.lens) {
 		return cache.Saved{}, fmt.Errorf("batch deltanet cache: row %d of %d", r, len(c.lens))
 	}
@@ -111,6 +123,9 @@ func (c *BatchCache) Extract(r int) (cache.Saved, error) {
 
 // Keep keeps the rows listed (increasing) in one gather.
 func (c *BatchCache) Keep(rows []int) error {
+	if c.counts != nil {
+		return errTentativeBatch
+	}
 	lens := make([]int, len(rows))
 	idx := make([]int32, len(rows))
 	for i, r := range rows {
@@ -140,51 +155,170 @@ func (c *BatchCache) Bytes() int64 { return c.step.Bytes() }
 // Free releases the stacks; the layer has no rows afterwards.
 func (c *BatchCache) Free() {
 	c.step.Free()
-	c.lens = nil
+	c.lens, c.counts = nil, nil
 }
 
-// ApplyRows is Apply for a batched step: qkv [B, 1, C], a and b [B, 1, Hv], row r's
-// position continuing its own state. live marks the rows that take the step (nil: all);
-// a held row's state and tail are selected back, so they stay bit for bit what they were.
-func (m *Mixer) ApplyRows(qkv, a, b *mlxc.Array, c *BatchCache, live []bool) *mlxc.Array {
+// ApplyRows is Apply for a batched step: qkv [B, T, C], a and b [B, T, Hv], row r's
+// positions continuing its own state. Row r takes the first counts[r] (0..T) of its T
+// positions (counts nil: all T); the rest are padding. A tentative step leaves the lengths
+// as they are and records its tape until Commit; otherwise each row's state and tail
+// become those after its count: the end state for a row taking all T, its old one (selected
+// back, bit for bit) for a row taking none, else a replay of its count of the tape.
+func (m *Mixer) ApplyRows(qkv, a, b *mlxc.Array, c *BatchCache, counts []int, tentative bool) *mlxc.Array {
+	const op = "deltanet.apply_rows"
 	B := len(c.lens)
-	if qkv.Ndim() != 3 || qkv.Dim(0) != B || qkv.Dim(1) != 1 {
-		fail("deltanet.apply_rows", "qkv must be [%d, 1, C] (one position per row), got %v", B, qkv.Shape())
+	if qkv.Ndim() != 3 || qkv.Dim(0) != B || qkv.Dim(1) < 1 {
+		fail(op, "qkv must be [%d, T, C] (T ≥ 1 positions per row), got %v", B, qkv.Shape())
 	}
-	if live != nil && len(live) != B {
-		fail("deltanet.apply_rows", "live marks %d rows of %d", len(live), B)
+	if c.counts != nil {
+		fail(op, "%v", errTentativeBatch)
 	}
-	held := live != nil && !allTrue(live)
+	T := qkv.Dim(1)
+	if counts == nil {
+		counts = make([]int, B)
+		for r := range counts {
+			counts[r] = T
+		}
+	}
+	if len(counts) != B {
+		fail(op, "counts give %d rows of %d", len(counts), B)
+	}
+	for r, n := range counts {
+		if n < 0 || n > T {
+			fail(op, "row %d takes %d of %d positions", r, n, T)
+		}
+	}
+	// A step every row takes whole, or not at all, needs no tape: its end state and the
+	// old one are selected per row.
+	whole := !tentative && allOf(counts, 0, T)
+	if !whole {
+		c.step.Speculate()
+	}
 	var oldState, oldTail *mlxc.Array
-	if held && c.step.state != nil {
+	if whole && !allOf(counts, T, T) && c.step.state != nil {
 		oldState, oldTail = c.step.state.Ref(), c.step.tail.Ref()
 	}
 	y := m.Apply(qkv, a, b, &c.step, nil)
-	if held {
+	switch {
+	case !whole:
+		c.counts = append([]int(nil), counts...)
+		if !tentative {
+			if err := c.Commit(counts); err != nil {
+				fail(op, "%v", err)
+			}
+		}
+		return y
+	case !allOf(counts, T, T):
 		if oldState == nil { // the rows had no state yet: held rows keep zeros
 			oldState, oldTail = zerosLike(c.step.state, B), zerosLike(c.step.tail, B)
 		}
-		mask := make([]bool, B)
-		copy(mask, live)
-		keep := mlxc.FromSlice(mask, B)
-		c.step.set(mlxc.Where(mlxc.Reshape(keep, B, 1, 1, 1), c.step.state, oldState),
-			mlxc.Where(mlxc.Reshape(keep, B, 1, 1), c.step.tail, oldTail))
+		c.step.set(selectRows(counts, T, c.step.state, oldState), selectRows(counts, T, c.step.tail, oldTail))
 		oldState.Free()
 		oldTail.Free()
 	}
-	for r := range c.lens {
-		if live == nil || live[r] {
-			c.lens[r]++
-		}
+	for r, n := range counts {
+		c.lens[r] += n
 	}
 	return y
 }
 
-func allTrue(b []bool) bool {
-	for _, x := range b {
-		if !x {
+// Tentative reports whether a tentative step awaits Commit.
+func (c *BatchCache) Tentative() bool { return c.counts != nil }
+
+// Commit ends the tentative step keeping row r's first keep[r] positions of it (0 ≤
+// keep[r] ≤ its count): each row's state is replayed from the step's start state through
+// keep[r] steps of its tape, in one device call with a count per row (rows keeping all or
+// none select the end or start state, and a commit keeping every row's whole step needs no
+// replay), and its conv tail is the K−1 conv input rows ending at keep[r].
+func (c *BatchCache) Commit(keep []int) error {
+	if c.counts == nil {
+		return errors.New("batch deltanet cache: commit without a tentative step")
+	}
+	if len(keep) != len(c.counts) {
+		return fmt.Errorf("batch deltanet cache: %d keep counts for %d rows", len(keep), len(c.counts))
+	}
+	for r, n := range keep {
+		if n < 0 || n > c.counts[r] {
+			return fmt.Errorf("batch deltanet cache: row %d cannot keep %d of the %d positions its tentative step took", r, n, c.counts[r])
+		}
+	}
+	spec := c.step.spec
+	if spec != nil { // nil: the rows had no state and no step ran (cannot happen after Apply)
+		T := spec.tape.Steps()
+		if !allOf(keep, T, T) {
+			err := mlxc.Catch(func() {
+				sc := mlxc.NewScope()
+				defer sc.Close()
+				state, tail := spec.atRows(c.step.kern, keep, c.step.state, c.step.tail)
+				c.step.set(state, tail)
+			})
+			if err != nil {
+				return fmt.Errorf("batch deltanet cache: rebuilding the kept state: %w", err)
+			}
+		}
+	}
+	c.step.spec.free()
+	c.step.spec, c.step.tentative = nil, false
+	for r, n := range keep {
+		c.lens[r] += n
+	}
+	c.counts = nil
+	return nil
+}
+
+// atRows returns the stacked state and tail after row r's first keep[r] steps of the
+// record (end, endTail: those after all T steps): rows keeping 0 or T select the start
+// or end state, and any other count replays the tape on the device with one count per row.
+func (r *record) atRows(kn *Kernels, keep []int, end, endTail *mlxc.Array) (state, tail *mlxc.Array) {
+	B, T, K1 := len(keep), r.tape.Steps(), r.tail.Dim(1)
+	if allOf(keep, 0, T) {
+		state = selectRows(keep, T, end, r.state)
+	} else {
+		cnt := make([]int32, B)
+		for i, n := range keep {
+			cnt[i] = int32(n)
+		}
+		state = kn.ReplayAt(r.state, r.tape, mlxc.FromSlice(cnt, B))
+	}
+	// Row b's tail: conv input rows keep[b] … keep[b]+K−2 (the start tail, then the step's
+	// raw rows), one gather.
+	idx := make([]int32, 0, B*K1)
+	for _, n := range keep {
+		for j := range K1 {
+			idx = append(idx, int32(n+j))
+		}
+	}
+	if K1 == 0 {
+		return state, endTail
+	}
+	tail = mlxc.TakeAlongAxis(r.rows, mlxc.FromSlice(idx, B, K1, 1), 1)
+	return state, tail
+}
+
+// selectRows picks row r of whole where counts[r] = T, else of old (a step's end or
+// start state, [B, …]).
+func selectRows(counts []int, T int, whole, old *mlxc.Array) *mlxc.Array {
+	mask := make([]bool, len(counts))
+	for r, n := range counts {
+		mask[r] = n == T
+	}
+	shape := make([]int, whole.Ndim())
+	for i := range shape {
+		shape[i] = 1
+	}
+	shape[0] = len(counts)
+	return mlxc.Where(mlxc.FromSlice(mask, shape...), whole, old)
+}
+
+// allOf reports whether every count is lo or hi.
+func allOf(counts []int, lo, hi int) bool {
+	for _, n := range counts {
+		if n != lo && n != hi {
 			return false
 		}
 	}
 	return true
 }
+
+// errTentativeBatch refuses a change of rows or a step while a tentative step is pending.
+var errTentativeBatch = errors.New("batch deltanet cache: a tentative step is not committed")

@@ -67,7 +67,16 @@ func TestBatchCacheMatchesSolo(t *testing.T) {
 				one := row.s.rows(row.offset, row.offset+1)
 				qkv, a, bb = append(qkv, one.qkv), append(a, one.a), append(bb, one.b)
 			}
-			y := m.ApplyRows(mlxc.Concatenate(qkv, 0), mlxc.Concatenate(a, 0), mlxc.Concatenate(bb, 0), b, live)
+			var counts []int
+			if live != nil {
+				counts = make([]int, len(live))
+				for i, l := range live {
+					if l {
+						counts[i] = 1
+					}
+				}
+			}
+			y := m.ApplyRows(mlxc.Concatenate(qkv, 0), mlxc.Concatenate(a, 0), mlxc.Concatenate(bb, 0), b, counts, false)
 			mlxc.Eval(append(b.Arrays(), y)...)
 			for i, row := range solos {
 				if live != nil && !live[i] {

@@ -186,23 +186,34 @@ func Replay(state *mlxc.Array, tape Tape, n int) *mlxc.Array {
 	return s
 }
 
-// ReplayAt is Replay with the step count an int32 [1] array on the device, so that no host
-// sync is needed: every step is computed and the ones at t ≥ count leave the state as it
-// was (a select, which keeps the bits of the steps taken).
+// ReplayAt is Replay with the step count on the device, so that no host sync is needed:
+// count is int32 [1], one count for every row, or [B], row b's own count (a batched
+// verify's accepted prefixes). Every step is computed and the ones at t ≥ a row's count
+// leave its state as it was (a select, which keeps the bits of the steps taken).
 func ReplayAt(state *mlxc.Array, tape Tape, count *mlxc.Array) *mlxc.Array {
 	r := checkTape("deltanet.replay_at", state, tape)
+	cnt := replayCounts("deltanet.replay_at", state, count)
 	s := mlxc.Reshape(state, state.Shape()...)
 	T := tape.Steps()
 	if T == 0 {
 		return s
 	}
 	kr := repeatHeads(tape.K, r)
-	cnt := mlxc.AsType(mlxc.Reshape(count, 1), mlxc.Int32)
 	for t := 0; t < T; t++ {
 		take := mlxc.Less(mlxc.ScalarInt(int64(t), mlxc.Int32), cnt)
 		s = mlxc.Where(take, replayStep(s, tape, kr, t), s)
 	}
 	return s
+}
+
+// replayCounts checks a device count for a replay of state [B, Hv, Dv, Dk], one count or
+// one per row, and shapes it int32 [1 or B, 1, 1, 1] to select the state's rows.
+func replayCounts(op string, state, count *mlxc.Array) *mlxc.Array {
+	n := count.Size()
+	if n != 1 && n != state.Dim(0) {
+		fail(op, "count must hold 1 or %d (one per row) step counts, got %v", state.Dim(0), count.Shape())
+	}
+	return mlxc.AsType(mlxc.Reshape(count, n, 1, 1, 1), mlxc.Int32)
 }
 
 // CausalConv is the layer's depthwise causal convolution over the raw projection rows x

@@ -198,16 +198,18 @@ func (kn *Kernels) Replay(state *mlxc.Array, tape Tape, n int) *mlxc.Array {
 }
 
 // ReplayAt is the package's ReplayAt, through the kernel where it fits: the launch reads
-// the count on the device (no host sync) and stops there.
+// the count (one for all rows, or one per row) on the device (no host sync) and stops
+// there.
 func (kn *Kernels) ReplayAt(state *mlxc.Array, tape Tape, count *mlxc.Array) *mlxc.Array {
 	if kn == nil {
 		return ReplayAt(state, tape, count)
 	}
 	checkTape("deltanet.replay_at", state, tape)
+	cnt := replayCounts("deltanet.replay_at", state, count)
 	if !kn.replayFits(state, tape) {
 		return ReplayAt(state, tape, count)
 	}
-	return kn.replayCall(state, tape, mlxc.AsType(mlxc.Reshape(count, 1), mlxc.Int32), true)
+	return kn.replayCall(state, tape, mlxc.Reshape(cnt, -1), true)
 }
 
 func (kn *Kernels) replayCall(state *mlxc.Array, tape Tape, count *mlxc.Array, counted bool) *mlxc.Array {

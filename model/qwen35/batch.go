@@ -35,38 +35,53 @@ func (m *Model) NewBatch() cache.Batch {
 	return b
 }
 
-// ForwardBatch is one decode step for every row of b: Forward's layers over rows [B, H],
-// RoPE at each row's position, attention through model.BatchPass, and each GatedDeltaNet
-// layer's recurrence over the stacked states (its kernel takes the row axis).
+// ForwardBatch is one step for every row of b (model.BatchModel): Forward's layers over
+// the step's packed rows [N, H], the attention heads unpacked to [B, W] for RoPE at each
+// row's positions and attention through model.BatchPass, and each GatedDeltaNet layer's
+// recurrence over the stacked states with the rows unpacked (its kernel takes the row
+// axis; a row's padding steps are never kept).
 func (m *Model) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOptions) model.Output {
 	bc, ok := b.(*Batch)
 	if !ok || len(bc.kv) != len(m.layers) {
 		fail("batch does not belong to this model")
 	}
+	if bc.Tentative() {
+		fail("a tentative step is not committed")
+	}
 	if err := bc.CheckLens(); err != nil {
 		fail("%v", err)
 	}
-	p := model.NewBatchPass("qwen3_5.forward_batch", bc.Lens(), ids, opt)
-	B, eps := p.B, m.cfg.Eps
-	h := m.embed.Lookup(mlxc.Reshape(ids, B))
+	p := model.NewBatchPass("qwen3_5.forward_batch", bc.Lens(), len(m.layers), ids, opt)
+	B, W, N, eps := p.B, p.W, p.N, m.cfg.Eps
+	counts := p.Counts()
+	h := m.embed.Lookup(mlxc.Reshape(ids, N))
 	for i := range m.layers {
 		l := &m.layers[i]
 		x := model.NormOf(h, l.inputNorm, eps)
 		var post *model.Normed
 		if l.attn != nil {
-			q, k, v, gate := m.heads(l.attn, x, B, 1)
+			q, k, v, gate := m.heads(l.attn, x, B, W, p.Unpack)
 			q, k = m.rope.ApplyAt(q, p.Positions()), m.rope.ApplyAt(k, p.Positions())
 			merged := p.Attend(bc.kv[i], q, k, v, m.scale)
 			h, post = model.OutAdd(nil, l.attn.o, mlxc.Multiply(merged, mlxc.Sigmoid(gate)), h, l.postNorm, eps)
 		} else {
 			rc := bc.rec[i]
-			mixed := m.deltaNet(l.lin, x, B, 1, func(qkv, a, b *mlxc.Array) *mlxc.Array {
-				return l.lin.mixer.ApplyRows(qkv, a, b, rc, opt.Live)
+			mixed := m.deltaNet(l.lin, x, 1, N, func(qkv, a, b *mlxc.Array) *mlxc.Array {
+				unpack := func(x *mlxc.Array) *mlxc.Array {
+					sh := x.Shape()[1:]
+					sh[0] = W
+					return mlxc.Reshape(p.Unpack(mlxc.Squeeze(x, 0)), append([]int{B}, sh...)...)
+				}
+				y := l.lin.mixer.ApplyRows(unpack(qkv), unpack(a), unpack(b), rc, counts, opt.Tentative)
+				sh := y.Shape()[1:]
+				sh[0] = N
+				return mlxc.Reshape(p.Pack(mlxc.Reshape(y, append([]int{B * W}, sh[1:]...)...)), append([]int{1}, sh...)...)
 			})
 			h, post = model.OutAdd(nil, l.lin.out, mixed, h, l.postNorm, eps)
 		}
 		h = m.mlp(l, h, post)
+		p.Tap(i, h)
 	}
 	p.Finish()
-	return model.Output{Logits: mlxc.Reshape(m.Head(m.FinalNorm(h)), B, 1, -1)}
+	return p.Output(m.Head(m.FinalNorm(h)))
 }

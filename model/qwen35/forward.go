@@ -131,7 +131,7 @@ func (m *Model) deltaNet(l *linear, x *model.Normed, B, L int, mix func(qkv, a, 
 // attention is a gated attention layer's attention of the normed rows x: the attention
 // rows [B·L, nH·hd] and the output gate rows of the same shape.
 func (p *pass) attention(l *attention, lc *model.KVCache, x *model.Normed) (merged, gate *mlxc.Array) {
-	q, k, v, gate := p.m.heads(l, x, p.B, p.L)
+	q, k, v, gate := p.m.heads(l, x, p.B, p.L, nil)
 	if p.RotateAt() {
 		q, k = p.m.rope.ApplyAt(q, p.Position()), p.m.rope.ApplyAt(k, p.Position())
 	} else {
@@ -141,16 +141,28 @@ func (p *pass) attention(l *attention, lc *model.KVCache, x *model.Normed) (merg
 	return p.attend(lc, q, k, v), gate
 }
 
-// heads projects a gated attention layer's normed rows x (B sequences of L rows) into
-// normed, unrotated heads q [B, nH, L, hd], k, v [B, nKV, L, hd] and the output gate rows
-// [B·L, nH·hd].
-func (m *Model) heads(l *attention, x *model.Normed, B, L int) (q, k, v, gate *mlxc.Array) {
+// heads projects a gated attention layer's normed rows x into normed, unrotated heads
+// q [B, nH, L, hd], k, v [B, nKV, L, hd] (B sequences of L rows) and the output gate rows,
+// as x's rows [rows, nH·hd]. unpack (nil: none) maps the projected rows to the B·L rows
+// of the heads: a batched step's packed rows to its unpacked [B, W] (model.BatchPass).
+func (m *Model) heads(l *attention, x *model.Normed, B, L int, unpack func(*mlxc.Array) *mlxc.Array) (q, k, v, gate *mlxc.Array) {
 	c := &m.cfg
 	hd := c.HeadDim
 	// Per head, q_proj writes the query's hd values and then the gate's hd values.
 	qkv := model.ApplyParts(l.qkv, x.X(), l.q, l.k, l.v)
+	gateOf := func(x *mlxc.Array) *mlxc.Array {
+		return mlxc.Split(mlxc.Reshape(x, x.Dim(0), c.Heads, 2*hd), []int{hd}, -1)[1]
+	}
+	if unpack != nil {
+		gate = mlxc.Reshape(gateOf(qkv[0]), -1, c.Heads*hd)
+		for i := range qkv {
+			qkv[i] = unpack(qkv[i])
+		}
+	}
 	qg := mlxc.Split(mlxc.Reshape(qkv[0], B, L, c.Heads, 2*hd), []int{hd}, -1)
-	gate = mlxc.Reshape(qg[1], B*L, c.Heads*hd)
+	if unpack == nil {
+		gate = mlxc.Reshape(qg[1], B*L, c.Heads*hd)
+	}
 	q = mlxc.Transpose(mlxc.RMSNorm(qg[0], l.qNorm, c.Eps), 0, 2, 1, 3)
 	k = model.SplitHeads(qkv[1], B, L, c.KVHeads, l.kNorm, c.Eps)
 	v = model.SplitHeads(qkv[2], B, L, c.KVHeads, nil, 0)
