@@ -56,10 +56,9 @@ type Drafter struct {
 	// and epsilon, on the block rows: fewer draft nodes and less host time per cycle (see
 	// docs/perf/drafter.md).
 	fused *model.Fused
-	// ctxPos is the context rows' position for the fused kernels (contextPos), made for
-	// position ctxPosAt.
-	ctxPos   *mlxc.Array
-	ctxPosAt int
+	// ctxPos holds the context rows' positions for the fused kernels (contextPos), by
+	// position: one per row of a ForwardRows call, whose rows sit at different positions.
+	ctxPos map[int]*mlxc.Array
 	// KeyBucket > 0: the block's keys are written after the cached context and attended
 	// through a view padded to a multiple of KeyBucket with a mask (see
 	// model.ForwardOptions.KeyBucket); 0: the context is concatenated with the block.
@@ -784,13 +783,34 @@ func (d *Drafter) keysValues(l *layer, x *mlxc.Array, off int) (*mlxc.Array, *ml
 }
 
 // contextPos is position off as our kernels read it (model.OnDevice): made once per
-// position, so the layers of one call share one node, and kept until the next position.
+// position, so the layers of one call share one node, and kept for the next calls (a
+// forward of several rows reads as many positions). Past maxContextPos positions the
+// kept ones are dropped: sequences move on, and a graph still to run holds its own
+// reference.
 func (d *Drafter) contextPos(off int) *mlxc.Array {
-	if d.ctxPos == nil || d.ctxPosAt != off {
-		d.ctxPos.Free()
-		d.ctxPos, d.ctxPosAt = d.fused.OnDevice(model.Visible(off)).Detach(), off
+	if a, ok := d.ctxPos[off]; ok {
+		return a
 	}
-	return d.ctxPos
+	if len(d.ctxPos) >= maxContextPos {
+		d.freeContextPos()
+	}
+	if d.ctxPos == nil {
+		d.ctxPos = make(map[int]*mlxc.Array)
+	}
+	a := d.fused.OnDevice(model.Visible(off)).Detach()
+	d.ctxPos[off] = a
+	return a
+}
+
+// maxContextPos bounds the positions contextPos keeps: more than the rows of a batch.
+const maxContextPos = 256
+
+// freeContextPos releases the positions contextPos kept.
+func (d *Drafter) freeContextPos() {
+	for _, a := range d.ctxPos {
+		a.Free()
+	}
+	clear(d.ctxPos)
 }
 
 // headsKV turns projected key and value rows [T, nKV·hd] into heads (k_norm, RoPE from
@@ -848,7 +868,7 @@ func (d *Drafter) Free() {
 	d.rope.Free()
 	d.swiglu.Free()
 	d.scaleArr.Free()
-	d.ctxPos.Free()
+	d.freeContextPos()
 	d.fused.Free()
 }
 

@@ -274,3 +274,107 @@ func sameState(want, got Proposer) error {
 	}
 	return nil
 }
+
+// Rows ProposeRows cannot batch go through Propose one by one, with the same results as
+// calling it: Scripted proposers, a mix of a DFlash and a Scripted proposer, and one
+// DFlash or DFlash2 proposer serving two rows (its second call sees the first one's
+// context).
+func TestProposeRowsFallback(t *testing.T) {
+	d, width := tinyDrafter(t, false)
+	d2, width2 := tinyDrafter(t, true)
+	if width2 != width {
+		t.Fatalf("context widths %d and %d", width, width2)
+	}
+	ref := make([]int32, 64)
+	for i := range ref {
+		ref[i] = int32((i*37 + 11) % 250)
+	}
+	script := &Scripted{Ref: ref, Vocab: 256, Block: 8, Correct: func(cycle, n int) int { return (cycle + n) % (n + 1) }}
+	dflash := NewDFlash(d)
+	for _, tc := range []struct {
+		name  string
+		bases []Forker
+		same  bool // every row the same proposer
+	}{
+		{name: "scripted", bases: []Forker{script, script, script}},
+		{name: "dflash and scripted", bases: []Forker{dflash, script, dflash}},
+		{name: "one dflash proposer twice", bases: []Forker{dflash, dflash}, same: true},
+		{name: "one dflash2 proposer twice", bases: []Forker{NewDFlash2(d2), nil}, same: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := mlxc.Do(func() error {
+				R := len(tc.bases)
+				want, got := make([]Proposer, R), make([]Proposer, R)
+				for r, b := range tc.bases {
+					if tc.same && r > 0 {
+						want[r], got[r] = want[0], got[0]
+						continue
+					}
+					want[r], got[r] = b.Fork(), b.Fork()
+					want[r].Begin()
+					got[r].Begin()
+					defer want[r].End()
+					defer got[r].End()
+				}
+				for cycle := range 4 {
+					s := mlxc.NewScope()
+					rows := make([]RowDraft, R)
+					wantProps := make([]Proposal, R)
+					for r := range R {
+						ctx := mlxc.Normal([]int{1, 3 + r + cycle, width}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(uint64(10*cycle+r)))
+						pos, n := 5*cycle+r, 1+(cycle+2*r)%7
+						rows[r] = RowDraft{P: got[r], Staged: int32(r + cycle), Pos: pos, Ctx: ctx, N: n}
+						wantProps[r] = want[r].Propose(int32(r+cycle), pos, ctx, n, sample.Params{}, nil)
+					}
+					gotProps := ProposeRows(rows)
+					for r := range R {
+						if err := sameProposal(wantProps[r], gotProps[r]); err != nil {
+							return fmt.Errorf("cycle %d, row %d: %w", cycle, r, err)
+						}
+						if _, ok := want[r].(*Scripted); !ok {
+							if err := sameState(want[r], got[r]); err != nil {
+								return fmt.Errorf("cycle %d, row %d: %w", cycle, r, err)
+							}
+						}
+					}
+					s.Close()
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Fork makes a proposer that shares the model and hooks but no sequence: a DFlash2 fork
+// keeps ProposalQ, a Scripted one its script at cycle 0, and a fork of a begun proposer
+// has no cache of its own yet.
+func TestFork(t *testing.T) {
+	d, _ := tinyDrafter(t, true)
+	hook := func(draft.Block, draft.Path, float64) *mlxc.Array { return nil }
+	p2 := &DFlash2{D: d, ProposalQ: hook}
+	f2 := p2.Fork().(*DFlash2)
+	if f2.D != d || f2.ProposalQ == nil || f2.cache != nil {
+		t.Errorf("DFlash2 fork: drafter shared %v, hook kept %v, cache %v", f2.D == d, f2.ProposalQ != nil, f2.cache)
+	}
+	err := mlxc.Do(func() error {
+		p1 := NewDFlash(d)
+		p1.Begin()
+		defer p1.End()
+		f1 := p1.Fork().(*DFlash)
+		if f1.D != d || f1.Cache() != nil {
+			return fmt.Errorf("DFlash fork: drafter shared %v, cache %v", f1.D == d, f1.Cache())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Scripted{Ref: []int32{1, 2, 3}, Vocab: 9, Block: 4, Taps: []int{1}, cycle: 5}
+	fs := s.Fork().(*Scripted)
+	if fs.cycle != 0 || fs.Vocab != 9 || fs.Block != 4 || !slices.Equal(fs.Ref, s.Ref) || !slices.Equal(fs.Taps, s.Taps) {
+		t.Errorf("Scripted fork = %+v", fs)
+	}
+}
