@@ -120,7 +120,7 @@ func (d *Drafter) ForwardWindow(block, ctx *mlxc.Array, c *WindowCache) (Block, 
 
 // ForwardWindowRows drafts the blocks of several sequences in one forward: row r's block
 // blocks[r] (int32 [1, L], the same L for every row: DFlash2 always drafts its trained
-// block) after its own window c[r], into which its new context rows ctxs[r] ([1, S_r, n·H],
+// block) after its own window caches[r], into which its new context rows ctxs[r] ([1, S_r, n·H],
 // nil when none) go as ForwardWindow writes them. The convolutions, projections, MLPs,
 // norms and the head run once over all rows' block tokens packed together ([R·L, ·]; the
 // convolutions per block); each row's attention reads only its own window and block, at

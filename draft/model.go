@@ -301,8 +301,8 @@ func (d *Drafter) Forward(block, ctx *mlxc.Array, c *model.KVCaches) *mlxc.Array
 }
 
 // ForwardRows drafts the blocks of several sequences in one forward: row r's block
-// blocks[r] (int32 [1, L_r] = [staged, mask…]; the lengths may differ) after its own
-// context, cache caches[r] with its new rows ctxs[r] ([1, T_r, n·H], nil when none)
+// blocks[r] (int32 [1, L_r] = [staged, mask…], L_r ≥ 2; the lengths may differ) after its
+// own context, cache caches[r] with its new rows ctxs[r] ([1, T_r, n·H], nil when none)
 // appended as Forward appends them. The embedding, projections, MLPs, norms and the head
 // run once over all rows' block tokens packed together ([ΣL_r, ·]); each row's attention
 // reads only its own cache and block, its positions from its own cache offset. Every
