@@ -302,6 +302,7 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		FinishReason: server.FinishReason(res.FinishReason), PromptTokens: len(req.Prompt),
 		CompletionTokens: len(res.Tokens), CachedPromptTokens: st.PromptCacheTokens, Cycles: st.Cycles, PrefillTime: st.PrefillTime,
 		DecodeTime: st.DecodeTime, DraftTime: st.DraftTime, VerifyTime: st.VerifyTime, TokensPerSecond: st.GenerationTPS,
+		Drafted: st.Drafted, Accepted: st.Accepted, BatchSize: st.BatchSize,
 	}
 	if st.Cycles > 0 {
 		out.Tau = st.Tau

@@ -215,6 +215,12 @@ type GenerateResult struct {
 	// cycle (CompletionTokens/Cycles). Both are 0 for plain decoding.
 	Cycles int
 	Tau    float64
+	// Drafted counts the draft tokens proposed for this request and Accepted those the
+	// target accepted (Accepted ≤ Drafted); both are 0 for plain decoding.
+	Drafted, Accepted int
+	// BatchSize is the mean number of sequences that shared each of this request's forward
+	// passes (1: it ran alone); 0 when the backend does not know.
+	BatchSize float64
 	// PrefillTime is the prompt processing time; DecodeTime the time from the first
 	// generated token to the last; DraftTime and VerifyTime split the speculative cycles.
 	PrefillTime time.Duration

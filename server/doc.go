@@ -17,7 +17,7 @@
 //	POST /v1/messages           Anthropic Messages; POST /v1/messages/count_tokens
 //	GET  /v1/models             the served model; GET /v1/models/{id} for one
 //	GET  /health                {"status":"ok", ...}; never needs the API key
-//	GET  /metrics               Prometheus text format
+//	GET  /metrics               Prometheus text format (see Metrics)
 //
 // /chat/completions, /completions, /responses and /models answer too, for clients whose
 // base URL has no /v1. Unknown paths get 404 and wrong methods 405, as OpenAI error JSON, or
@@ -85,11 +85,19 @@
 // content, in streams and in full answers. chat_template_kwargs.enable_thinking reaches the
 // template. Text completions are sent raw.
 //
-// Every answer carries usage and a "dflash" object (tau, cycles, prefill_ms, decode_ms,
-// draft_ms and verify_ms when the backend measured them, queue_ms, tokens_per_second);
-// streams carry it on the final chunk. tokens_per_second is the completion tokens after the
-// first over decode_ms (the first comes out of the prefill), and null when there is no
-// interval to time: fewer than two tokens, or decode_ms under 1.
+// Every answer carries usage and a "dflash" object (tau, cycles, drafted, accepted,
+// acceptance_rate, batch_size, prefill_ms, decode_ms, draft_ms and verify_ms when the
+// backend measured them, queue_ms, cached_prompt_tokens, tokens_per_second): chat
+// completions and completions in the answer, their streams on the final chunk (and on the
+// usage chunk), Responses on the response object (in a stream, response.completed's or
+// response.incomplete's), Messages on the message (in a stream, message_delta). The
+// numbers are this request's own, however many requests the engine batched with it: drafted
+// and accepted count the draft tokens proposed and accepted for it (0 for plain decoding),
+// acceptance_rate is accepted/drafted and absent when nothing was drafted, batch_size is the
+// mean number of sequences that shared its forward passes and absent when the backend does
+// not report it. tokens_per_second is the completion tokens after the first over decode_ms
+// (the first comes out of the prefill), and null when there is no interval to time: fewer
+// than two tokens, or decode_ms under 1.
 // stream_options.include_usage adds the usage chunk with empty choices before [DONE].
 //
 // Requests are validated strictly: a wrong type or value is a 400 whose message and param
@@ -99,6 +107,18 @@
 // other than text, echo and suffix are refused with 400 because the server cannot honour
 // them; presence/frequency penalties, logit_bias, user, metadata, store and unknown fields
 // are accepted and ignored. A panic in a handler becomes a 500 JSON error.
+//
+// # Metrics
+//
+// /metrics counts HTTP requests by endpoint and status code (dflash_http_requests_total)
+// and generations by endpoint and outcome (dflash_generations_total); sums prompt and
+// completion tokens, and the draft tokens proposed and accepted by endpoint
+// (dflash_draft_tokens_total, dflash_accepted_draft_tokens_total: their ratio is the
+// acceptance over all requests); and keeps per-request histograms of τ (dflash_tau), the
+// acceptance rate of the requests that drafted (dflash_acceptance_rate), decode speed, queue
+// wait, queue depth on arrival and request duration, plus the queue's, the response store's,
+// the prefix cache's and the device memory's gauges and the rows of each decode step
+// (dflash_batch_rows).
 //
 // Each request is logged in one line: id, status, prompt and completion tokens, τ, tok/s,
 // finish reason, queue time.

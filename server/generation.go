@@ -212,7 +212,7 @@ func (s *Server) answer(ctx context.Context, g *generation, out answerWriter, ru
 	outcome := "cancelled"
 	defer func() {
 		info.finish = outcome
-		s.metrics.observeGeneration(info.endpoint, outcome, promptTokens, res.CompletionTokens, stats.Tau, stats.TokensPerSecond)
+		s.metrics.observeGeneration(info.endpoint, outcome, promptTokens, res.CompletionTokens, stats)
 	}()
 	interrupted := !run.stopped && (run.err != nil || res.FinishReason == FinishCancelled)
 	switch {
@@ -266,6 +266,7 @@ func (s *Server) stats(run *runOutcome, info *requestInfo) dflashStats {
 	res := run.result
 	st := dflashStats{
 		Tau: res.Tau, Cycles: res.Cycles,
+		Drafted: res.Drafted, Accepted: res.Accepted, BatchSize: res.BatchSize,
 		PrefillMS: ms(res.PrefillTime), DecodeMS: ms(res.DecodeTime),
 		DraftMS: ms(res.DraftTime), VerifyMS: ms(res.VerifyTime),
 		QueueMS:            ms(info.queueWait),
@@ -274,6 +275,9 @@ func (s *Server) stats(run *runOutcome, info *requestInfo) dflashStats {
 	}
 	if st.Tau == 0 && res.Cycles > 0 {
 		st.Tau = float64(res.CompletionTokens) / float64(res.Cycles)
+	}
+	if res.Drafted > 0 {
+		st.AcceptanceRate = ptr(float64(res.Accepted) / float64(res.Drafted))
 	}
 	return st
 }

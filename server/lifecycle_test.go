@@ -343,6 +343,8 @@ func TestMetricsParseAndCount(t *testing.T) {
 		{"dflash_prompt_tokens_total", "dflash_prompt_tokens_total", map[string]string{},
 			func(v float64) bool { return v > 0 }, "> 0"},
 		{"dflash_tau", "dflash_tau_count", map[string]string{}, func(v float64) bool { return v == 3 }, "3"},
+		// The fake drafts nothing: no request has an acceptance rate.
+		{"dflash_acceptance_rate", "dflash_acceptance_rate_count", map[string]string{}, func(v float64) bool { return v == 0 }, "0"},
 		{"dflash_tokens_per_second", "dflash_tokens_per_second_count", map[string]string{}, func(v float64) bool { return v == 3 }, "3"},
 		{"dflash_queue_waiting", "dflash_queue_waiting", map[string]string{}, func(v float64) bool { return v == 0 }, "0"},
 		{"dflash_generation_running", "dflash_generation_running", map[string]string{}, func(v float64) bool { return v == 0 }, "0"},
@@ -359,7 +361,8 @@ func TestMetricsParseAndCount(t *testing.T) {
 	}
 	for name, typ := range map[string]string{"dflash_http_requests_total": "counter", "dflash_tau": "histogram",
 		"dflash_queue_waiting": "gauge", "dflash_queue_depth": "histogram", "dflash_queue_wait_seconds": "histogram",
-		"dflash_batch_rows": "histogram", "dflash_generation_running": "gauge"} {
+		"dflash_batch_rows": "histogram", "dflash_generation_running": "gauge", "dflash_draft_tokens_total": "counter",
+		"dflash_accepted_draft_tokens_total": "counter", "dflash_acceptance_rate": "histogram"} {
 		if f := families[name]; f == nil || f.typ != typ || f.help == "" {
 			t.Errorf("family %s: want TYPE %s with HELP", name, typ)
 		}

@@ -18,10 +18,13 @@ type metrics struct {
 	mu               sync.Mutex
 	requests         map[[2]string]uint64 // {endpoint, status code} → count
 	generations      map[[2]string]uint64 // {endpoint, finish reason (or "error", "cancelled")} → count
+	draftTokens      map[string]uint64    // endpoint → draft tokens proposed
+	acceptedTokens   map[string]uint64    // endpoint → draft tokens accepted
 	promptTokens     uint64
 	completionTokens uint64
 	queueRejected    uint64
 	tau              *histogram
+	acceptanceRate   *histogram // accepted/drafted per request that drafted
 	tokensPerSecond  *histogram
 	queueWait        *histogram
 	duration         *histogram
@@ -37,7 +40,10 @@ func newMetrics() *metrics {
 	return &metrics{
 		requests:        make(map[[2]string]uint64),
 		generations:     make(map[[2]string]uint64),
+		draftTokens:     make(map[string]uint64),
+		acceptedTokens:  make(map[string]uint64),
 		tau:             newHistogram([]float64{1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16}),
+		acceptanceRate:  newHistogram([]float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1}),
 		tokensPerSecond: newHistogram([]float64{5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000}),
 		queueWait:       newHistogram([]float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
 		duration:        newHistogram([]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
@@ -72,18 +78,25 @@ func (m *metrics) observeRequest(endpoint string, status int, elapsed time.Durat
 }
 
 // observeGeneration counts one generation that ran through endpoint, the API it came from
-// (outcome is the finish reason, or "cancelled" or "error").
-func (m *metrics) observeGeneration(endpoint, outcome string, promptTokens, completionTokens int, tau float64, tokensPerSecond *float64) {
+// (outcome is the finish reason, or "cancelled" or "error"), with its dflash report.
+func (m *metrics) observeGeneration(endpoint, outcome string, promptTokens, completionTokens int, st dflashStats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.generations[[2]string{endpoint, outcome}]++
 	m.promptTokens += uint64(max(promptTokens, 0))
 	m.completionTokens += uint64(max(completionTokens, 0))
-	if tau > 0 {
-		m.tau.observe(tau)
+	if st.Drafted > 0 {
+		m.draftTokens[endpoint] += uint64(st.Drafted)
+		m.acceptedTokens[endpoint] += uint64(max(st.Accepted, 0))
 	}
-	if tokensPerSecond != nil {
-		m.tokensPerSecond.observe(*tokensPerSecond)
+	if st.AcceptanceRate != nil {
+		m.acceptanceRate.observe(*st.AcceptanceRate)
+	}
+	if st.Tau > 0 {
+		m.tau.observe(st.Tau)
+	}
+	if st.TokensPerSecond != nil {
+		m.tokensPerSecond.observe(*st.TokensPerSecond)
 	}
 }
 
@@ -129,6 +142,15 @@ func (m *metrics) write(w io.Writer, queue queueGauges, pc *PromptCacheState, st
 		fmt.Fprintf(&b, "dflash_generations_total{endpoint=%s,outcome=%s} %d\n", label(k[0]), label(k[1]), m.generations[k])
 	}
 
+	header(&b, "dflash_draft_tokens_total", "counter", "Draft tokens proposed, summed over generations, by API endpoint.")
+	for _, k := range sortedKeys(m.draftTokens) {
+		fmt.Fprintf(&b, "dflash_draft_tokens_total{endpoint=%s} %d\n", label(k), m.draftTokens[k])
+	}
+	header(&b, "dflash_accepted_draft_tokens_total", "counter", "Draft tokens the target accepted, summed over generations, by API endpoint.")
+	for _, k := range sortedKeys(m.acceptedTokens) {
+		fmt.Fprintf(&b, "dflash_accepted_draft_tokens_total{endpoint=%s} %d\n", label(k), m.acceptedTokens[k])
+	}
+
 	header(&b, "dflash_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.")
 	fmt.Fprintf(&b, "dflash_prompt_tokens_total %d\n", m.promptTokens)
 	header(&b, "dflash_completion_tokens_total", "counter", "Generated tokens.")
@@ -161,6 +183,7 @@ func (m *metrics) write(w io.Writer, queue queueGauges, pc *PromptCacheState, st
 	}
 
 	m.tau.write(&b, "dflash_tau", "Mean tokens committed per DFlash cycle, per request.")
+	m.acceptanceRate.write(&b, "dflash_acceptance_rate", "Accepted over drafted tokens, per request (requests that drafted).")
 	m.tokensPerSecond.write(&b, "dflash_tokens_per_second", "Decode speed per request, in tokens per second (requests with a timed decode of two tokens or more).")
 	m.queueWait.write(&b, "dflash_queue_wait_seconds", "Time a request waited for a generation slot.")
 	m.queueDepth.write(&b, "dflash_queue_depth", "Requests already waiting when a request arrived at the queue (admitted, queued or refused).")
@@ -185,6 +208,16 @@ func sortedPairs(counts map[[2]string]uint64) [][2]string {
 		}
 		return keys[i][1] < keys[j][1]
 	})
+	return keys
+}
+
+// sortedKeys returns the keys of a one-label counter in order, so the output is stable.
+func sortedKeys(counts map[string]uint64) []string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	return keys
 }
 

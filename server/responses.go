@@ -20,8 +20,16 @@ type promptTokensDetails struct {
 
 // dflashStats is the speculative-decoding report attached to every answer.
 type dflashStats struct {
-	Tau       float64 `json:"tau"`
-	Cycles    int     `json:"cycles"`
+	Tau    float64 `json:"tau"`
+	Cycles int     `json:"cycles"`
+	// Drafted and Accepted count the draft tokens proposed and accepted for this request;
+	// AcceptanceRate is Accepted/Drafted, absent when nothing was drafted (plain decoding).
+	Drafted        int      `json:"drafted"`
+	Accepted       int      `json:"accepted"`
+	AcceptanceRate *float64 `json:"acceptance_rate,omitempty"`
+	// BatchSize is the mean number of sequences that shared this request's forward passes,
+	// absent when the backend does not report it.
+	BatchSize float64 `json:"batch_size,omitempty"`
 	PrefillMS float64 `json:"prefill_ms"`
 	DecodeMS  float64 `json:"decode_ms"`
 	DraftMS   float64 `json:"draft_ms,omitempty"` // measured only with serve --profile

@@ -121,8 +121,9 @@ const tests = {
     check(typeof choice.message.content === "string", "content is not a string");
     check(["stop", "length"].includes(choice.finish_reason), `finish ${choice.finish_reason}`);
     checkUsage(resp.usage, 48);
-    // draft_ms and verify_ms appear only when the server profiles (serve --profile).
-    for (const key of ["tau", "cycles", "prefill_ms", "decode_ms", "tokens_per_second"]) {
+    // draft_ms and verify_ms appear only when the server profiles (serve --profile), and
+    // acceptance_rate and batch_size only when the backend drafted or reports its batch.
+    for (const key of ["tau", "cycles", "drafted", "accepted", "prefill_ms", "decode_ms", "tokens_per_second"]) {
       check(resp.dflash && key in resp.dflash, `dflash.${key} missing`);
     }
   },

@@ -110,8 +110,9 @@ def test_chat_non_streaming():
     check_usage(resp.usage, 48)
     stats = (resp.model_extra or {}).get("dflash")
     check(isinstance(stats, dict), "no dflash extension object")
-    # draft_ms and verify_ms appear only when the server profiles (serve --profile).
-    for key in ("tau", "cycles", "prefill_ms", "decode_ms", "tokens_per_second"):
+    # draft_ms and verify_ms appear only when the server profiles (serve --profile), and
+    # acceptance_rate and batch_size only when the backend drafted or reports its batch.
+    for key in ("tau", "cycles", "drafted", "accepted", "prefill_ms", "decode_ms", "tokens_per_second"):
         check(key in stats, f"dflash.{key} missing")
 
 
