@@ -52,3 +52,47 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 		})
 	}
 }
+
+// Qwen3 (bf16, 4-bit) and qwen3_moe rows verifying draft blocks in one batched step of
+// several tokens per row (widths 0, 1, some and a full block), tentatively, with each
+// row keeping its own prefix (none, some, all), between decode steps, joins and leaves:
+// each row's logits and tapped hidden rows at every step are its single-sequence verify
+// forward's (Speculate, the block, Commit of the prefix), and its extracted state is
+// that single cache's, bit for bit on the CPU, with per-row attention and with padded
+// keys under the per-query mask alike (the masked keys add exact zeros). On a GPU within
+// GPUTol.
+func TestBatchedVerifyMatchesSolo(t *testing.T) {
+	quant4 := modelgen.TinyQwen3()
+	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 7
+	specs := []struct {
+		name string
+		spec modelgen.Qwen3Spec
+	}{
+		{"qwen3-bf16", modelgen.TinyQwen3()},
+		{"qwen3-4bit", quant4},
+		{"qwen3_moe-bf16", modelgen.TinyQwen3MoE()},
+	}
+	for _, s := range specs {
+		t.Run(s.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			writeModel(t, dir, s.spec)
+			m := loadModel(t, dir).(model.BatchModel)
+			taps := []int{s.spec.Layers - 1, 1}
+			for _, sc := range batchtest.VerifyScenarios(s.spec.Vocab, taps) {
+				for _, padded := range []bool{false, true} {
+					sc.Padded = padded
+					name, tol := sc.Name, 0.0
+					if padded {
+						name += "-padded-keys"
+					}
+					if testenv.GPU() {
+						tol = batchtest.GPUTol
+					}
+					t.Run(name, func(t *testing.T) {
+						t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", batchtest.RunVerify(t, m, sc, tol))
+					})
+				}
+			}
+		})
+	}
+}

@@ -228,9 +228,9 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 	lc.write(k, v, p.at)
 	p.written = append(p.written, lc)
 	if p.Opt.PaddedKeys {
-		// One attention for all rows: on the CPU this rounds as the row alone only where
-		// the softmax's reductions do not depend on the key length (batchtest checks the
-		// rows within a tolerance when W > 1).
+		// One attention for all rows, queries unpacked [B, nH, W, hd]: a masked key adds an
+		// exact zero to the row's softmax sums, so on the CPU each row's rows are still its
+		// own attention's bits (batchtest checks it for W = 1 and verify blocks alike).
 		if p.mask == nil {
 			j := mlxc.Reshape(mlxc.Arange(0, float64(p.longestSeen), 1, mlxc.Int32), 1, 1, 1, p.longestSeen)
 			p.mask = mlxc.LessEqual(j, p.at) // key j of row r is visible to query i iff j ≤ Lens[r]+i

@@ -53,3 +53,48 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 		})
 	}
 }
+
+// The Qwen3.5 hybrid (bf16, 4-bit) and qwen3_5_moe rows verifying draft blocks in one
+// batched step of several tokens per row, tentatively, each keeping its own prefix: every
+// row's logits and tapped hidden rows are its single-sequence verify forward's, and after
+// each commit its KV rows, recurrent state (replayed per row through its kept steps) and
+// conv tail are that single cache's after Commit of the prefix, bit for bit on the CPU
+// with per-row attention and with padded keys under the per-query mask alike. On a GPU
+// within GPUTol.
+func TestBatchedVerifyMatchesSolo(t *testing.T) {
+	quant4 := modelgen.TinyQwen35()
+	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 21
+	specs := []struct {
+		name string
+		spec modelgen.Qwen35Spec
+	}{
+		{"qwen3_5-bf16", modelgen.TinyQwen35()},
+		{"qwen3_5-4bit", quant4},
+		{"qwen3_5_moe-bf16", modelgen.TinyQwen35MoE()},
+	}
+	for _, s := range specs {
+		t.Run(s.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			writeModel(t, dir, s.spec)
+			m := loadModel(t, dir).(model.BatchModel)
+			// A linear layer's and an attention layer's residual rows (Interval 3: layer 2
+			// attends).
+			taps := []int{2, s.spec.Layers - 2}
+			for _, sc := range batchtest.VerifyScenarios(s.spec.Vocab, taps) {
+				for _, padded := range []bool{false, true} {
+					sc.Padded = padded
+					name, tol := sc.Name, 0.0
+					if padded {
+						name += "-padded-keys"
+					}
+					if testenv.GPU() {
+						tol = batchtest.GPUTol
+					}
+					t.Run(name, func(t *testing.T) {
+						t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", batchtest.RunVerify(t, m, sc, tol))
+					})
+				}
+			}
+		})
+	}
+}
