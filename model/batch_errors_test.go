@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -59,6 +60,46 @@ func TestBatchRefusesWrongInput(t *testing.T) {
 				m.ForwardBatch(mlxc.FromSlice([]int32{1, 2}, 2, 1), b, model.BatchOptions{Live: []bool{true}})
 			})
 		}},
+		{"widths for one row of two", "widths give 1 rows of 2", func(b cache.Batch) error {
+			return forward(m, b, []int32{1}, model.BatchOptions{Widths: []int{1}})
+		}},
+		{"widths that do not sum to the tokens", "ids must be [1, 3]", func(b cache.Batch) error {
+			return forward(m, b, []int32{1, 2}, model.BatchOptions{Widths: []int{2, 1}})
+		}},
+		{"a negative width", "row 0 has width -1", func(b cache.Batch) error {
+			return forward(m, b, []int32{1}, model.BatchOptions{Widths: []int{-1, 2}})
+		}},
+		{"widths without a token", "give no row a token", func(b cache.Batch) error {
+			return mlxc.Catch(func() {
+				m.ForwardBatch(mlxc.Zeros([]int{1, 0}, mlxc.Int32), b, model.BatchOptions{Widths: []int{0, 0}})
+			})
+		}},
+		{"live rows and widths", "live and widths both set", func(b cache.Batch) error {
+			return forward(m, b, []int32{1, 2}, model.BatchOptions{Widths: []int{1, 1}, Live: []bool{true, false}})
+		}},
+		{"a tap past the layers", "tap layer 9 out of range", func(b cache.Batch) error {
+			return forward(m, b, []int32{1, 2}, model.BatchOptions{Widths: []int{1, 1}, Taps: []int{9}})
+		}},
+		{"commit without a tentative step", "no tentative step", func(b cache.Batch) error {
+			return b.Commit([]int{0, 0})
+		}},
+		{"keep past a row's width", "row 0 cannot keep 3 of the 2", func(b cache.Batch) error {
+			return tentative(m, b, func() error { return b.Commit([]int{3, 0}) })
+		}},
+		{"keep counts for one row of two", "1 keep counts for 2 rows", func(b cache.Batch) error {
+			return tentative(m, b, func() error { return b.Commit([]int{1}) })
+		}},
+		{"a step while a tentative one is uncommitted", "not committed", func(b cache.Batch) error {
+			return tentative(m, b, func() error { return forward(m, b, []int32{1, 2}, model.BatchOptions{}) })
+		}},
+		{"a join while a tentative step is uncommitted", "not committed", func(b cache.Batch) error {
+			return tentative(m, b, func() error {
+				c := m.NewCache()
+				defer c.Free()
+				_, err := b.Join(c)
+				return err
+			})
+		}},
 		{"step over layers that hold other rows", "layer 1 holds rows of lengths []", func(cache.Batch) error {
 			other := m.NewBatch()
 			defer other.Free()
@@ -105,4 +146,29 @@ func TestBatchRefusesWrongInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forward runs one batched step of toks (packed [1, N] with opt.Widths, else [N, 1]) and
+// returns its panic as an error.
+func forward(m model.BatchModel, b cache.Batch, toks []int32, opt model.BatchOptions) error {
+	return mlxc.Catch(func() {
+		shape := []int{len(toks), 1}
+		if opt.Widths != nil {
+			shape = []int{1, len(toks)}
+		}
+		m.ForwardBatch(mlxc.FromSlice(toks, shape...), b, opt)
+	})
+}
+
+// tentative runs a tentative step of widths 2 and 1 over the batch's two rows, then try,
+// whose error it returns, then commits none of the step (the batch is as before it).
+func tentative(m model.BatchModel, b cache.Batch, try func() error) error {
+	if err := forward(m, b, []int32{5, 6, 7}, model.BatchOptions{Widths: []int{2, 1}, Tentative: true}); err != nil {
+		return fmt.Errorf("the tentative step failed: %w", err)
+	}
+	err := try()
+	if cerr := b.Commit([]int{0, 0}); cerr != nil {
+		return fmt.Errorf("committing none after %v: %w", err, cerr)
+	}
+	return err
 }
