@@ -81,11 +81,12 @@ func near(t *testing.T, what string, got, want *mlxc.Array, rel float64) {
 
 // kernelGeometries are the shapes the GPU tests run: the Qwen3.5 layer's (Dk = Dv = 128,
 // Hv = 2·Hk) for one token and a verify block, two batch rows, Dv not a multiple of the
-// 4 rows per block, the smallest and largest Dk.
+// 4 rows per block, the smallest and largest Dk, and five rows (per-row replay counts).
 var kernelGeometries = []geometry{
 	{1, 1, 2, 4, 128, 128, 4},
 	{1, 16, 2, 4, 128, 128, 4},
 	{2, 16, 1, 2, 64, 32, 4},
+	{5, 7, 1, 2, 32, 32, 4},
 	{1, 5, 3, 3, 32, 7, 4},
 	{1, 16, 2, 4, 256, 64, 4},
 }
@@ -160,6 +161,16 @@ func TestKernelReplayMatchesOps(t *testing.T) {
 				for n := -1; n <= g.T+3; n++ {
 					c := mlxc.FromSlice([]int32{int32(n)}, 1)
 					check(fmt.Sprintf("%s: replay at %d", what, n), kn.ReplayAt(s0, tape, c), ReplayAt(s0, tape, c))
+				}
+				// One count per row (a batched verify's accepted prefixes): row b reads
+				// count[b], clamped.
+				for _, shift := range []int{0, 3} {
+					counts := make([]int32, g.B)
+					for b := range counts {
+						counts[b] = int32((b*5+shift)%(g.T+4) - 1)
+					}
+					c := mlxc.FromSlice(counts, g.B)
+					check(fmt.Sprintf("%s: replay at %v per row", what, counts), kn.ReplayAt(s0, tape, c), ReplayAt(s0, tape, c))
 				}
 			}
 		}

@@ -43,6 +43,32 @@ func TestTapeReplay(t *testing.T) {
 	}
 }
 
+// ReplayAt with one count per row (int32 [B]) replays row b through its own count,
+// clamped to 0..T: row b's state is Replay of row b's tape alone, bit for bit; a count
+// of any other length is refused.
+func TestReplayAtPerRow(t *testing.T) {
+	g := geometry{4, 5, 1, 2, 32, 64, 4}
+	do(t, func() {
+		x := inputs(newRNG(210), g)
+		gate, beta := Gates(x["a"], x["b"], x["A_log"], x["dt_bias"])
+		s0 := x["state"]
+		_, _, tape := RecurrenceTape(x["q"], x["k"], x["v"], gate, beta, s0)
+		for _, counts := range [][]int32{{0, 5, 2, 1}, {-1, 8, 3, 0}, {5, 5, 5, 5}, {4, 0, 0, 4}} {
+			got := ReplayAt(s0, tape, mlxc.FromSlice(counts, g.B))
+			for b, n := range counts {
+				row := func(x *mlxc.Array) *mlxc.Array { return mlxc.SliceAxis(x, 0, b, b+1) }
+				rt := Tape{Delta: row(tape.Delta), K: row(tape.K), G: row(tape.G)}
+				want := Replay(row(s0), rt, min(max(int(n), 0), g.T))
+				same(t, fmt.Sprintf("counts %v: row %d", counts, b), row(got), want)
+			}
+		}
+		err := mlxc.Catch(func() { ReplayAt(s0, tape, mlxc.FromSlice([]int32{1, 2}, 2)) })
+		if err == nil || !strings.Contains(err.Error(), "count must hold 1 or 4") {
+			t.Errorf("two counts for four rows: error %v", err)
+		}
+	})
+}
+
 // mixerFor makes a mixer with random weights of geometry g.
 func mixerFor(r *rng, g geometry) *Mixer {
 	x := inputs(r, g)
