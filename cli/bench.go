@@ -296,7 +296,7 @@ func benchAction(c *cli.Context) error {
 			return cli.Exit("--concurrency decodes greedily (the batched tokens are checked against the serial ones): drop --temperature", 2)
 		}
 		return benchConcurrency(c, s, prompts, levels, concurrencyReport{Target: rep.Target, Draft: rep.Draft, Backend: rep.Backend, Device: rep.Device,
-			Note: note, MaxTokens: n, RequestsPerClient: c.Int("requests-per-client"), Prompts: len(prompts), Settings: s.Settings})
+			Note: note, MaxTokens: n, RequestsPerClient: c.Int("requests-per-client"), Prompts: len(prompts), Settings: s.Settings}, replay)
 	}
 	if c.Bool("compare-widths") {
 		widths := c.IntSlice("widths")

@@ -33,6 +33,11 @@ type levelStats struct {
 	LatencyP95MS float64 `json:"latency_ms_p95"`
 	// BatchSize is the mean rows per decode forward.
 	BatchSize float64 `json:"batch_size"`
+	// Tau is the mean of the requests' tokens per cycle (speculating runs only), and
+	// DraftedShare the share of their cycles that drafted (the rest were plain steps the
+	// width policy chose).
+	Tau          float64 `json:"tau,omitempty"`
+	DraftedShare float64 `json:"drafted_cycles,omitempty"`
 }
 
 // concurrencyRow is one level of --concurrency.
@@ -45,8 +50,13 @@ type concurrencyRow struct {
 	Tokens   int        `json:"tokens"`
 	Batched  levelStats `json:"batched"`
 	Serial   levelStats `json:"serial"`
-	// Speedup is the batched aggregate tok/s over the serial one.
-	Speedup float64 `json:"speedup"`
+	// Plain is plain batching of the same requests (with a drafter loaded: speculation
+	// off), the other way to serve them.
+	Plain *levelStats `json:"plain_batched,omitempty"`
+	// Speedup is the batched aggregate tok/s over the serial one; OverBest over the
+	// better of the serial and the plain-batched ones.
+	Speedup  float64 `json:"speedup"`
+	OverBest float64 `json:"over_best,omitempty"`
 	// Exact: every batched request gave the serial run's tokens for its prompt (greedy).
 	Exact      *bool `json:"exact"`
 	Mismatches int   `json:"mismatches"`
@@ -54,11 +64,15 @@ type concurrencyRow struct {
 
 // concurrencyReport is --concurrency's report.
 type concurrencyReport struct {
-	Target            string            `json:"target"`
-	Draft             string            `json:"draft"`
-	Backend           string            `json:"backend"`
-	Device            string            `json:"device"`
-	Note              string            `json:"note,omitempty"`
+	Target  string `json:"target"`
+	Draft   string `json:"draft"`
+	Backend string `json:"backend"`
+	Device  string `json:"device"`
+	Note    string `json:"note,omitempty"`
+	// Speculative: the requests speculate (a drafter is loaded); Replay is the replayed
+	// acceptance's error rate (the tokens are then not checked).
+	Speculative       bool              `json:"speculative"`
+	Replay            *float64          `json:"replay_error_rate,omitempty"`
 	MaxTokens         int               `json:"max_new_tokens"`
 	RequestsPerClient int               `json:"requests_per_client"`
 	Prompts           int               `json:"prompts"`
@@ -74,11 +88,13 @@ type requestRun struct {
 }
 
 // benchConcurrency (--concurrency) serves, per level c, c clients each sending perClient
-// greedy plain requests one after the other, once through a Scheduler batching up to c
-// rows and once through one that decodes a request at a time (a server without
-// batching), in this process, and compares throughput, TTFT and latency. The serial run's
-// tokens are the reference every batched request must reproduce.
-func benchConcurrency(c *cli.Context, s *Session, prompts [][]int32, levels []int, rep concurrencyReport) error {
+// greedy requests one after the other, once through a Scheduler batching up to c rows and
+// once through one that decodes a request at a time (a server without batching), in this
+// process, and compares throughput, TTFT and latency. With a drafter loaded the requests
+// speculate, and a third pass batches them plainly (speculation off): batched speculation
+// must beat the better of the two others. The serial run's tokens are the reference every
+// batched request must reproduce (not checked with replayed acceptance).
+func benchConcurrency(c *cli.Context, s *Session, prompts [][]int32, levels []int, rep concurrencyReport, replay float64) error {
 	for _, l := range levels {
 		if l < 1 {
 			return cli.Exit(fmt.Sprintf("--concurrency: %d is not a number of clients", l), 2)
@@ -89,36 +105,65 @@ func benchConcurrency(c *cli.Context, s *Session, prompts [][]int32, levels []in
 	}
 	ctx := context.Background()
 	per, warm := rep.RequestsPerClient, c.Int("warmup")
+	spec := s.Engine.Proposer != nil
+	rep.Speculative = spec
+	if replay >= 0 {
+		rep.Replay = &replay
+		defer func() { s.Engine.ReplayAccept = nil }()
+	}
+	// pass runs one way of serving a level; with replayed acceptance each pass replays
+	// the same seeded pattern.
+	pass := func(clients, perClient, maxBatch int, draft bool) (levelRun, error) {
+		if replay >= 0 {
+			s.Engine.ReplayAccept = replayAccept(replay, uint64(clients))
+		}
+		return runClients(ctx, s.Engine, clients, perClient, maxBatch, draft, prompts, rep.MaxTokens)
+	}
 	// Untimed passes first: each row count compiles its own kernels on first use.
 	for w := 0; w < warm; w++ {
-		if _, err := runClients(ctx, s.Engine, 1, 1, 1, prompts, rep.MaxTokens); err != nil {
+		if _, err := pass(1, 1, 1, spec); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	for _, l := range levels {
 		for w := 0; w < warm && l > 1; w++ {
-			if _, err := runClients(ctx, s.Engine, l, 1, l, prompts, rep.MaxTokens); err != nil {
+			if _, err := pass(l, 1, l, spec); err != nil {
 				return fmt.Errorf("warm-up, %d clients: %w", l, err)
 			}
 		}
-		serial, err := runClients(ctx, s.Engine, l, per, 1, prompts, rep.MaxTokens)
+		serial, err := pass(l, per, 1, spec)
 		if err != nil {
 			return fmt.Errorf("%d clients, serial: %w", l, err)
 		}
-		batched, err := runClients(ctx, s.Engine, l, per, l, prompts, rep.MaxTokens)
+		batched, err := pass(l, per, l, spec)
 		if err != nil {
 			return fmt.Errorf("%d clients, batched: %w", l, err)
 		}
 		row := concurrencyRow{Concurrency: l, MaxBatch: batched.maxBatch, Requests: len(batched.runs),
 			Serial: serial.summary(), Batched: batched.summary()}
-		row.Mismatches = mismatches(serial.runs, batched.runs)
-		exact := row.Mismatches == 0
-		row.Exact = &exact
+		best := row.Serial.TPS
+		if spec {
+			plain, err := pass(l, per, l, false)
+			if err != nil {
+				return fmt.Errorf("%d clients, plain batched: %w", l, err)
+			}
+			ps := plain.summary()
+			row.Plain = &ps
+			best = max(best, ps.TPS)
+		}
+		if replay < 0 {
+			row.Mismatches = mismatches(serial.runs, batched.runs)
+			exact := row.Mismatches == 0
+			row.Exact = &exact
+		}
 		for _, r := range batched.runs {
 			row.Tokens += r.res.Stats.GeneratedTokens
 		}
 		if row.Serial.TPS > 0 {
 			row.Speedup = row.Batched.TPS / row.Serial.TPS
+		}
+		if best > 0 {
+			row.OverBest = row.Batched.TPS / best
 		}
 		rep.Rows = append(rep.Rows, row)
 		if !c.Bool("json") {
@@ -142,11 +187,12 @@ type levelRun struct {
 	maxBatch int
 }
 
-// runClients runs clients goroutines, each sending perClient greedy plain requests in turn
-// through one Scheduler of maxBatch rows; request i (round j of client k is j·clients+k)
-// takes prompt i mod len(prompts). Scheduler.Generate runs on these goroutines, never
-// inside mlxc.Do: it queues its own work on the MLX thread.
-func runClients(ctx context.Context, e *engine.Engine, clients, perClient, maxBatch int, prompts [][]int32, maxTokens int) (levelRun, error) {
+// runClients runs clients goroutines, each sending perClient greedy requests in turn
+// (speculating when draft is set and a drafter is loaded) through one Scheduler of
+// maxBatch rows; request i (round j of client k is j·clients+k) takes prompt i mod
+// len(prompts). Scheduler.Generate runs on these goroutines, never inside mlxc.Do: it
+// queues its own work on the MLX thread.
+func runClients(ctx context.Context, e *engine.Engine, clients, perClient, maxBatch int, draft bool, prompts [][]int32, maxTokens int) (levelRun, error) {
 	var rows, steps atomic.Int64
 	sched := e.NewScheduler(engine.SchedulerConfig{MaxBatch: maxBatch, OnStep: func(r, _ int) {
 		rows.Add(int64(r))
@@ -166,7 +212,7 @@ func runClients(ctx context.Context, e *engine.Engine, clients, perClient, maxBa
 				i := j*clients + k
 				p := i % len(prompts)
 				t0 := time.Now()
-				req := engine.Request{Prompt: prompts[p], MaxTokens: maxTokens, IgnoreEOS: true, NoDraft: true}
+				req := engine.Request{Prompt: prompts[p], MaxTokens: maxTokens, IgnoreEOS: true, NoDraft: !draft}
 				res, err := sched.Generate(ctx, req, nil)
 				if err == nil && res.FinishReason == engine.FinishCancelled {
 					err = context.Canceled
@@ -195,9 +241,16 @@ func runClients(ctx context.Context, e *engine.Engine, clients, perClient, maxBa
 // summary folds the runs into the level's throughput and percentiles.
 func (lr levelRun) summary() levelStats {
 	var tps, ttft, lat []float64
-	tokens := 0
+	tokens, tauRuns, cycles, drafting := 0, 0, 0, 0
+	tau := 0.0
 	for _, r := range lr.runs {
 		tokens += r.res.Stats.GeneratedTokens
+		if st := r.res.Stats; st.Cycles > 0 {
+			tau += st.Tau
+			tauRuns++
+			cycles += st.Cycles
+			drafting += st.Cycles - st.BlockSizes[1]
+		}
 		tps = append(tps, r.res.Stats.GenerationTPS)
 		ttft = append(ttft, ms(r.res.Stats.FirstTokenTime))
 		lat = append(lat, ms(r.latency))
@@ -207,6 +260,10 @@ func (lr levelRun) summary() levelStats {
 		LatencyP50MS: percentile(lat, 50), LatencyP95MS: percentile(lat, 95)}
 	if lr.wall > 0 {
 		st.TPS = float64(tokens) / lr.wall.Seconds()
+	}
+	if tauRuns > 0 {
+		st.Tau = tau / float64(tauRuns)
+		st.DraftedShare = float64(drafting) / float64(cycles)
 	}
 	return st
 }
@@ -254,12 +311,40 @@ func sameMark(x concurrencyRow) string {
 }
 
 // printConcurrency prints --concurrency's table: per level the batched numbers, the
-// serial path's beside them, and whether every request's tokens matched.
+// serial path's (and, speculating, plain batching's) beside them, and whether every
+// request's tokens matched.
 func printConcurrency(r concurrencyReport) {
-	fmt.Printf("target %s, %s on %s, plain greedy decoding, %d new tokens a request, %d requests per client, %d prompts round-robin\n",
-		r.Target, r.Backend, r.Device, r.MaxTokens, r.RequestsPerClient, r.Prompts)
+	mode := "plain greedy decoding"
+	if r.Speculative {
+		mode = "greedy speculative decoding"
+		if r.Replay != nil {
+			mode += fmt.Sprintf(" with replayed acceptance (draft error rate %g: τ set, tokens not checked)", *r.Replay)
+		}
+	}
+	fmt.Printf("target %s, %s on %s, %s, %d new tokens a request, %d requests per client, %d prompts round-robin\n",
+		r.Target, r.Backend, r.Device, mode, r.MaxTokens, r.RequestsPerClient, r.Prompts)
 	if r.Note != "" {
 		fmt.Printf("note: %s\n", r.Note)
+	}
+	if r.Speculative {
+		fmt.Println("batched: one scheduler, up to c requests per forward, each speculating at the width the policy gives it;")
+		fmt.Println("serial: the same requests speculating one at a time; plain: batched with speculation off")
+		fmt.Printf("%7s %9s %9s %9s %9s %9s %9s %9s %17s %10s  %s\n", "clients", "max batch", "tok/s", "serial", "plain", "vs best", "τ", "drafted", "ttft ms p50/p95", "mean batch", "same")
+		for _, x := range r.Rows {
+			b := x.Batched
+			plain := 0.0
+			if x.Plain != nil {
+				plain = x.Plain.TPS
+			}
+			fmt.Printf("%7d %9d %9.1f %9.1f %9.1f %8.2fx %9.2f %8.0f%% %17s %10.2f  %s\n", x.Concurrency, x.MaxBatch, b.TPS, x.Serial.TPS, plain, x.OverBest,
+				b.Tau, 100*b.DraftedShare, fmt.Sprintf("%.0f/%.0f", b.TTFTP50MS, b.TTFTP95MS), b.BatchSize, sameMark(x))
+		}
+		fmt.Printf("τ of the serial runs:")
+		for _, x := range r.Rows {
+			fmt.Printf(" %d clients %.2f;", x.Concurrency, x.Serial.Tau)
+		}
+		fmt.Println()
+		return
 	}
 	fmt.Println("batched: one scheduler decoding up to c requests per forward; serial: the same requests one at a time")
 	fmt.Printf("%7s %9s %9s %9s %8s %9s %17s %19s %10s  %s\n", "clients", "max batch", "tok/s", "serial", "speedup", "req tok/s", "ttft ms p50/p95", "latency ms p50/p95", "mean batch", "same")

@@ -5,9 +5,10 @@ import (
 	"testing"
 )
 
-// bench --concurrency: a row per level with a positive aggregate throughput for both
-// paths, the batched tokens equal to the serial ones, and a mean batch between one row
-// and the level's clients.
+// bench --concurrency with a drafter: a row per level with a positive aggregate
+// throughput for the three ways (batched speculation, serial speculation, plain
+// batching), the batched tokens equal to the serial ones, τ for the speculating ones,
+// and a mean batch between one row and the level's clients.
 func TestBenchConcurrency(t *testing.T) {
 	td, dd := tinyPair(t)
 	out, errOut, code := runCLI(t, "bench", "--target-model", td, "--draft-model", dd, "--concurrency", "1,2", "--requests-per-client", "1",
@@ -39,6 +40,9 @@ func TestBenchConcurrency(t *testing.T) {
 		}
 		if b := x.Batched.BatchSize; b < 1 || b > float64(x.Concurrency) {
 			t.Errorf("%d clients: mean batch %.2f", x.Concurrency, b)
+		}
+		if x.Plain == nil || x.Plain.TPS <= 0 || x.OverBest <= 0 || x.Batched.Tau < 1 || x.Serial.Tau < 1 {
+			t.Errorf("%d clients, speculating: plain batched %+v, over best %.2f, τ %.2f and %.2f serial", x.Concurrency, x.Plain, x.OverBest, x.Batched.Tau, x.Serial.Tau)
 		}
 		if x.Serial.BatchSize != 1 {
 			t.Errorf("%d clients: serial mean batch %.2f, want 1", x.Concurrency, x.Serial.BatchSize)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
 // DefaultPrefillSlice is how long a joining sequence's prefill may hold the rows already
@@ -71,8 +72,16 @@ func (b *batcher) admit(q *sequence) {
 		return
 	}
 	q.c = b.e.Target.NewCache()
-	q.c.Reserve(len(q.req.Prompt) + q.req.MaxTokens)
-	q.pf = b.e.newPrefill(q.req.Prompt, q.req.PrefixMarks, q.c, nil, &q.st)
+	var p verify.Proposer
+	if q.dr != nil {
+		n := len(q.req.Prompt) + q.req.MaxTokens + q.dr.maxW
+		q.c.Reserve(n)
+		q.dr.begin(n)
+		p = q.dr.p
+	} else {
+		q.c.Reserve(len(q.req.Prompt) + q.req.MaxTokens)
+	}
+	q.pf = b.e.newPrefill(q.req.Prompt, q.req.PrefixMarks, q.c, p, &q.st)
 	b.prefilling = append(b.prefilling, q)
 }
 
@@ -207,6 +216,7 @@ func (b *batcher) collect() {
 		if !q.over() || b.d.holds(q) || slices.Contains(b.prefilling, q) || slices.Contains(b.ready, q) {
 			return false
 		}
+		q.dr.release()
 		if b.finished != nil {
 			b.finished(q)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
 // decoder is plain decoding for B ≥ 1 sequences: each tick builds one step that gives
@@ -35,16 +36,27 @@ type decoder struct {
 	single *sequence
 	batch  cache.Batch
 	// y is the step in flight: one token per row, int32 [len(rows)], detached; nil when
-	// no step is in flight.
-	y *mlxc.Array
+	// no step is in flight. yHidden are its tapped rows [rows, 1, ·] (detached) when a
+	// drafting row is among them, for the drafters' next context.
+	y, yHidden *mlxc.Array
+	// nextHidden is the tapped rows of a step built ahead, until read hands it over.
+	nextHidden *mlxc.Array
+	// costs are the measured costs of the steps, for the width policy (plan).
+	costs *stepCosts
+	// lastTick is when the last pipelined step was read (the interval between two reads
+	// is a pipelined step's cost).
+	lastTick time.Time
 	// steps counts the steps built, for the allocator's cache release.
 	steps int
+	// argmax is the greedy verdicts' kernels (made at the first one).
+	argmax     *model.RowArgmax
+	argmaxMade bool
 	// observe, when set, sees each step's row count.
 	observe func(rows int)
 }
 
 func (e *Engine) newDecoder() *decoder {
-	d := &decoder{e: e}
+	d := &decoder{e: e, costs: newStepCosts(e.BlockCosts)}
 	if bm, ok := e.Target.(model.BatchModel); ok {
 		d.bm = bm
 	}
@@ -73,7 +85,7 @@ func (d *decoder) tick(joiners []*sequence) error {
 	read := d.rows
 	penalty := slices.ContainsFunc(d.rows, func(q *sequence) bool { return q.penalty }) ||
 		slices.ContainsFunc(joiners, func(q *sequence) bool { return q.penalty })
-	if !penalty {
+	if !penalty && !d.drafts(joiners) {
 		// Build ahead from the lazy tokens, then read them while the device runs.
 		tb := time.Now()
 		next, err := d.buildNext(joiners, true)
@@ -83,8 +95,18 @@ func (d *decoder) tick(joiners []*sequence) error {
 		d.read(read, next, time.Since(tb))
 		return nil
 	}
-	// A penalised row needs its last token's value in its logits: read first.
+	// A penalised row needs its last token's value in its logits, and a drafting row's
+	// width and draft depend on what the step in flight commits: read first.
 	d.read(read, nil, 0)
+	kept, next := d.continuing(joiners)
+	widths := d.plan(next)
+	if slices.ContainsFunc(widths, func(w int) bool { return w > 1 }) {
+		if err := d.arrange(kept, joiners); err != nil {
+			return err
+		}
+		d.rows = next
+		return d.speculate(next, widths)
+	}
 	tb := time.Now()
 	if _, err := d.buildNext(joiners, false); err != nil {
 		return err
@@ -95,6 +117,30 @@ func (d *decoder) tick(joiners []*sequence) error {
 	return nil
 }
 
+// continuing lists the rows that take another step (indices into d.rows, and the
+// sequences, followed by the joiners).
+func (d *decoder) continuing(joiners []*sequence) (kept []int, next []*sequence) {
+	for r, q := range d.rows {
+		if q.wantsStep() {
+			kept = append(kept, r)
+			next = append(next, q)
+		}
+	}
+	return kept, append(next, joiners...)
+}
+
+// drafts reports whether the next step would draft for some row, as planned before the
+// step in flight is read: a step in flight that drafted must be read first anyway (its
+// rows' acceptance moves the plan), a plain one leaves the plan as it is but for the
+// token budget.
+func (d *decoder) drafts(joiners []*sequence) bool {
+	_, next := d.continuing(joiners)
+	if !slices.ContainsFunc(next, func(q *sequence) bool { return q.dr != nil }) {
+		return false
+	}
+	return slices.ContainsFunc(d.plan(next), func(w int) bool { return w > 1 })
+}
+
 // holds reports whether q is a row of the step in flight.
 func (d *decoder) holds(q *sequence) bool { return slices.Contains(d.rows, q) }
 
@@ -102,11 +148,13 @@ func (d *decoder) holds(q *sequence) bool { return slices.Contains(d.rows, q) }
 // next is the step already built after it (nil: none yet), which becomes the one in
 // flight. build is the time spent building next, counted for every row read.
 func (d *decoder) read(rows []*sequence, next *mlxc.Array, build time.Duration) {
-	y := d.y
-	d.y = next
+	y, hidden := d.y, d.yHidden
+	d.y, d.yHidden = next, d.nextHidden
+	d.nextHidden = nil
 	if y == nil {
 		return
 	}
+	defer hidden.Free()
 	if !slices.ContainsFunc(rows, func(q *sequence) bool { return !q.over() }) {
 		y.Free() // every row has ended: nothing to wait for
 		return
@@ -116,35 +164,51 @@ func (d *decoder) read(rows []*sequence, next *mlxc.Array, build time.Duration) 
 	y.Free()
 	wait := time.Since(tw)
 	now := time.Now()
+	if next != nil && !d.lastTick.IsZero() {
+		d.costs.observe(len(rows), now.Sub(d.lastTick))
+	}
+	d.lastTick = now
+	if next == nil {
+		d.lastTick = time.Time{} // the next step starts after this read: no interval
+	}
 	for r, q := range rows {
 		q.st.BuildTime += build
 		q.st.WaitTime += wait
+		if q.dr != nil && hidden != nil {
+			// The step's input is committed even when the row has just ended: its row
+			// keeps the drafter's context level with the caches (the prefix cache).
+			q.dr.keep(mlxc.SliceAxis(hidden, 0, r, r+1).Detach())
+		}
 		if q.over() {
 			continue
+		}
+		if q.dr != nil && len(q.history) > 1 { // a first token is no cycle
+			d.countPlain(q)
 		}
 		q.take(toks[r], now)
 		q.st.HostTime += time.Since(now)
 	}
 }
 
+// countPlain counts a drafting row's step without drafts (a cycle of block 1).
+func (d *decoder) countPlain(q *sequence) {
+	st := &q.st
+	st.Cycles++
+	st.AcceptHist[0]++
+	countDrafts(st, 0, 0)
+	q.dr.policy.observe(0, 0)
+}
+
 // buildNext arranges the caches for the rows that go on and the joiners, and builds and
 // starts their step; lazy: the rows' inputs are the tokens in flight (y), else their last
 // read tokens. It returns the step's tokens (also in d.y once read is done with the old).
 func (d *decoder) buildNext(joiners []*sequence, lazy bool) (*mlxc.Array, error) {
-	var kept []int
-	var next []*sequence
-	for r, q := range d.rows {
-		if q.wantsStep() {
-			kept = append(kept, r)
-			next = append(next, q)
-		}
-	}
-	next = append(next, joiners...)
+	kept, next := d.continuing(joiners)
 	var ids *mlxc.Array
 	if len(next) > 0 {
 		var parts []*mlxc.Array
 		if len(kept) > 0 {
-			if lazy {
+			if lazy && d.y != nil {
 				parts = append(parts, d.takeRows(d.y, kept))
 			} else {
 				in := make([]int32, len(kept))
@@ -173,7 +237,11 @@ func (d *decoder) buildNext(joiners []*sequence, lazy bool) (*mlxc.Array, error)
 	if len(next) == 0 {
 		return nil, nil
 	}
-	tok := d.step(ids, next).Detach()
+	tok, hidden := d.step(ids, next)
+	tok.Detach()
+	if hidden != nil {
+		hidden.Detach()
+	}
 	profile := slices.ContainsFunc(next, func(q *sequence) bool { return q.req.Profile })
 	if profile {
 		var nodes int
@@ -190,7 +258,11 @@ func (d *decoder) buildNext(joiners []*sequence, lazy bool) (*mlxc.Array, error)
 		}
 	}
 	te := time.Now()
-	mlxc.AsyncEval(tok)
+	if hidden != nil {
+		mlxc.AsyncEval(tok, hidden)
+	} else {
+		mlxc.AsyncEval(tok)
+	}
 	if profile {
 		for _, q := range next {
 			q.st.StepEncodeTime += time.Since(te)
@@ -198,6 +270,7 @@ func (d *decoder) buildNext(joiners []*sequence, lazy bool) (*mlxc.Array, error)
 	}
 	for _, q := range next {
 		q.built++
+		q.steps++
 		q.stepRows += len(next)
 	}
 	d.steps++
@@ -208,8 +281,10 @@ func (d *decoder) buildNext(joiners []*sequence, lazy bool) (*mlxc.Array, error)
 		mlxc.ClearCache()
 	}
 	if !lazy {
-		d.y = tok
-	} // else read commits the old step's tokens, then this one is in flight
+		d.y, d.yHidden = tok, hidden
+	} else {
+		d.nextHidden = hidden // read commits the old step's tokens, then this one is in flight
+	}
 	return tok, nil
 }
 
@@ -226,36 +301,37 @@ func (d *decoder) takeRows(y *mlxc.Array, kept []int) *mlxc.Array {
 }
 
 // step is the forward of one token per row, ids int32 [n], and each row's draw from its
-// own logits with its own parameters and keys: int32 [n].
-func (d *decoder) step(ids *mlxc.Array, rows []*sequence) *mlxc.Array {
+// own logits with its own parameters and keys: int32 [n]; with drafting rows also the
+// tapped rows [n, 1, ·] their drafters take as context (else nil).
+func (d *decoder) step(ids *mlxc.Array, rows []*sequence) (toks, hidden *mlxc.Array) {
 	n := len(rows)
+	taps := d.taps(rows)
 	var logits *mlxc.Array
 	if d.single != nil {
-		out := d.e.Target.Forward(mlxc.Reshape(ids, 1, 1), d.single.c, model.ForwardOptions{Logits: model.LogitsLast})
-		logits = mlxc.Reshape(out.Logits, 1, -1)
+		out := d.e.Target.Forward(mlxc.Reshape(ids, 1, 1), d.single.c, model.ForwardOptions{Taps: taps, Logits: model.LogitsLast})
+		logits, hidden = mlxc.Reshape(out.Logits, 1, -1), out.Hidden
 	} else {
-		out := d.bm.ForwardBatch(mlxc.Reshape(ids, n, 1), d.batch, model.BatchOptions{PaddedKeys: paddedPays(d.batch.Lens())})
-		logits = mlxc.Reshape(out.Logits, n, -1)
+		out := d.bm.ForwardBatch(mlxc.Reshape(ids, n, 1), d.batch, model.BatchOptions{Taps: taps, PaddedKeys: paddedPays(d.batch.Lens())})
+		logits, hidden = mlxc.Reshape(out.Logits, n, -1), out.Hidden
 	}
 	if !slices.ContainsFunc(rows, func(q *sequence) bool { return q.penalty || !q.req.Sampling.Greedy() }) {
 		// Greedy rows: one argmax over all rows (row r's is its own row's).
-		return mlxc.AsType(mlxc.Argmax(sample.LogProbs(logits), -1, false), mlxc.Int32)
+		return mlxc.AsType(mlxc.Argmax(sample.LogProbs(logits), -1, false), mlxc.Int32), hidden
 	}
-	toks := make([]*mlxc.Array, n)
+	drawn := make([]*mlxc.Array, n)
 	for r, q := range rows {
 		row := logits
 		if n > 1 {
 			row = mlxc.SliceAxis(logits, 0, r, r+1)
 		}
-		sp := q.req.Sampling
-		row = sp.PenaltyRows(row, lastN(q.history, 64), nil)
-		toks[r] = sp.Draw(sample.LogProbs(row), q.keys.Next())
+		row = q.req.Sampling.PenaltyRows(row, lastN(q.history, 64), nil)
+		drawn[r] = mlxc.Reshape(d.verdict(q, row, nil, nil).Next, 1)
 	}
-	out := toks[0]
+	out := drawn[0]
 	if n > 1 {
-		out = mlxc.Concatenate(toks, 0)
+		out = mlxc.Concatenate(drawn, 0)
 	}
-	return mlxc.AsType(out, mlxc.Int32)
+	return mlxc.AsType(out, mlxc.Int32), hidden
 }
 
 // arrange makes the caches hold the rows kept (indices into d.rows, increasing) followed
@@ -335,14 +411,21 @@ func (d *decoder) retire(r int, q *sequence) {
 	if d.e.Prefix == nil || len(q.history) < 2 {
 		return // nothing decoded: the prefill saved the prompt
 	}
+	s := mlxc.NewScope()
+	defer s.Close()
+	var p verify.Proposer
+	var pending *mlxc.Array
+	if q.dr != nil {
+		p, pending = q.dr.p, q.dr.takePending()
+	}
 	switch {
 	case d.single == q:
-		d.e.saveCommitted(q.fed(q.c.Offset()), q.c, nil, nil)
+		d.e.saveCommitted(q.fed(q.c.Offset()), q.c, p, pending)
 	case d.batch != nil:
 		c := d.e.Target.NewCache()
 		defer c.Free()
 		if err := d.batch.Extract(r, c); err == nil {
-			d.e.saveCommitted(q.fed(c.Offset()), c, nil, nil)
+			d.e.saveCommitted(q.fed(c.Offset()), c, p, pending)
 		}
 	}
 }
@@ -350,7 +433,11 @@ func (d *decoder) retire(r int, q *sequence) {
 // free releases the caches and the step in flight (the decoder then has no rows).
 func (d *decoder) free() {
 	d.y.Free()
-	d.y = nil
+	d.yHidden.Free()
+	d.nextHidden.Free()
+	d.y, d.yHidden, d.nextHidden = nil, nil, nil
+	d.argmax.Free()
+	d.argmax, d.argmaxMade = nil, false
 	if d.single != nil {
 		d.single.c.Free()
 		d.single.c = nil

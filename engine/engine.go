@@ -96,13 +96,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, emit func(Event) err
 	var genErr error
 	if err := mlxc.Catch(func() {
 		switch {
-		case e.Proposer == nil || req.NoDraft:
-			res, genErr = e.plain(ctx, req, emit)
-		case e.canRunAhead(req):
+		case e.Proposer != nil && !req.NoDraft && e.canRunAhead(req):
 			res, genErr = e.dflashAhead(ctx, req, emit)
 		default:
-			res, genErr = e.dflash(ctx, req, emit)
-			if e.RunAhead {
+			res, genErr = e.decodeOne(ctx, req, emit)
+			if e.Proposer != nil && !req.NoDraft && e.RunAhead {
 				res.Stats.RunAheadFallback = e.runAheadRefusal(req)
 			}
 		}

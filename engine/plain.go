@@ -7,10 +7,11 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
-// plain is autoregressive decoding of one request: the decoder with one row (decoder.go).
-func (e *Engine) plain(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
+// decodeOne runs one request through the decoder as its only row (decoder.go): plain
+// decoding, or speculation through the engine's proposer.
+func (e *Engine) decodeOne(ctx context.Context, req Request, emit func(Event) error) (Result, error) {
 	mlxc.ResetPeakMemory()
-	q := e.newSequence(ctx, req, emit, time.Now())
+	q := e.newSequence(ctx, req, emit, time.Now(), false)
 	b := e.newBatcher(1, 0)
 	defer b.free()
 	b.admit(q)

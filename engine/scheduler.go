@@ -23,11 +23,10 @@ type SchedulerConfig struct {
 	OnStep func(rows, waiting int)
 }
 
-// Scheduler runs many requests at once on one engine: plain requests decode together,
-// one token per row per forward, joining and leaving between steps (batcher); a DFlash
-// request runs alone when it arrives at an idle engine and as a plain row when others
-// are already decoding (its greedy output is the same; a sampled one is another draw of
-// the same distribution). Generate may be called from many goroutines.
+// Scheduler runs many requests at once on one engine: they decode together, joining and
+// leaving between steps (batcher); with a drafter, each request speculates in the
+// same steps at its own width, plain rows riding along (decoder.plan decides the widths
+// per step). Generate may be called from many goroutines.
 //
 // A request's text reaches its emit on the caller's goroutine, through a mailbox the
 // MLX thread fills: a slow reader delays only itself. An emit error, a cancelled
@@ -76,7 +75,7 @@ func (s *Scheduler) Generate(ctx context.Context, req Request, emit func(Event) 
 	}
 	j := &scheduled{done: make(chan struct{})}
 	j.mb.wake = make(chan struct{}, 1)
-	j.q = s.e.newSequence(ctx, req, j.mb.post, time.Now())
+	j.q = s.e.newSequence(ctx, req, j.mb.post, time.Now(), true)
 	s.mu.Lock()
 	s.waiting = append(s.waiting, j)
 	start := !s.running
@@ -163,16 +162,7 @@ func (s *Scheduler) loop() {
 		s.mu.Lock()
 		for len(s.waiting) > 0 && b.room() > 0 {
 			j := s.waiting[0]
-			if s.e.Proposer != nil && !j.q.req.NoDraft && b.empty() {
-				// Alone on an idle engine: DFlash, exclusively.
-				s.waiting = s.waiting[1:]
-				s.mu.Unlock()
-				s.runAlone(j)
-				s.mu.Lock()
-				continue
-			}
 			s.waiting = s.waiting[1:]
-			j.q.req.NoDraft = true
 			jobs[j.q] = j
 			b.admit(j.q)
 		}
@@ -185,15 +175,6 @@ func (s *Scheduler) loop() {
 		s.mu.Unlock()
 		_ = b.iterate() // failures end the sequences they concern
 	}
-}
-
-// runAlone runs a request through Engine.Generate (the DFlash loops) while nothing else
-// decodes.
-func (s *Scheduler) runAlone(j *scheduled) {
-	q := j.q
-	res, err := s.e.Generate(q.ctx, q.req, q.emit)
-	j.res, j.err = res, err
-	close(j.done)
 }
 
 // mailbox carries a sequence's events from the MLX thread to its caller.

@@ -23,8 +23,10 @@ type sequence struct {
 	penalty bool
 	// history is the last prompt token followed by every token read.
 	history []int32
-	// built counts the steps built for the sequence (tokens read plus the one in flight).
+	// built counts the tokens built for the sequence (tokens read plus the one in flight).
 	built int
+	// steps counts the steps (plain or speculative) the sequence was in.
+	steps int
 	// c holds the sequence's layers while it prefills and while it is the decoder's only
 	// row; nil while a batch holds it.
 	c  model.Cache
@@ -35,17 +37,25 @@ type sequence struct {
 	start, firstTok time.Time
 	// stepRows sums the rows of the steps the sequence was in (its mean batch size).
 	stepRows int
+	// dr is the sequence's drafter state when it speculates (nil: plain decoding).
+	dr *drafting
 }
 
 // newSequence makes the sequence of a validated request; its budget is clamped to the
-// context.
-func (e *Engine) newSequence(ctx context.Context, req Request, emit func(Event) error, start time.Time) *sequence {
+// context. With a drafter loaded (and the request not NoDraft) it speculates: through
+// the engine's proposer, or with fork through one of its own (several sequences at once).
+func (e *Engine) newSequence(ctx context.Context, req Request, emit func(Event) error, start time.Time, fork bool) *sequence {
 	e.budget(&req)
 	s := &sequence{req: req, ctx: ctx, emit: emit, start: start, keys: newKeys(req.Sampling)}
 	s.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
 	s.st = Stats{Mode: "plain", PromptTokens: len(req.Prompt)}
 	s.penalty = req.Sampling.RepetitionPenalty > 0 && req.Sampling.RepetitionPenalty != 1
 	s.history = []int32{req.Prompt[len(req.Prompt)-1]}
+	if e.Proposer != nil && !req.NoDraft {
+		if s.dr = newDrafting(e, req, fork); s.dr != nil {
+			s.st = newDFlashStats(false, len(req.Prompt), s.dr.maxW)
+		}
+	}
 	if req.MaxTokens == 0 {
 		s.o.end(FinishLength)
 	}
@@ -81,6 +91,28 @@ func (s *sequence) take(tok int32, now time.Time) {
 	s.report()
 }
 
+// last is the sequence's staged token: the input of its next step.
+func (s *sequence) last() int32 { return s.history[len(s.history)-1] }
+
+// takeAll commits the tokens a speculative step read (its accepted drafts and the
+// target's next token) and reports them. All of them join the history, which the caches
+// hold but for the last; the output takes them up to its end.
+func (s *sequence) takeAll(toks []int32, now time.Time) {
+	if s.firstTok.IsZero() {
+		s.firstTok = now
+		s.st.FirstTokenTime = now.Sub(s.start)
+		s.st.PrefillTime = s.st.FirstTokenTime
+	}
+	for _, t := range toks {
+		s.history = append(s.history, t)
+		if !s.o.done {
+			s.o.push(t)
+		}
+	}
+	s.built = len(s.history) - 1
+	s.report()
+}
+
 // report hands the output accumulated since the last report to emit; an error from emit
 // ends the sequence.
 func (s *sequence) report() {
@@ -105,8 +137,8 @@ func (s *sequence) result() (Result, error) {
 	if !s.firstTok.IsZero() {
 		finishStats(&s.st, s.firstTok, time.Now())
 	}
-	if s.built > 0 {
-		s.st.BatchSize = float64(s.stepRows) / float64(s.built)
+	if s.steps > 0 {
+		s.st.BatchSize = float64(s.stepRows) / float64(s.steps)
 	}
 	return Result{Tokens: s.o.tokens, Text: s.o.text.String(), FinishReason: s.o.finish, Stats: s.st}, s.err
 }

@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
+	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+)
+
+// specPairs are target and drafter pairs for batched speculation: dense, 4-bit, hybrid
+// and MoE targets with DFlash drafters, and dense and hybrid ones with DFlash2 drafters.
+func specPairs(t *testing.T) map[string]*pair {
+	t.Helper()
+	q4 := decisiveSpec(12)
+	q4.QuantBits, q4.QuantGroup = 4, 64
+	pairs := map[string]*pair{
+		"dflash/qwen3-bf16":   loadPair(t, "decisive-bf16", decisiveSpec(11), 2),
+		"dflash/qwen3-4bit":   loadPair(t, "decisive-4bit", q4, 2),
+		"dflash/qwen3_5-bf16": loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2),
+	}
+	for name, p := range moePairs(t) {
+		pairs["dflash/"+name] = p
+	}
+	d2 := dflash2Pairs(t)
+	pairs["dflash2/qwen3-bf16"] = d2["qwen3-bf16"]
+	pairs["dflash2/qwen35-4bit"] = d2["qwen35-4bit"]
+	return pairs
+}
+
+// Every request speculating in a batch (each row its own drafts and width, rows joining
+// after interleaved prefills and leaving mid-run, a plain row among them) gives the
+// tokens of the same request run alone: greedy bit for bit (and so plain decoding's),
+// seeded T>0 the alone run's draw with that seed; on every family, DFlash and DFlash2.
+func TestBatchedSpeculationMatchesAlone(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	for name, p := range specPairs(t) {
+		t.Run(name, func(t *testing.T) {
+			reqs := batchRequests(p.vocab)
+			reqs[1].NoDraft = true // a plain row rides in the speculative steps
+			reqs[6].BlockSize = 3  // a row of its own narrower block
+			alone := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
+			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
+			var mu sync.Mutex
+			widest := 0
+			s := e.NewScheduler(SchedulerConfig{MaxBatch: 8, PrefillSlice: time.Nanosecond, OnStep: func(rows, _ int) {
+				mu.Lock()
+				widest = max(widest, rows)
+				mu.Unlock()
+			}})
+			got := runConcurrently(t, s, reqs)
+			drafting := 0
+			for i, req := range reqs {
+				want, _ := run(t, alone, req)
+				if at, ok := eqTokens(got[i].Tokens, want.Tokens); !ok || len(got[i].Tokens) != len(want.Tokens) {
+					t.Errorf("request %d: batched output differs from alone at token %d:\n got %v\nwant %v", i, at, got[i].Tokens, want.Tokens)
+				}
+				if req.Sampling.Greedy() && req.Sampling.RepetitionPenalty == 0 {
+					if at, ok := eqTokens(got[i].Tokens, soloReference(t, p.target, req)); !ok {
+						t.Errorf("request %d: greedy batched output differs from plain decoding at %d", i, at)
+					}
+				}
+				st := got[i].Stats
+				switch {
+				case req.NoDraft && (st.Mode != "plain" || st.Cycles != 0):
+					t.Errorf("request %d (no draft): mode %q, %d cycles", i, st.Mode, st.Cycles)
+				case !req.NoDraft && (st.Mode != "dflash" || st.Cycles == 0):
+					t.Errorf("request %d: mode %q, %d cycles; want dflash", i, st.Mode, st.Cycles)
+				case !req.NoDraft && st.Drafted > 0:
+					drafting++
+				}
+			}
+			if widest < 2 {
+				t.Errorf("widest step had %d rows: no batch formed", widest)
+			}
+			if drafting < 4 {
+				t.Errorf("only %d requests drafted", drafting)
+			}
+		})
+	}
+}
+
+// Rows sampling at T > 0 in a batch of 4 speculating rows draw from the target's
+// distribution: the χ² test of the first three tokens' joint distribution against the
+// enumerated one, each request's seed its own, its batch mates other requests.
+func TestBatchedSpeculativeSamplingMatchesTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("statistical test; skipped with -short")
+	}
+	for _, kind := range []string{"dflash", "dflash2"} {
+		t.Run(kind, func(t *testing.T) {
+			p := samplingPair(t, kind)
+			sp := sample.Params{Temperature: 0.9, TopP: 0.97}
+			prompt := []int32{1, 3, 5}
+			exp := exactJoint(t, p.target, prompt, p.vocab, sp)
+			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
+			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4})
+			const N, rows = 1200, 4
+			obs := map[[3]int32]int{}
+			var mu sync.Mutex
+			for round := 0; round < N/rows; round++ {
+				var wg sync.WaitGroup
+				for r := range rows {
+					wg.Add(1)
+					go func(seed uint64) {
+						defer wg.Done()
+						q := sp
+						q.Seed = seed
+						// Batch mates of other lengths keep the steps ragged.
+						res, err := s.Generate(context.Background(), Request{Prompt: prompt, MaxTokens: 4 + r, Sampling: q, IgnoreEOS: true, BlockSize: 4}, nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						obs[[3]int32{res.Tokens[0], res.Tokens[1], res.Tokens[2]}]++
+						mu.Unlock()
+					}(uint64(round*rows+r)*7919 + 17)
+				}
+				wg.Wait()
+			}
+			stat, df := chiSquare(obs, exp, N)
+			crit := chiCritical(df, 3.09) // α = 0.001
+			t.Logf("χ² = %.1f, df = %d, critical (α=0.001) = %.1f", stat, df, crit)
+			if stat > crit {
+				t.Errorf("distribution differs from the target's: χ² %.1f > %.1f", stat, crit)
+			}
+		})
+	}
+}
+
+// samplingPair is a tiny 6-token target with a drafter of the given generation.
+func samplingPair(t *testing.T, kind string) *pair {
+	t.Helper()
+	spec := modelgen.TinyQwen3()
+	spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = 6, 21, 0.1, []int{-1}
+	if kind == "dflash2" {
+		ds := modelgen.DrafterFor(spec, 1).DFlash2For()
+		return loadPairWith(t, "batch-sampling-dflash2", spec.Vocab, func(dir string) error { return modelgen.WriteQwen3(dir, spec) }, &ds)
+	}
+	return loadPair(t, "sampling-v6", spec, 1) // TestSpeculativeSamplingMatchesTarget's pair
+}
+
+// With the width policy (block costs measured), a request alone takes its block policy's
+// sizes, and a batch whose wide verifies cost more than their drafts add steps plainly:
+// greedy output stays plain decoding's, and the policy's choices show in the block sizes.
+func TestBatchPolicyTurnsSpeculationOff(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
+	// A verify whose cost grows with every token: with several rows, no draft pays.
+	steep := &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{1, 2, 4, 8, 16}}
+	e := &Engine{Target: p.target, Proposer: proposerOf(p.drft), BlockCosts: steep}
+	s := e.NewScheduler(SchedulerConfig{MaxBatch: 8})
+	reqs := batchRequests(p.vocab)
+	got := runConcurrently(t, s, reqs)
+	for i, req := range reqs {
+		if req.Sampling.Greedy() && req.Sampling.RepetitionPenalty == 0 {
+			if at, ok := eqTokens(got[i].Tokens, soloReference(t, p.target, req)); !ok {
+				t.Errorf("request %d differs from plain decoding at %d", i, at)
+			}
+		}
+		st := got[i].Stats
+		n := 0
+		for _, k := range st.BlockSizes {
+			n += k
+		}
+		if n != st.Cycles {
+			t.Errorf("request %d: block sizes %v count %d cycles, stats %d", i, st.BlockSizes, n, st.Cycles)
+		}
+	}
+	// Costs that are flat in the tokens: every row drafts its largest block.
+	e.BlockCosts = &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{10, 10, 10, 10, 10}}
+	s = e.NewScheduler(SchedulerConfig{MaxBatch: 8})
+	got = runConcurrently(t, s, reqs[:3])
+	for i, res := range got {
+		if res.Stats.Drafted == 0 {
+			t.Errorf("flat costs: request %d drafted nothing: %v", i, res.Stats.BlockSizes)
+		}
+	}
+}
+
+// stepCosts interpolates between measured token counts and extends the last slope.
+func TestStepCosts(t *testing.T) {
+	c := newStepCosts(&BlockCosts{Sizes: []int{1, 4, 8}, MS: []float64{2, 5, 9}})
+	for _, tc := range []struct {
+		T    int
+		want float64
+	}{{1, 2}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {16, 17}} {
+		if got := c.at(tc.T); got != tc.want {
+			t.Errorf("cost at %d: %v, want %v", tc.T, got, tc.want)
+		}
+	}
+	c.observe(8, 19*time.Millisecond)
+	if got := c.at(8); got != 0.8*9+0.2*19 {
+		t.Errorf("after a measurement: %v", got)
+	}
+	if got := newStepCosts(nil).at(5); got != 0 {
+		t.Errorf("nothing measured: %v, want 0", got)
+	}
+}

@@ -1,0 +1,488 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
+)
+
+// Speculation in the decoder. A sequence with a drafter (drafting) takes steps of its own
+// width w: its staged token and w−1 drafts, verified with every other row's block in one
+// tentative forward; it keeps the staged token and its accepted drafts (per row: KV rows
+// counted, recurrent layers replayed) and commits them and the target's next token. A
+// width of 1 is a plain step: no draft, one token, the tapped row kept for the drafter's
+// next context. All rows that draft in a step draft in one proposer call
+// (verify.ProposeRows: one drafter forward), and all verdicts come back in one
+// evaluation. The widths come from plan: each row's own acceptance and the measured cost
+// of the batch's forward (stepCosts).
+
+// drafting is a sequence's drafter state.
+type drafting struct {
+	// p is the sequence's own proposer (a fork of the engine's: its own context).
+	p verify.Proposer
+	// maxW is the largest block (staged token + drafts) the sequence verifies.
+	maxW int
+	// policy is the sequence's acceptance per position and its block policy (nil: the
+	// block is fixed: every step the largest the budget allows).
+	policy *blockPolicy
+	// pending are the tapped rows of committed positions the proposer has not taken in
+	// yet (detached), in order.
+	pending []*mlxc.Array
+	begun   bool
+}
+
+// forker is a proposer that makes a fresh proposer over the same drafter for each
+// sequence (verify.DFlash and DFlash2 keep one sequence's context).
+type forker interface{ Fork() verify.Proposer }
+
+// newDrafting makes the drafter state of a request: over the engine's proposer itself
+// (one request at a time), or with fork over a proposer of its own (nil when the
+// engine's proposer cannot make one: the request then decodes plainly).
+func newDrafting(e *Engine, req Request, fork bool) *drafting {
+	p := e.Proposer
+	if fork {
+		f, ok := p.(forker)
+		if !ok {
+			return nil
+		}
+		p = f.Fork()
+	}
+	maxW := blockSize(p, req)
+	return &drafting{p: p, maxW: maxW, policy: newBlockPolicy(e.BlockCosts, maxW)}
+}
+
+// begin starts the proposer's sequence with room for n context positions.
+func (dr *drafting) begin(n int) {
+	dr.p.Begin()
+	dr.begun = true
+	reserveContext(dr.p, n)
+}
+
+// takePending joins the pending rows into one context array in the caller's scope (nil:
+// none) and frees them.
+func (dr *drafting) takePending() *mlxc.Array {
+	if len(dr.pending) == 0 {
+		return nil
+	}
+	ctx := dr.pending[0]
+	if len(dr.pending) > 1 {
+		ctx = mlxc.Concatenate(dr.pending, 1)
+		freeAll(dr.pending)
+	}
+	dr.pending = nil
+	return ctx
+}
+
+// keep appends a committed position's tapped rows; past 64 waiting rows they go to the
+// proposer as context, so that steps without drafts do not pile them up.
+func (dr *drafting) keep(rows *mlxc.Array) {
+	dr.pending = append(dr.pending, rows)
+	if len(dr.pending) > 64 {
+		s := mlxc.NewScope()
+		dr.p.Context(dr.takePending())
+		s.Close()
+	}
+}
+
+// release frees the pending rows and ends the proposer's sequence.
+func (dr *drafting) release() {
+	if dr == nil {
+		return
+	}
+	freeAll(dr.pending)
+	dr.pending = nil
+	if dr.begun {
+		dr.p.End()
+		dr.begun = false
+	}
+}
+
+// stepCosts is the measured cost of the decoder's forward by the tokens it verifies (Σ
+// of the rows' widths, drafting included): a decayed mean per token count, seeded by the
+// engine's single-row block costs (Engine.BlockCosts). Between measured counts it
+// interpolates; past the largest it extends the last measured slope.
+type stepCosts struct {
+	ms map[int]float64 // token count → milliseconds per step
+}
+
+// newStepCosts seeds the costs from the single-row block costs (nil: none known).
+func newStepCosts(bc *BlockCosts) *stepCosts {
+	c := &stepCosts{ms: map[int]float64{}}
+	if bc != nil {
+		for i, B := range bc.Sizes {
+			c.ms[B] = bc.MS[i]
+		}
+	}
+	return c
+}
+
+// observe adds a step of T tokens that took dt.
+func (c *stepCosts) observe(T int, dt time.Duration) {
+	ms := float64(dt.Microseconds()) / 1000
+	if old, ok := c.ms[T]; ok {
+		c.ms[T] = 0.8*old + 0.2*ms
+		return
+	}
+	c.ms[T] = ms
+}
+
+// at is the estimated milliseconds of a step of T tokens (0 when nothing is known).
+func (c *stepCosts) at(T int) float64 {
+	if ms, ok := c.ms[T]; ok {
+		return ms
+	}
+	keys := make([]int, 0, len(c.ms))
+	for k := range c.ms {
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return 0
+	}
+	slices.Sort(keys)
+	i, _ := slices.BinarySearch(keys, T)
+	switch {
+	case i == 0:
+		// Below every measured count: a step costs at least the smallest one's share.
+		return c.ms[keys[0]] * float64(T) / float64(keys[0])
+	case i < len(keys):
+		lo, hi := keys[i-1], keys[i]
+		f := float64(T-lo) / float64(hi-lo)
+		return c.ms[lo] + f*(c.ms[hi]-c.ms[lo])
+	case len(keys) == 1:
+		return c.ms[keys[0]] * float64(T) / float64(keys[0])
+	default:
+		lo, hi := keys[len(keys)-2], keys[len(keys)-1]
+		slope := max((c.ms[hi]-c.ms[lo])/float64(hi-lo), 0)
+		return c.ms[hi] + slope*float64(T-hi)
+	}
+}
+
+// plan chooses each row's width for the next step (rows in row order; 1 for plain
+// rows). Alone, a drafting row takes its block policy's size (the single-request
+// policy). In a batch, the widths maximise the tokens the step is expected to commit
+// (each row's own per-position acceptance) per millisecond of the step's measured cost
+// over the tokens it verifies: greedily, each round raising the one row whose larger
+// block gains the most rate, until none gains. Where a wider verify costs more than its
+// drafts are expected to add (many rows on a compute-bound backend) every row stays at
+// width 1, plain batched decoding; as rows leave, wider blocks pay again. A row whose
+// policy is exploring takes its exploring size. Widths never pass the token budget.
+func (d *decoder) plan(rows []*sequence) []int {
+	w := make([]int, len(rows))
+	for r, q := range rows {
+		w[r] = 1
+		if q.dr != nil {
+			w[r] = max(min(q.dr.maxW, q.req.MaxTokens-q.built), 1)
+		}
+	}
+	drafting := 0
+	for _, q := range rows {
+		if q.dr != nil {
+			drafting++
+		}
+	}
+	if drafting == 0 {
+		return w
+	}
+	if len(rows) == 1 {
+		q := rows[0]
+		w[0] = min(q.dr.policy.size(q.dr.maxW), w[0])
+		return w
+	}
+	if slices.ContainsFunc(rows, func(q *sequence) bool { return q.dr != nil && q.dr.policy == nil }) {
+		return w // fixed blocks (no costs measured): every drafting row its largest block
+	}
+	cap := w
+	w = make([]int, len(rows))
+	T := 0
+	for r := range w {
+		w[r] = 1
+		T++
+	}
+	expected := func(q *sequence, B int) float64 {
+		if q.dr == nil || B == 1 {
+			return 1
+		}
+		return q.dr.policy.expected(B)
+	}
+	total := 0.0
+	for r, q := range rows {
+		total += expected(q, w[r])
+	}
+	rate := func(tokens float64, T int) float64 {
+		ms := d.costs.at(T)
+		if ms <= 0 {
+			return tokens // nothing measured: a flat cost, the widest blocks
+		}
+		return tokens / ms
+	}
+	for range 4 * len(rows) {
+		best, bestRow, bestW := rate(total, T)*(1+policyTie), -1, 0
+		for r, q := range rows {
+			if q.dr == nil {
+				continue
+			}
+			for _, B := range q.dr.policy.sizes {
+				if B <= w[r] || B > cap[r] {
+					continue
+				}
+				gain := total - expected(q, w[r]) + expected(q, B)
+				if rt := rate(gain, T-w[r]+B); rt > best {
+					best, bestRow, bestW = rt, r, B
+				}
+			}
+		}
+		if bestRow < 0 {
+			break
+		}
+		q := rows[bestRow]
+		total += expected(q, bestW) - expected(q, w[bestRow])
+		T += bestW - w[bestRow]
+		w[bestRow] = bestW
+	}
+	for r, q := range rows {
+		if q.dr != nil && q.dr.policy.exploring() {
+			w[r] = min(max(w[r], q.dr.policy.explore(q.dr.policy.best())), cap[r])
+		}
+	}
+	return w
+}
+
+// blockSize is the DFlash block of a request: the proposer's, capped by the request's,
+// at least 1.
+func blockSize(p verify.Proposer, req Request) int {
+	B := p.BlockSize()
+	if req.BlockSize > 0 && req.BlockSize < B {
+		B = req.BlockSize
+	}
+	return max(B, 1)
+}
+
+// drafted is one row's part of a speculative step.
+type drafted struct {
+	w      int         // the row's width: staged + drafts
+	drafts *mlxc.Array // int32 [w−1] (nil: none)
+	probs  *mlxc.Array // the drafts' distributions (nil: point masses)
+	off    int         // the row's first position in the packed step
+}
+
+// speculate runs one synchronous step of the rows (the decoder's rows, arranged) with
+// the given widths: the drafts of every row wider than 1 in one proposer call, one
+// tentative forward of all rows' blocks, the verdicts in one evaluation, then each row's
+// commit (its caches keep staged + its accepted drafts), its tokens taken, its drafter's
+// next context kept.
+func (d *decoder) speculate(rows []*sequence, widths []int) error {
+	s := mlxc.NewScope()
+	defer s.Close()
+	t0 := time.Now()
+	lens := d.lens()
+	parts := make([]drafted, len(rows))
+	var calls []verify.RowDraft
+	var callRows []int
+	for r, q := range rows {
+		if widths[r] > 1 {
+			calls = append(calls, verify.RowDraft{P: q.dr.p, Staged: q.last(), Pos: lens[r], Ctx: q.dr.takePending(),
+				N: widths[r] - 1, Sp: q.req.Sampling, Keys: q.keys})
+			callRows = append(callRows, r)
+		}
+	}
+	var draftList []*mlxc.Array
+	for i, prop := range verify.ProposeRows(calls) {
+		r := callRows[i]
+		parts[r].drafts, parts[r].probs = prop.Tokens, prop.Probs
+		if prop.Tokens != nil {
+			draftList = append(draftList, prop.Tokens)
+		}
+	}
+	profile := slices.ContainsFunc(rows, func(q *sequence) bool { return q.req.Profile })
+	var draftWait time.Duration
+	if profile && len(draftList) > 0 {
+		// Profiling splits the drafts' time from the verify's: the drafts are evaluated
+		// on their own first (one more sync per step).
+		var nodes int
+		var ops map[string]int
+		countGraph(&nodes, &ops, draftList...)
+		td := time.Now()
+		mlxc.Eval(draftList...)
+		draftWait = time.Since(td)
+		for _, r := range callRows {
+			rows[r].st.DraftNodes += nodes
+			rows[r].st.DraftTime += draftWait
+		}
+	}
+	var ids []*mlxc.Array
+	T := 0
+	for r, q := range rows {
+		parts[r].off = T
+		ids = append(ids, mlxc.FromSlice([]int32{q.last()}, 1))
+		if dr := parts[r].drafts; dr != nil {
+			ids = append(ids, mlxc.AsType(dr, mlxc.Int32))
+			parts[r].w = 1 + dr.Dim(0)
+		} else {
+			parts[r].w = 1
+		}
+		T += parts[r].w
+	}
+	in := mlxc.Reshape(mlxc.Concatenate(ids, 0), 1, T)
+	taps := d.taps(rows)
+	var out model.Output
+	if d.single != nil {
+		d.single.c.Speculate()
+		out = d.e.Target.Forward(in, d.single.c, model.ForwardOptions{Taps: taps, Logits: model.LogitsAll,
+			KeyBucket: d.e.KeyBucket, RowwiseAttention: d.e.RowwiseVerify})
+	} else {
+		w := make([]int, len(rows))
+		for r := range parts {
+			w[r] = parts[r].w
+		}
+		out = d.bm.ForwardBatch(in, d.batch, model.BatchOptions{Widths: w, Taps: taps, Tentative: true,
+			PaddedKeys: paddedPays(lens)})
+	}
+	logits := mlxc.Reshape(out.Logits, T, -1)
+	verdicts := make([]verify.Verdict, len(rows))
+	var evalList []*mlxc.Array
+	for r, q := range rows {
+		p := parts[r]
+		lg := mlxc.SliceAxis(logits, 0, p.off, p.off+p.w)
+		if q.penalty {
+			lg = q.req.Sampling.PenaltyRows(lg, lastN(q.history, 64), p.drafts)
+		}
+		verdicts[r] = d.verdict(q, lg, p.drafts, p.probs)
+		evalList = append(evalList, verdicts[r].Arrays()...)
+		if p.drafts != nil {
+			evalList = append(evalList, p.drafts)
+		}
+	}
+	var verifyNodes int
+	if profile {
+		var ops map[string]int
+		countGraph(&verifyNodes, &ops, evalList...)
+	}
+	tb := time.Since(t0) - draftWait
+	tw := time.Now()
+	mlxc.Eval(evalList...)
+	wait := time.Since(tw)
+
+	th := time.Now()
+	keep := make([]int, len(rows))
+	taken := make([][]int32, len(rows))
+	accepted := make([]int, len(rows))
+	for r, q := range rows {
+		p := parts[r]
+		next := mlxc.ToSlice[int32](verdicts[r].Next)
+		var acc []bool
+		var dtoks []int32
+		if p.drafts != nil {
+			acc = mlxc.ToSlice[bool](verdicts[r].Accept)
+			dtoks = mlxc.ToSlice[int32](p.drafts)
+		}
+		a, tok := verify.Resolve(next, acc)
+		if d.e.ReplayAccept != nil && q.dr != nil {
+			a = min(max(d.e.ReplayAccept(p.w-1), 0), p.w-1)
+			tok = next[a]
+		}
+		accepted[r] = a
+		keep[r] = a + 1
+		taken[r] = append(dtoks[:a:a], tok)
+	}
+	tr := time.Now()
+	if d.single != nil {
+		if err := d.single.c.Commit(cache.Prefix(keep[0])); err != nil {
+			return fmt.Errorf("speculative step: committing: %w", err)
+		}
+	} else if err := d.batch.Commit(keep); err != nil {
+		return fmt.Errorf("speculative step: committing: %w", err)
+	}
+	rollback := time.Since(tr)
+	if out.Hidden != nil {
+		for r, q := range rows {
+			if q.dr != nil {
+				q.dr.keep(mlxc.SliceAxis(out.Hidden, 1, parts[r].off, parts[r].off+keep[r]).Detach())
+			}
+		}
+	}
+	now := time.Now()
+	d.costs.observe(T, now.Sub(t0))
+	for r, q := range rows {
+		p := parts[r]
+		q.steps++
+		q.stepRows += len(rows)
+		st := &q.st
+		st.BuildTime += tb
+		st.WaitTime += wait + draftWait
+		if profile {
+			st.VerifyTime += wait
+			st.VerifyNodes += verifyNodes
+		}
+		st.RollbackTime += rollback
+		if q.dr != nil && len(q.history) > 1 { // a first token is no cycle, as in the run-ahead loop
+			a := accepted[r]
+			st.Cycles++
+			st.Drafted += p.w - 1
+			st.Accepted += a
+			st.AcceptHist[a]++
+			countDrafts(st, p.w-1, a)
+			q.dr.policy.observe(p.w-1, a)
+		}
+		q.takeAll(taken[r], now)
+		q.st.HostTime += time.Since(th) - rollback
+		if d.e.afterCycle != nil && d.single == q && !q.over() {
+			d.e.afterCycle(q.c, q.fed(len(q.req.Prompt)+len(q.history)-2))
+		}
+	}
+	d.steps++
+	if d.observe != nil {
+		d.observe(len(rows))
+	}
+	if d.steps%64 == 0 {
+		mlxc.ClearCache()
+	}
+	return nil
+}
+
+// verdict is a row's verdict from its logits [w, V] over its drafts (nil: none): a
+// drafting row's as the DFlash loops build it (greedy, or speculative sampling with the
+// drafts' distributions), a plain row's its plain draw.
+func (d *decoder) verdict(q *sequence, logits, drafts, probs *mlxc.Array) verify.Verdict {
+	sp := q.req.Sampling
+	switch {
+	case q.dr == nil:
+		return verify.Verdict{Next: mlxc.AsType(sp.Draw(sample.LogProbs(logits), q.keys.Next()), mlxc.Int32)}
+	case sp.Greedy():
+		if !d.argmaxMade {
+			d.argmax = model.NewRowArgmax(d.e.settings().Kernels) // the greedy verdict's kernels on a CUDA or Metal GPU
+			d.argmaxMade = true
+		}
+		return verify.GreedyLogits(d.argmax, logits, drafts)
+	case d.e.speculative != nil:
+		return d.e.speculative(sample.LogProbs(logits), drafts, probs, sp, q.keys)
+	default:
+		return verify.Speculative(sample.LogProbs(logits), drafts, probs, sp, q.keys)
+	}
+}
+
+// taps are the target layers the rows' drafters read (nil when no row drafts).
+func (d *decoder) taps(rows []*sequence) []int {
+	for _, q := range rows {
+		if q.dr != nil {
+			return q.dr.p.TapLayers()
+		}
+	}
+	return nil
+}
+
+// lens are the rows' committed lengths, in row order.
+func (d *decoder) lens() []int {
+	if d.single != nil {
+		return []int{d.single.c.Offset()}
+	}
+	if d.batch == nil {
+		return nil
+	}
+	return d.batch.Lens()
+}
