@@ -282,9 +282,10 @@ func TestSchedulerCancelWhileWaiting(t *testing.T) {
 	}
 }
 
-// With a drafter, a request alone runs DFlash; requests that find others decoding join
-// them as plain rows. Greedy output is plain decoding's either way.
-func TestSchedulerDraftAloneElsePlainRows(t *testing.T) {
+// With a drafter, a request alone speculates, and so do requests that find others
+// decoding (they join the batch as speculating rows). Greedy output is plain decoding's
+// either way.
+func TestSchedulerSpeculatesAloneAndInBatches(t *testing.T) {
 	p := loadPair(t, "decisive-bf16", decisiveSpec(11), 2)
 	e := &Engine{Target: p.target, Proposer: verify.NewDFlash(p.drft)}
 	s := e.NewScheduler(SchedulerConfig{MaxBatch: 4})
@@ -296,12 +297,15 @@ func TestSchedulerDraftAloneElsePlainRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alone.Stats.Mode != "dflash" {
-		t.Errorf("alone: mode %q, want dflash", alone.Stats.Mode)
+	if alone.Stats.Mode != "dflash" || alone.Stats.BatchSize != 1 {
+		t.Errorf("alone: mode %q, batch size %v; want dflash alone", alone.Stats.Mode, alone.Stats.BatchSize)
 	}
 	for i, res := range runConcurrently(t, s, reqs) {
 		if at, ok := eqTokens(res.Tokens, soloReference(t, p.target, reqs[i])); !ok {
 			t.Errorf("request %d differs from plain decoding at %d", i, at)
+		}
+		if res.Stats.Mode != "dflash" || res.Stats.Cycles == 0 {
+			t.Errorf("request %d: mode %q, %d cycles", i, res.Stats.Mode, res.Stats.Cycles)
 		}
 	}
 }

@@ -52,7 +52,7 @@ func TestBatchedSpeculationMatchesAlone(t *testing.T) {
 				mu.Unlock()
 			}})
 			got := runConcurrently(t, s, reqs)
-			drafting := 0
+			drafting, together := 0, 0
 			for i, req := range reqs {
 				want, _ := run(t, alone, req)
 				if at, ok := eqTokens(got[i].Tokens, want.Tokens); !ok || len(got[i].Tokens) != len(want.Tokens) {
@@ -71,13 +71,16 @@ func TestBatchedSpeculationMatchesAlone(t *testing.T) {
 					t.Errorf("request %d: mode %q, %d cycles; want dflash", i, st.Mode, st.Cycles)
 				case !req.NoDraft && st.Drafted > 0:
 					drafting++
+					if st.BatchSize > 1 {
+						together++
+					}
 				}
 			}
 			if widest < 2 {
 				t.Errorf("widest step had %d rows: no batch formed", widest)
 			}
-			if drafting < 4 {
-				t.Errorf("only %d requests drafted", drafting)
+			if drafting < 4 || together < 2 {
+				t.Errorf("%d requests drafted, %d of them in batches", drafting, together)
 			}
 		})
 	}
@@ -199,5 +202,61 @@ func TestStepCosts(t *testing.T) {
 	}
 	if got := newStepCosts(nil).at(5); got != 0 {
 		t.Errorf("nothing measured: %v, want 0", got)
+	}
+}
+
+// plan: alone, a row takes its block policy's size; in a batch, the widths follow the
+// step's cost over the tokens it verifies: flat costs give every row its largest block,
+// costs that grow with every token give every row a plain step, and costs flat up to a
+// knee give wide blocks to some rows only. Widths never pass a row's token budget, and
+// plain rows stay at 1.
+func TestPlanWidths(t *testing.T) {
+	single := &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{10, 10, 10, 10, 10}}
+	rows := func(n int) []*sequence {
+		out := make([]*sequence, n)
+		for i := range out {
+			q := &sequence{req: Request{MaxTokens: 1000}, history: []int32{1, 2}}
+			q.dr = &drafting{maxW: 16, policy: newBlockPolicy(single, 16)}
+			for range 200 {
+				q.dr.policy.observe(15, 14) // high acceptance at every position
+			}
+			out[i] = q
+		}
+		return out
+	}
+	costs := func(ms map[int]float64) *stepCosts { return &stepCosts{ms: ms} }
+	flat := costs(map[int]float64{1: 10, 16: 10, 128: 10})
+	linear := costs(map[int]float64{1: 1, 2: 2, 128: 128})
+	knee := costs(map[int]float64{1: 10, 16: 10, 32: 40, 128: 160})
+	sum := func(w []int) int {
+		n := 0
+		for _, x := range w {
+			n += x
+		}
+		return n
+	}
+	d := &decoder{costs: flat}
+	if w := d.plan(rows(1)); w[0] != 16 {
+		t.Errorf("alone, flat: width %v, want 16", w)
+	}
+	if w := d.plan(rows(8)); sum(w) != 8*16 {
+		t.Errorf("8 rows, flat costs: widths %v, want 16 each", w)
+	}
+	d.costs = linear
+	if w := d.plan(rows(8)); sum(w) != 8 {
+		t.Errorf("8 rows, costs growing with every token: widths %v, want 1 each", w)
+	}
+	d.costs = knee
+	w := d.plan(rows(8))
+	if T := sum(w); T <= 8 || T >= 8*16 {
+		t.Errorf("8 rows, flat to 16 tokens then steep: widths %v (%d tokens), want some rows wide and not all", w, T)
+	}
+	// Budgets and plain rows.
+	rs := rows(3)
+	rs[1].dr = nil
+	rs[2].req.MaxTokens, rs[2].built = 10, 7
+	d.costs = flat
+	if w := d.plan(rs); w[0] != 16 || w[1] != 1 || w[2] != 3 {
+		t.Errorf("widths %v, want [16 1 3]: a plain row stays at 1, a row's budget caps it", w)
 	}
 }

@@ -70,11 +70,13 @@ func (dr *drafting) takePending() *mlxc.Array {
 	if len(dr.pending) == 0 {
 		return nil
 	}
-	ctx := dr.pending[0]
+	var ctx *mlxc.Array
 	if len(dr.pending) > 1 {
 		ctx = mlxc.Concatenate(dr.pending, 1)
-		freeAll(dr.pending)
+	} else {
+		ctx = mlxc.Reshape(dr.pending[0], dr.pending[0].Shape()...) // a handle of the caller's scope
 	}
+	freeAll(dr.pending)
 	dr.pending = nil
 	return ctx
 }
@@ -228,7 +230,7 @@ func (d *decoder) plan(rows []*sequence) []int {
 				continue
 			}
 			for _, B := range q.dr.policy.sizes {
-				if B <= w[r] || B > cap[r] {
+				if B = min(B, cap[r]); B <= w[r] { // near its budget, the budget's block
 					continue
 				}
 				gain := total - expected(q, w[r]) + expected(q, B)
@@ -420,7 +422,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int) error {
 			st.VerifyNodes += verifyNodes
 		}
 		st.RollbackTime += rollback
-		if q.dr != nil && len(q.history) > 1 { // a first token is no cycle, as in the run-ahead loop
+		if q.dr != nil && (len(q.history) > 1 || p.w > 1) { // a first token without drafts is no cycle
 			a := accepted[r]
 			st.Cycles++
 			st.Drafted += p.w - 1
