@@ -60,7 +60,7 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 // forward's (Speculate, the block, Commit of the prefix), and its extracted state is
 // that single cache's, bit for bit on the CPU, with per-row attention and with padded
 // keys under the per-query mask alike (the masked keys add exact zeros). On a GPU within
-// GPUTol.
+// GPUVerifyTol.
 func TestBatchedVerifyMatchesSolo(t *testing.T) {
 	quant4 := modelgen.TinyQwen3()
 	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 7
@@ -86,7 +86,7 @@ func TestBatchedVerifyMatchesSolo(t *testing.T) {
 						name += "-padded-keys"
 					}
 					if testenv.GPU() {
-						tol = batchtest.GPUTol
+						tol = batchtest.GPUVerifyTol
 					}
 					t.Run(name, func(t *testing.T) {
 						t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", batchtest.RunVerify(t, m, sc, tol))

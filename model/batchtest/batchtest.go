@@ -261,13 +261,20 @@ func leave(m model.BatchModel, b cache.Batch, j int, a active, s *solo, tol floa
 // sameState compares every layer's saved state of c with want: bit for bit, or within
 // tol of each array's largest magnitude.
 func sameState(c model.Cache, want []cache.Saved, tol float64) error {
+	_, err := stateDiff(c, want, tol)
+	return err
+}
+
+// stateDiff is sameState that also returns the largest difference it saw, relative to
+// each array's largest magnitude.
+func stateDiff(c model.Cache, want []cache.Saved, tol float64) (worst float64, err error) {
 	got, err := c.Save(c.Offset())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer cache.FreeSaved(got)
 	if len(got) != len(want) {
-		return fmt.Errorf("%d layers saved, want %d", len(got), len(want))
+		return 0, fmt.Errorf("%d layers saved, want %d", len(got), len(want))
 	}
 	for i := range got {
 		g, w := got[i], want[i]
@@ -275,26 +282,28 @@ func sameState(c model.Cache, want []cache.Saved, tol float64) error {
 			// A layer of no positions has no state, or its zeros: a single cache that ran a
 			// block and kept none of it holds the zeros, a batch row of length 0 none.
 			if err := allZero(append(g.Arrays, w.Arrays...)); err != nil {
-				return fmt.Errorf("layer %d (%s) of 0 positions: %w", i, g.Kind, err)
+				return worst, fmt.Errorf("layer %d (%s) of 0 positions: %w", i, g.Kind, err)
 			}
 			continue
 		}
 		if g.Kind != w.Kind || g.Offset != w.Offset || len(g.Arrays) != len(w.Arrays) {
-			return fmt.Errorf("layer %d: %s state of %d positions in %d arrays, want %s of %d in %d",
+			return worst, fmt.Errorf("layer %d: %s state of %d positions in %d arrays, want %s of %d in %d",
 				i, g.Kind, g.Offset, len(g.Arrays), w.Kind, w.Offset, len(w.Arrays))
 		}
 		for k := range g.Arrays {
 			if !slices.Equal(g.Arrays[k].Shape(), w.Arrays[k].Shape()) || g.Arrays[k].Dtype() != w.Arrays[k].Dtype() {
-				return fmt.Errorf("layer %d array %d: %v %v, want %v %v", i, k, g.Arrays[k].Shape(), g.Arrays[k].Dtype(), w.Arrays[k].Shape(), w.Arrays[k].Dtype())
+				return worst, fmt.Errorf("layer %d array %d: %v %v, want %v %v", i, k, g.Arrays[k].Shape(), g.Arrays[k].Dtype(), w.Arrays[k].Shape(), w.Arrays[k].Dtype())
 			}
 			ga, wa := mlxc.AsType(g.Arrays[k], mlxc.Float32), mlxc.AsType(w.Arrays[k], mlxc.Float32)
 			mlxc.Eval(ga, wa)
-			if d := relDiff(ga.Float32s(), wa.Float32s()); d > tol {
-				return fmt.Errorf("layer %d (%s) array %d differs from the row decoded alone by %.3g", i, g.Kind, k, d)
+			d := relDiff(ga.Float32s(), wa.Float32s())
+			worst = max(worst, d)
+			if d > tol {
+				return worst, fmt.Errorf("layer %d (%s) array %d differs from the row decoded alone by %.3g", i, g.Kind, k, d)
 			}
 		}
 	}
-	return nil
+	return worst, nil
 }
 
 // allZero reports an error unless every element of xs is zero.

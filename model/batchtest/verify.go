@@ -174,12 +174,8 @@ func runVerify(m model.BatchModel, sc VerifyScenario, tol float64) (worst float6
 			if sc.Rows[a.id].Leave != step {
 				continue
 			}
-			into := m.NewCache()
-			err := b.Leave(j, into)
-			if err == nil {
-				err = sameSolo(into, a.solo, tol)
-			}
-			into.Free()
+			d, err := checkRow(m, b, j, a.solo, tol, true)
+			worst = max(worst, d)
 			if err != nil {
 				return worst, fmt.Errorf("row %d leaving after step %d: %w", a.id, step, err)
 			}
@@ -189,12 +185,8 @@ func runVerify(m model.BatchModel, sc VerifyScenario, tol float64) (worst float6
 		}
 	}
 	for j, a := range rows {
-		into := m.NewCache()
-		err := b.Extract(j, into)
-		if err == nil {
-			err = sameSolo(into, a.solo, tol)
-		}
-		into.Free()
+		d, err := checkRow(m, b, j, a.solo, tol, false)
+		worst = max(worst, d)
 		if err != nil {
 			return worst, fmt.Errorf("row %d extracted at the end: %w", a.id, err)
 		}
@@ -202,14 +194,31 @@ func runVerify(m model.BatchModel, sc VerifyScenario, tol float64) (worst float6
 	return worst, nil
 }
 
-// sameSolo compares every layer's state of c with the solo cache's (sameState).
-func sameSolo(c, solo model.Cache, tol float64) error {
+// checkRow extracts batch row j into a fresh cache (leave: and removes it from the batch)
+// and compares its state with the row's solo cache (sameSolo).
+func checkRow(m model.BatchModel, b cache.Batch, j int, solo model.Cache, tol float64, leave bool) (float64, error) {
+	into := m.NewCache()
+	defer into.Free()
+	var err error
+	if leave {
+		err = b.Leave(j, into)
+	} else {
+		err = b.Extract(j, into)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return sameSolo(into, solo, tol)
+}
+
+// sameSolo compares every layer's state of c with the solo cache's (stateDiff).
+func sameSolo(c, solo model.Cache, tol float64) (float64, error) {
 	want, err := solo.Save(solo.Offset())
 	if err != nil {
-		return fmt.Errorf("saving the row alone: %w", err)
+		return 0, fmt.Errorf("saving the row alone: %w", err)
 	}
 	defer cache.FreeSaved(want)
-	return sameState(c, want, tol)
+	return stateDiff(c, want, tol)
 }
 
 // verifyStep runs one step of the scenario over the batch's rows and each row alone, and
@@ -346,12 +355,8 @@ func verifyStep(m model.BatchModel, b cache.Batch, sc VerifyScenario, st Step, r
 		taken = keep
 		// Every row's state after the commit is the single cache's after its commit.
 		for j, a := range rows {
-			into := m.NewCache()
-			err := b.Extract(j, into)
-			if err == nil {
-				err = sameSolo(into, a.solo, tol)
-			}
-			into.Free()
+			d, err := checkRow(m, b, j, a.solo, tol, false)
+			worst = max(worst, d)
 			if err != nil {
 				return worst, fmt.Errorf("row %d extracted after keeping %d of %d: %w", a.id, keep[j], widths[j], err)
 			}
@@ -395,3 +400,11 @@ func refusals(m model.BatchModel, b cache.Batch, lens, widths []int) error {
 	}
 	return nil
 }
+
+// GPUVerifyTol is GPUTol for verify scenarios, which also compare the states after every
+// commit: on a GPU a block's products over the batch's packed rows take other kernels
+// than the row's block alone, and a recurrent state carries that drift on through the
+// blocks. Measured on an H200 (CPU: exact): Qwen3 at most 0.19; the Qwen3.5 hybrid's
+// logits and hidden rows at most 0.1, its recurrent states 0.30 (4-bit) and 0.26
+// (qwen3_5_moe) after a few blocks.
+const GPUVerifyTol = 0.35

@@ -60,7 +60,7 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 // each commit its KV rows, recurrent state (replayed per row through its kept steps) and
 // conv tail are that single cache's after Commit of the prefix, bit for bit on the CPU
 // with per-row attention and with padded keys under the per-query mask alike. On a GPU
-// within GPUTol.
+// within GPUVerifyTol.
 func TestBatchedVerifyMatchesSolo(t *testing.T) {
 	quant4 := modelgen.TinyQwen35()
 	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 21
@@ -88,7 +88,7 @@ func TestBatchedVerifyMatchesSolo(t *testing.T) {
 						name += "-padded-keys"
 					}
 					if testenv.GPU() {
-						tol = batchtest.GPUTol
+						tol = batchtest.GPUVerifyTol
 					}
 					t.Run(name, func(t *testing.T) {
 						t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", batchtest.RunVerify(t, m, sc, tol))
