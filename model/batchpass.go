@@ -130,21 +130,22 @@ func NewBatchPass(op string, lens []int, layers int, ids *mlxc.Array, opt BatchO
 		if len(opt.Widths) != B {
 			fail("widths give %d rows of %d", len(opt.Widths), B)
 		}
+		n := 0
 		for r, w := range opt.Widths {
 			if w < 0 {
 				fail("row %d has width %d", r, w)
 			}
-			p.N += w
+			n += w
 		}
-		if p.N == 0 {
+		if n == 0 {
 			fail("widths %v give no row a token", opt.Widths)
 		}
-		if len(sh) != 2 || sh[0] != 1 || sh[1] != p.N {
-			fail("ids must be [1, %d] (the rows' tokens packed, widths %v), got %v", p.N, opt.Widths, sh)
+		if len(sh) != 2 || sh[0] != 1 || sh[1] != n {
+			fail("ids must be [1, %d] (the rows' tokens packed, widths %v), got %v", n, opt.Widths, sh)
 		}
 		p.widths, p.counts = slices.Clone(opt.Widths), slices.Clone(opt.Widths)
 	}
-	p.N, p.W = 0, slices.Max(p.widths)
+	p.W = slices.Max(p.widths)
 	for _, w := range p.widths {
 		p.N += w
 	}

@@ -66,16 +66,15 @@ func (m *Model) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 			h, post = model.OutAdd(nil, l.attn.o, mlxc.Multiply(merged, mlxc.Sigmoid(gate)), h, l.postNorm, eps)
 		} else {
 			rc := bc.rec[i]
+			// The projections come packed as one sequence [1, N, ·]; the recurrence takes
+			// each row's positions on its own row, [B, W, ·], and y goes back packed.
+			unpack := func(x *mlxc.Array) *mlxc.Array {
+				return mlxc.Reshape(p.Unpack(mlxc.Squeeze(x, 0)), B, W, -1)
+			}
 			mixed := m.deltaNet(l.lin, x, 1, N, func(qkv, a, b *mlxc.Array) *mlxc.Array {
-				unpack := func(x *mlxc.Array) *mlxc.Array {
-					sh := x.Shape()[1:]
-					sh[0] = W
-					return mlxc.Reshape(p.Unpack(mlxc.Squeeze(x, 0)), append([]int{B}, sh...)...)
-				}
 				y := l.lin.mixer.ApplyRows(unpack(qkv), unpack(a), unpack(b), rc, counts, opt.Tentative)
-				sh := y.Shape()[1:]
-				sh[0] = N
-				return mlxc.Reshape(p.Pack(mlxc.Reshape(y, append([]int{B * W}, sh[1:]...)...)), append([]int{1}, sh...)...)
+				Hv, Dv := y.Dim(2), y.Dim(3)
+				return mlxc.Reshape(p.Pack(mlxc.Reshape(y, B*W, Hv, Dv)), 1, N, Hv, Dv)
 			})
 			h, post = model.OutAdd(nil, l.lin.out, mixed, h, l.postNorm, eps)
 		}
