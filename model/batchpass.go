@@ -107,7 +107,7 @@ func NewBatchPass(op string, lens []int, layers int, ids *mlxc.Array, opt BatchO
 	if B == 0 {
 		fail("%v", errNoRows)
 	}
-	p := &BatchPass{Opt: opt, B: B, lens: slices.Clone(lens), widths: opt.Widths, tapAt: map[int]int{}}
+	p := &BatchPass{Opt: opt, B: B, lens: slices.Clone(lens), tapAt: map[int]int{}}
 	sh := ids.Shape()
 	if opt.Widths == nil {
 		if len(sh) != 2 || sh[0] != B || sh[1] != 1 {
