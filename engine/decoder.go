@@ -417,6 +417,16 @@ func (d *decoder) retire(r int, q *sequence) {
 	var pending *mlxc.Array
 	if q.dr != nil {
 		p, pending = q.dr.p, q.dr.takePending()
+		if d.yHidden != nil && r < d.yHidden.Dim(0) {
+			// The step in flight fed the row's last token (its caches hold it): its
+			// tapped row, which read has not kept yet, is the drafter's too.
+			row := mlxc.SliceAxis(d.yHidden, 0, r, r+1)
+			if pending == nil {
+				pending = row
+			} else {
+				pending = mlxc.Concatenate([]*mlxc.Array{pending, row}, 1)
+			}
+		}
 	}
 	switch {
 	case d.single == q:

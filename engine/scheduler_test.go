@@ -347,7 +347,8 @@ func TestBatchedRequestsResumeFromPrefixCache(t *testing.T) {
 }
 
 // Requests leave no device memory behind: after a second round of solo and batched
-// requests (rows joining and leaving, some cancelled), with and without the prefix cache,
+// requests (rows joining and leaving, some cancelled), with and without the prefix cache
+// and speculating,
 // the active memory is no higher than after the first once the prefix cache is freed. (Arrays made outside a
 // scope, or a saved state that is a view of a larger buffer, would stay.)
 func TestRequestsLeaveNoMemory(t *testing.T) {
@@ -355,9 +356,13 @@ func TestRequestsLeaveNoMemory(t *testing.T) {
 		"qwen3":   loadPair(t, "decisive-bf16", decisiveSpec(11), 2),
 		"qwen3_5": loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2),
 	} {
-		for _, withPrefix := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/prefix%v", name, withPrefix), func(t *testing.T) {
+		for _, mode := range []struct{ prefix, draft bool }{{false, false}, {true, false}, {true, true}} {
+			withPrefix := mode.prefix
+			t.Run(fmt.Sprintf("%s/prefix%v/draft%v", name, mode.prefix, mode.draft), func(t *testing.T) {
 				e := &Engine{Target: p.target}
+				if mode.draft {
+					e.Proposer = verify.NewDFlash(p.drft)
+				}
 				active := func() uint64 {
 					var a uint64
 					_ = mlxc.Do(func() error { mlxc.ClearCache(); a = mlxc.ActiveMemory(); return nil })

@@ -215,7 +215,7 @@ func TestPlanWidths(t *testing.T) {
 	rows := func(n int) []*sequence {
 		out := make([]*sequence, n)
 		for i := range out {
-			q := &sequence{req: Request{MaxTokens: 1000}, history: []int32{1, 2}}
+			q := &sequence{req: Request{MaxTokens: 1000}, history: []int32{1, 2}, built: 1}
 			q.dr = &drafting{maxW: 16, policy: newBlockPolicy(single, 16)}
 			for range 200 {
 				q.dr.policy.observe(15, 14) // high acceptance at every position
@@ -258,5 +258,9 @@ func TestPlanWidths(t *testing.T) {
 	d.costs = flat
 	if w := d.plan(rs); w[0] != 16 || w[1] != 1 || w[2] != 3 {
 		t.Errorf("widths %v, want [16 1 3]: a plain row stays at 1, a row's budget caps it", w)
+	}
+	rs[0].built = 0 // a row whose first step is next: its last prompt token alone
+	if w := d.plan(rs); w[0] != 1 {
+		t.Errorf("a joining row's first step has width %d, want 1", w[0])
 	}
 }

@@ -178,7 +178,11 @@ func (d *decoder) plan(rows []*sequence) []int {
 	w := make([]int, len(rows))
 	for r, q := range rows {
 		w[r] = 1
-		if q.dr != nil {
+		if q.dr != nil && q.built > 0 {
+			// A row's first step runs its last prompt token alone, as plain decoding's
+			// does (and the run-ahead loop's first cycle): its tapped row is the first
+			// draft's context. (built counts that step while it is in flight: planned
+			// before it is read, the next step drafts.)
 			w[r] = max(min(q.dr.maxW, q.req.MaxTokens-q.built), 1)
 		}
 	}
@@ -192,8 +196,9 @@ func (d *decoder) plan(rows []*sequence) []int {
 		return w
 	}
 	if len(rows) == 1 {
-		q := rows[0]
-		w[0] = min(q.dr.policy.size(q.dr.maxW), w[0])
+		if q := rows[0]; w[0] > 1 {
+			w[0] = min(q.dr.policy.size(q.dr.maxW), w[0])
+		}
 		return w
 	}
 	if slices.ContainsFunc(rows, func(q *sequence) bool { return q.dr != nil && q.dr.policy == nil }) {
@@ -422,7 +427,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int) error {
 			st.VerifyNodes += verifyNodes
 		}
 		st.RollbackTime += rollback
-		if q.dr != nil && (len(q.history) > 1 || p.w > 1) { // a first token without drafts is no cycle
+		if q.dr != nil && len(q.history) > 1 { // a first token is no cycle
 			a := accepted[r]
 			st.Cycles++
 			st.Drafted += p.w - 1
