@@ -43,6 +43,9 @@ type decoder struct {
 	nextHidden *mlxc.Array
 	// costs are the measured costs of the steps, for the width policy (plan).
 	costs *stepCosts
+	// spent is the milliseconds of the steps so far, explored those of the steps in
+	// which a row explored a width past the plan's (plan).
+	spent, explored float64
 	// lastTick is when the last pipelined step was read (the interval between two reads
 	// is a pipelined step's cost).
 	lastTick time.Time
@@ -99,13 +102,13 @@ func (d *decoder) tick(joiners []*sequence) error {
 	// width and draft depend on what the step in flight commits: read first.
 	d.read(read, nil, 0)
 	kept, next := d.continuing(joiners)
-	widths := d.plan(next)
+	widths, explores := d.plan(next)
 	if slices.ContainsFunc(widths, func(w int) bool { return w > 1 }) {
 		if err := d.arrange(kept, joiners); err != nil {
 			return err
 		}
 		d.rows = next
-		return d.speculate(next, widths)
+		return d.speculate(next, widths, explores)
 	}
 	tb := time.Now()
 	if _, err := d.buildNext(joiners, false); err != nil {
@@ -138,7 +141,8 @@ func (d *decoder) drafts(joiners []*sequence) bool {
 	if !slices.ContainsFunc(next, func(q *sequence) bool { return q.dr != nil }) {
 		return false
 	}
-	return slices.ContainsFunc(d.plan(next), func(w int) bool { return w > 1 })
+	w, _ := d.plan(next)
+	return slices.ContainsFunc(w, func(w int) bool { return w > 1 })
 }
 
 // holds reports whether q is a row of the step in flight.
@@ -166,6 +170,7 @@ func (d *decoder) read(rows []*sequence, next *mlxc.Array, build time.Duration) 
 	now := time.Now()
 	if next != nil && !d.lastTick.IsZero() {
 		d.costs.observe(len(rows), now.Sub(d.lastTick))
+		d.count(now.Sub(d.lastTick), false)
 	}
 	d.lastTick = now
 	if next == nil {

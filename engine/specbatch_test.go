@@ -236,18 +236,18 @@ func TestPlanWidths(t *testing.T) {
 		return n
 	}
 	d := &decoder{costs: flat}
-	if w := d.plan(rows(1)); w[0] != 16 {
+	if w, _ := d.plan(rows(1)); w[0] != 16 {
 		t.Errorf("alone, flat: width %v, want 16", w)
 	}
-	if w := d.plan(rows(8)); sum(w) != 8*16 {
+	if w, _ := d.plan(rows(8)); sum(w) != 8*16 {
 		t.Errorf("8 rows, flat costs: widths %v, want 16 each", w)
 	}
 	d.costs = linear
-	if w := d.plan(rows(8)); sum(w) != 8 {
+	if w, _ := d.plan(rows(8)); sum(w) != 8 {
 		t.Errorf("8 rows, costs growing with every token: widths %v, want 1 each", w)
 	}
 	d.costs = knee
-	w := d.plan(rows(8))
+	w, _ := d.plan(rows(8))
 	if T := sum(w); T <= 8 || T >= 8*16 {
 		t.Errorf("8 rows, flat to 16 tokens then steep: widths %v (%d tokens), want some rows wide and not all", w, T)
 	}
@@ -256,11 +256,11 @@ func TestPlanWidths(t *testing.T) {
 	rs[1].dr = nil
 	rs[2].req.MaxTokens, rs[2].built = 10, 7
 	d.costs = flat
-	if w := d.plan(rs); w[0] != 16 || w[1] != 1 || w[2] != 3 {
+	if w, _ := d.plan(rs); w[0] != 16 || w[1] != 1 || w[2] != 3 {
 		t.Errorf("widths %v, want [16 1 3]: a plain row stays at 1, a row's budget caps it", w)
 	}
 	rs[0].built = 0 // a row whose first step is next: its last prompt token alone
-	if w := d.plan(rs); w[0] != 1 {
+	if w, _ := d.plan(rs); w[0] != 1 {
 		t.Errorf("a joining row's first step has width %d, want 1", w[0])
 	}
 }

@@ -174,8 +174,8 @@ func (c *stepCosts) at(T int) float64 {
 // drafts are expected to add (many rows on a compute-bound backend) every row stays at
 // width 1, plain batched decoding; as rows leave, wider blocks pay again. A row whose
 // policy is exploring takes its exploring size. Widths never pass the token budget.
-func (d *decoder) plan(rows []*sequence) []int {
-	w := make([]int, len(rows))
+func (d *decoder) plan(rows []*sequence) (w []int, explores bool) {
+	w = make([]int, len(rows))
 	for r, q := range rows {
 		w[r] = 1
 		if q.dr != nil && q.built > 0 {
@@ -193,16 +193,16 @@ func (d *decoder) plan(rows []*sequence) []int {
 		}
 	}
 	if drafting == 0 {
-		return w
+		return w, false
 	}
 	if len(rows) == 1 {
 		if q := rows[0]; w[0] > 1 {
 			w[0] = min(q.dr.policy.size(q.dr.maxW), w[0])
 		}
-		return w
+		return w, false // the block policy explores on its own
 	}
 	if slices.ContainsFunc(rows, func(q *sequence) bool { return q.dr != nil && q.dr.policy == nil }) {
-		return w // fixed blocks (no costs measured): every drafting row its largest block
+		return w, false // fixed blocks (no costs measured): every drafting row its largest block
 	}
 	cap := w
 	w = make([]int, len(rows))
@@ -252,12 +252,21 @@ func (d *decoder) plan(rows []*sequence) []int {
 		T += bestW - w[bestRow]
 		w[bestRow] = bestW
 	}
-	for r, q := range rows {
-		if q.dr != nil && q.dr.policy.exploring() {
-			w[r] = min(max(w[r], q.dr.policy.explore(q.dr.policy.best())), cap[r])
+	// Exploring keeps each row's acceptance past its planned width measured: at most one
+	// row a step, and only while the steps that explored cost no more than
+	// policyExploreShare of all steps (a wide row makes the whole batch wait for it).
+	if d.explored <= policyExploreShare*d.spent {
+		for r, q := range rows {
+			if q.dr == nil || !q.dr.policy.exploring() {
+				continue
+			}
+			if x := min(max(w[r], q.dr.policy.explore(q.dr.policy.best())), cap[r]); x != w[r] {
+				w[r] = x
+				return w, true
+			}
 		}
 	}
-	return w
+	return w, false
 }
 
 // blockSize is the DFlash block of a request: the proposer's, capped by the request's,
@@ -268,6 +277,16 @@ func blockSize(p verify.Proposer, req Request) int {
 		B = req.BlockSize
 	}
 	return max(B, 1)
+}
+
+// count adds a step's time to the steps' total, and to the exploring steps' when it
+// explored.
+func (d *decoder) count(dt time.Duration, explored bool) {
+	ms := float64(dt.Microseconds()) / 1000
+	d.spent += ms
+	if explored {
+		d.explored += ms
+	}
 }
 
 // drafted is one row's part of a speculative step.
@@ -283,7 +302,7 @@ type drafted struct {
 // tentative forward of all rows' blocks, the verdicts in one evaluation, then each row's
 // commit (its caches keep staged + its accepted drafts), its tokens taken, its drafter's
 // next context kept.
-func (d *decoder) speculate(rows []*sequence, widths []int) error {
+func (d *decoder) speculate(rows []*sequence, widths []int, explores bool) error {
 	s := mlxc.NewScope()
 	defer s.Close()
 	t0 := time.Now()
@@ -415,6 +434,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int) error {
 	}
 	now := time.Now()
 	d.costs.observe(T, now.Sub(t0))
+	d.count(now.Sub(t0), explores)
 	for r, q := range rows {
 		p := parts[r]
 		q.steps++
