@@ -169,7 +169,7 @@ func (d *decoder) read(rows []*sequence, next *mlxc.Array, build time.Duration) 
 	wait := time.Since(tw)
 	now := time.Now()
 	if next != nil && !d.lastTick.IsZero() {
-		d.costs.observe(len(rows), now.Sub(d.lastTick))
+		d.costs.plain.observe(len(rows), now.Sub(d.lastTick))
 		d.count(now.Sub(d.lastTick), false)
 	}
 	d.lastTick = now

@@ -185,22 +185,33 @@ func TestBatchPolicyTurnsSpeculationOff(t *testing.T) {
 	}
 }
 
-// stepCosts interpolates between measured token counts and extends the last slope.
+// The cost tables interpolate between measured sizes and extend the last slope; a plain
+// step of rows not measured yet costs no more than a speculative step of as many tokens.
 func TestStepCosts(t *testing.T) {
 	c := newStepCosts(&BlockCosts{Sizes: []int{1, 4, 8}, MS: []float64{2, 5, 9}})
 	for _, tc := range []struct {
 		T    int
 		want float64
-	}{{1, 2}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {16, 17}} {
-		if got := c.at(tc.T); got != tc.want {
-			t.Errorf("cost at %d: %v, want %v", tc.T, got, tc.want)
+	}{{2, 2.5}, {4, 5}, {6, 7}, {8, 9}, {16, 17}} {
+		if got := c.spec.at(tc.T); got != tc.want {
+			t.Errorf("speculative step of %d tokens: %v ms, want %v", tc.T, got, tc.want)
 		}
 	}
-	c.observe(8, 19*time.Millisecond)
-	if got := c.at(8); got != 0.8*9+0.2*19 {
+	if got := c.plainAt(1); got != 2 {
+		t.Errorf("plain step of 1 row: %v ms, want the one-token step's 2", got)
+	}
+	if got := c.plainAt(4); got != 5 {
+		t.Errorf("plain step of 4 rows, unmeasured: %v ms, want the 4-token verify's 5", got)
+	}
+	c.plain.observe(4, 3*time.Millisecond)
+	if got := c.plainAt(4); got != 3 {
+		t.Errorf("plain step of 4 rows, measured: %v ms, want 3", got)
+	}
+	c.spec.observe(8, 19*time.Millisecond)
+	if got := c.spec.at(8); got != 0.8*9+0.2*19 {
 		t.Errorf("after a measurement: %v", got)
 	}
-	if got := newStepCosts(nil).at(5); got != 0 {
+	if got := newStepCosts(nil).spec.at(5); got != 0 {
 		t.Errorf("nothing measured: %v, want 0", got)
 	}
 }
@@ -224,7 +235,7 @@ func TestPlanWidths(t *testing.T) {
 		}
 		return out
 	}
-	costs := func(ms map[int]float64) *stepCosts { return &stepCosts{ms: ms} }
+	costs := func(ms map[int]float64) *stepCosts { return &stepCosts{plain: costTable{}, spec: ms} }
 	flat := costs(map[int]float64{1: 10, 16: 10, 128: 10})
 	linear := costs(map[int]float64{1: 1, 2: 2, 128: 128})
 	knee := costs(map[int]float64{1: 10, 16: 10, 32: 40, 128: 160})

@@ -105,63 +105,84 @@ func (dr *drafting) release() {
 	}
 }
 
-// stepCosts is the measured cost of the decoder's forward by the tokens it verifies (Σ
-// of the rows' widths, drafting included): a decayed mean per token count, seeded by the
-// engine's single-row block costs (Engine.BlockCosts). Between measured counts it
-// interpolates; past the largest it extends the last measured slope.
+// stepCosts are the measured costs of the decoder's steps: plain steps by their rows
+// (pipelined: a step's cost is the interval between two reads) and speculative steps by
+// the tokens they verify (Σ of the rows' widths; drafting, verify and commit, not
+// overlapped). Both start from the engine's single-row block costs (Engine.BlockCosts:
+// block 1 is a pipelined one-token step, block B a cycle verifying B tokens).
 type stepCosts struct {
-	ms map[int]float64 // token count → milliseconds per step
+	plain, spec costTable
 }
 
 // newStepCosts seeds the costs from the single-row block costs (nil: none known).
 func newStepCosts(bc *BlockCosts) *stepCosts {
-	c := &stepCosts{ms: map[int]float64{}}
+	c := &stepCosts{plain: costTable{}, spec: costTable{}}
 	if bc != nil {
 		for i, B := range bc.Sizes {
-			c.ms[B] = bc.MS[i]
+			if B == 1 {
+				c.plain[1] = bc.MS[i]
+			} else {
+				c.spec[B] = bc.MS[i]
+			}
 		}
 	}
 	return c
 }
 
-// observe adds a step of T tokens that took dt.
-func (c *stepCosts) observe(T int, dt time.Duration) {
-	ms := float64(dt.Microseconds()) / 1000
-	if old, ok := c.ms[T]; ok {
-		c.ms[T] = 0.8*old + 0.2*ms
-		return
+// plainAt is the estimated milliseconds of a plain step of R rows: measured, or, with
+// only fewer rows measured, no more than R one-row steps nor a speculative step of R
+// tokens (which drafts too).
+func (c *stepCosts) plainAt(R int) float64 {
+	if _, ok := c.plain[R]; ok || len(c.plain) > 1 {
+		return c.plain.at(R)
 	}
-	c.ms[T] = ms
+	ms := c.plain.at(R)
+	if sp := c.spec.at(R); sp > 0 && (ms == 0 || sp < ms) {
+		return sp
+	}
+	return ms
 }
 
-// at is the estimated milliseconds of a step of T tokens (0 when nothing is known).
-func (c *stepCosts) at(T int) float64 {
-	if ms, ok := c.ms[T]; ok {
+// costTable is a decayed mean of milliseconds per step by its size (rows or tokens).
+// Between measured sizes it interpolates; below the smallest it scales it down, past the
+// largest it extends the last measured slope.
+type costTable map[int]float64
+
+// observe adds a step of size n that took dt.
+func (c costTable) observe(n int, dt time.Duration) {
+	ms := float64(dt.Microseconds()) / 1000
+	if old, ok := c[n]; ok {
+		c[n] = 0.8*old + 0.2*ms
+		return
+	}
+	c[n] = ms
+}
+
+// at is the estimated milliseconds of a step of size n (0 when nothing is known).
+func (c costTable) at(n int) float64 {
+	if ms, ok := c[n]; ok {
 		return ms
 	}
-	keys := make([]int, 0, len(c.ms))
-	for k := range c.ms {
+	keys := make([]int, 0, len(c))
+	for k := range c {
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
 		return 0
 	}
 	slices.Sort(keys)
-	i, _ := slices.BinarySearch(keys, T)
+	i, _ := slices.BinarySearch(keys, n)
 	switch {
-	case i == 0:
-		// Below every measured count: a step costs at least the smallest one's share.
-		return c.ms[keys[0]] * float64(T) / float64(keys[0])
+	case i == 0 || len(keys) == 1:
+		return c[keys[0]] * float64(n) / float64(keys[0])
 	case i < len(keys):
 		lo, hi := keys[i-1], keys[i]
-		f := float64(T-lo) / float64(hi-lo)
-		return c.ms[lo] + f*(c.ms[hi]-c.ms[lo])
-	case len(keys) == 1:
-		return c.ms[keys[0]] * float64(T) / float64(keys[0])
+		f := float64(n-lo) / float64(hi-lo)
+		return c[lo] + f*(c[hi]-c[lo])
 	default:
 		lo, hi := keys[len(keys)-2], keys[len(keys)-1]
-		slope := max((c.ms[hi]-c.ms[lo])/float64(hi-lo), 0)
-		return c.ms[hi] + slope*float64(T-hi)
+		slope := max((c[hi]-c[lo])/float64(hi-lo), 0)
+		return c[hi] + slope*float64(n-hi)
 	}
 }
 
@@ -222,7 +243,10 @@ func (d *decoder) plan(rows []*sequence) (w []int, explores bool) {
 		total += expected(q, w[r])
 	}
 	rate := func(tokens float64, T int) float64 {
-		ms := d.costs.at(T)
+		ms := d.costs.spec.at(T)
+		if T == len(rows) {
+			ms = d.costs.plainAt(T) // every row at width 1: a plain step
+		}
 		if ms <= 0 {
 			return tokens // nothing measured: a flat cost, the widest blocks
 		}
@@ -433,7 +457,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int, explores bool) error
 		}
 	}
 	now := time.Now()
-	d.costs.observe(T, now.Sub(t0))
+	d.costs.spec.observe(T, now.Sub(t0))
 	d.count(now.Sub(t0), explores)
 	for r, q := range rows {
 		p := parts[r]
