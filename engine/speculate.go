@@ -510,7 +510,7 @@ func (d *decoder) verdict(q *sequence, logits, drafts, probs *mlxc.Array) verify
 			d.argmaxMade = true
 		}
 		return verify.GreedyLogits(d.argmax, logits, drafts)
-	case d.e.speculative != nil:
+	case d.e.speculative != nil && drafts != nil: // a test's acceptance rule
 		return d.e.speculative(sample.LogProbs(logits), drafts, probs, sp, q.keys)
 	default:
 		return verify.Speculative(sample.LogProbs(logits), drafts, probs, sp, q.keys)
