@@ -78,21 +78,7 @@ func TestBatchedVerifyMatchesSolo(t *testing.T) {
 			writeModel(t, dir, s.spec)
 			m := loadModel(t, dir).(model.BatchModel)
 			taps := []int{s.spec.Layers - 1, 1}
-			for _, sc := range batchtest.VerifyScenarios(s.spec.Vocab, taps) {
-				for _, padded := range []bool{false, true} {
-					sc.Padded = padded
-					name, tol := sc.Name, 0.0
-					if padded {
-						name += "-padded-keys"
-					}
-					if testenv.GPU() {
-						tol = batchtest.GPUVerifyTol
-					}
-					t.Run(name, func(t *testing.T) {
-						t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", batchtest.RunVerify(t, m, sc, tol))
-					})
-				}
-			}
+			batchtest.RunVerifyScenarios(t, m, s.spec.Vocab, taps)
 		})
 	}
 }

@@ -39,9 +39,14 @@ def server_command(kind, model, port, extra):
     if kind == "ours":
         return [os.path.join(ROOT, "bin", "dflash-mlx"), "serve", "--target-model", model, "--no-draft",
                 "--port", str(port), "--quiet"] + extra
+    if kind == "ours-dflash":
+        # The drafter beside the target (the Go-code pair's layout: target/ and draft/).
+        draft = os.path.join(os.path.dirname(os.path.normpath(model)), "draft")
+        return [os.path.join(ROOT, "bin", "dflash-mlx"), "serve", "--target-model", model, "--draft-model", draft,
+                "--port", str(port), "--quiet"] + extra
     if kind == "mlxlm":
         return [sys.executable, "-m", "mlx_lm.server", "--model", model, "--port", str(port)] + extra
-    raise SystemExit(f"unknown --server {kind!r} (ours or mlxlm)")
+    raise SystemExit(f"unknown --server {kind!r} (ours, ours-dflash or mlxlm)")
 
 
 def stop_server(proc):
@@ -127,7 +132,8 @@ def run_round(url, model, clients, requests, max_tokens):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--server", choices=["ours", "mlxlm"], default="ours")
+    ap.add_argument("--server", choices=["ours", "ours-dflash", "mlxlm"], default="ours",
+                    help="ours: serve --no-draft (plain batching); ours-dflash: serve with the drafter in the model's sibling draft/ folder (batched speculation); mlxlm: mlx_lm.server")
     ap.add_argument("--model", default=os.path.join(ROOT, "testdata", "gocode", "target"))
     ap.add_argument("--url", help="a server already running (not started or stopped here)")
     ap.add_argument("--port", type=int, default=8765)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
@@ -135,6 +136,29 @@ func RunVerify(t *testing.T, m model.BatchModel, sc VerifyScenario, tol float64)
 		t.Fatalf("%s: %v", sc.Name, err)
 	}
 	return worst
+}
+
+// RunVerifyScenarios runs every verify scenario of a model with the given vocabulary and
+// taps (VerifyScenarios), each with per-row attention and with padded keys, as subtests:
+// bit for bit on the CPU, within GPUVerifyTol on a GPU.
+func RunVerifyScenarios(t *testing.T, m model.BatchModel, vocab int, taps []int) {
+	t.Helper()
+	tol := 0.0
+	if testenv.GPU() {
+		tol = GPUVerifyTol
+	}
+	for _, sc := range VerifyScenarios(vocab, taps) {
+		for _, padded := range []bool{false, true} {
+			sc.Padded = padded
+			name := sc.Name
+			if padded {
+				name += "-padded-keys"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", RunVerify(t, m, sc, tol))
+			})
+		}
+	}
 }
 
 func runVerify(m model.BatchModel, sc VerifyScenario, tol float64) (worst float64, err error) {

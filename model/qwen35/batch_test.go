@@ -80,21 +80,7 @@ func TestBatchedVerifyMatchesSolo(t *testing.T) {
 			// A linear layer's and an attention layer's residual rows (Interval 3: layer 2
 			// attends).
 			taps := []int{2, s.spec.Layers - 2}
-			for _, sc := range batchtest.VerifyScenarios(s.spec.Vocab, taps) {
-				for _, padded := range []bool{false, true} {
-					sc.Padded = padded
-					name, tol := sc.Name, 0.0
-					if padded {
-						name += "-padded-keys"
-					}
-					if testenv.GPU() {
-						tol = batchtest.GPUVerifyTol
-					}
-					t.Run(name, func(t *testing.T) {
-						t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", batchtest.RunVerify(t, m, sc, tol))
-					})
-				}
-			}
+			batchtest.RunVerifyScenarios(t, m, s.spec.Vocab, taps)
 		})
 	}
 }
