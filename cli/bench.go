@@ -245,7 +245,7 @@ func benchAction(c *cli.Context) error {
 	}
 	defer s.Close()
 	if s.Engine.Proposer == nil && len(c.IntSlice("concurrency")) == 0 && c.Int("join-gap") == 0 {
-		return cli.Exit("bench needs a drafter (only --concurrency and --join-gap, which decode plainly, run without one): pass --draft-model or a target the registry knows", 2)
+		return cli.Exit("bench needs a drafter (only --concurrency and --join-gap run without one): pass --draft-model or a target the registry knows", 2)
 	}
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	prompts, err := benchPromptIDs(c, s)

@@ -49,10 +49,11 @@ func serveCommand() *cli.Command {
   POST /v1/chat/completions   POST /v1/completions   POST /v1/responses
   POST /v1/messages           POST /v1/messages/count_tokens
   GET /v1/models              GET /health          GET /metrics (Prometheus)
-Up to --max-batch requests decode together, one token each per forward, joining and
-leaving the batch between steps; more wait in a FIFO queue (--max-queue). With a draft
-model, a request that arrives alone runs DFlash; requests that arrive while others run
-join the batch as plain rows. SIGTERM drains.
+Up to --max-batch requests decode together, joining and leaving the batch between
+steps; more wait in a FIFO queue (--max-queue). With a draft model every request
+speculates in the same steps, each at the width a per-step policy gives it from its own
+acceptance and the measured cost of the batch's forward (plain steps where drafts stop
+paying). SIGTERM drains.
 
 Point clients at it:
   OpenAI SDK:  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
