@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/batchtest"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
@@ -15,10 +14,6 @@ import (
 // state is the single-sequence cache of the same tokens: bit for bit on the CPU, with
 // per-row attention and with padded keys under a mask alike; on a GPU within GPUTol.
 func TestBatchedDecodeMatchesSolo(t *testing.T) {
-	tol := 0.0
-	if testenv.GPU() {
-		tol = batchtest.GPUTol
-	}
 	quant4 := modelgen.TinyQwen3()
 	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 7
 	specs := []struct {
@@ -37,18 +32,7 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s does not decode batches", s.name)
 			}
-			for _, sc := range batchtest.Scenarios(s.spec.Vocab) {
-				for _, padded := range []bool{false, true} {
-					sc.Padded = padded
-					name := sc.Name
-					if padded {
-						name += "-padded-keys"
-					}
-					t.Run(name, func(t *testing.T) {
-						t.Logf("largest logit difference from the rows alone: %.3g of the largest magnitude", batchtest.Run(t, m, sc, tol))
-					})
-				}
-			}
+			batchtest.RunScenarios(t, m, s.spec.Vocab)
 		})
 	}
 }

@@ -148,16 +148,40 @@ func RunVerifyScenarios(t *testing.T, m model.BatchModel, vocab int, taps []int)
 		tol = GPUVerifyTol
 	}
 	for _, sc := range VerifyScenarios(vocab, taps) {
-		for _, padded := range []bool{false, true} {
+		bothPaddings(t, sc.Name, func(t *testing.T, padded bool) float64 {
 			sc.Padded = padded
-			name := sc.Name
-			if padded {
-				name += "-padded-keys"
-			}
-			t.Run(name, func(t *testing.T) {
-				t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", RunVerify(t, m, sc, tol))
-			})
+			return RunVerify(t, m, sc, tol)
+		})
+	}
+}
+
+// RunScenarios runs every decode scenario of a model with the given vocabulary
+// (Scenarios) as RunVerifyScenarios runs the verify ones (within GPUTol on a GPU).
+func RunScenarios(t *testing.T, m model.BatchModel, vocab int) {
+	t.Helper()
+	tol := 0.0
+	if testenv.GPU() {
+		tol = GPUTol
+	}
+	for _, sc := range Scenarios(vocab) {
+		bothPaddings(t, sc.Name, func(t *testing.T, padded bool) float64 {
+			sc.Padded = padded
+			return Run(t, m, sc, tol)
+		})
+	}
+}
+
+// bothPaddings runs a scenario as two subtests, with per-row attention and with padded
+// keys, logging the largest difference each returns.
+func bothPaddings(t *testing.T, name string, run func(t *testing.T, padded bool) float64) {
+	for _, padded := range []bool{false, true} {
+		sub := name
+		if padded {
+			sub += "-padded-keys"
 		}
+		t.Run(sub, func(t *testing.T) {
+			t.Logf("largest difference from the rows alone: %.3g of the largest magnitude", run(t, padded))
+		})
 	}
 }
 
