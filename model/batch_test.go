@@ -9,11 +9,9 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 )
 
-// Qwen3 (bf16, 4-bit) and qwen3_moe rows decoded in one batch, joining, leaving and held,
-// give at every step the logits of the same row decoded alone, and a row's extracted
-// state is the single-sequence cache of the same tokens: bit for bit on the CPU, with
-// per-row attention and with padded keys under a mask alike; on a GPU within GPUTol.
-func TestBatchedDecodeMatchesSolo(t *testing.T) {
+// eachBatchModel runs f on Qwen3 bf16, 4-bit and qwen3_moe tiny checkpoints, each a
+// subtest, after checking that the family decodes batches.
+func eachBatchModel(t *testing.T, f func(t *testing.T, m model.BatchModel, spec modelgen.Qwen3Spec)) {
 	quant4 := modelgen.TinyQwen3()
 	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 7
 	specs := []struct {
@@ -32,9 +30,19 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s does not decode batches", s.name)
 			}
-			batchtest.RunScenarios(t, m, s.spec.Vocab)
+			f(t, m, s.spec)
 		})
 	}
+}
+
+// Qwen3 (bf16, 4-bit) and qwen3_moe rows decoded in one batch, joining, leaving and held,
+// give at every step the logits of the same row decoded alone, and a row's extracted
+// state is the single-sequence cache of the same tokens: bit for bit on the CPU, with
+// per-row attention and with padded keys under a mask alike; on a GPU within GPUTol.
+func TestBatchedDecodeMatchesSolo(t *testing.T) {
+	eachBatchModel(t, func(t *testing.T, m model.BatchModel, spec modelgen.Qwen3Spec) {
+		batchtest.RunScenarios(t, m, spec.Vocab)
+	})
 }
 
 // Qwen3 (bf16, 4-bit) and qwen3_moe rows verifying draft blocks in one batched step of
@@ -46,23 +54,7 @@ func TestBatchedDecodeMatchesSolo(t *testing.T) {
 // keys under the per-query mask alike (the masked keys add exact zeros). On a GPU within
 // GPUVerifyTol.
 func TestBatchedVerifyMatchesSolo(t *testing.T) {
-	quant4 := modelgen.TinyQwen3()
-	quant4.QuantBits, quant4.QuantGroup, quant4.Seed = 4, 64, 7
-	specs := []struct {
-		name string
-		spec modelgen.Qwen3Spec
-	}{
-		{"qwen3-bf16", modelgen.TinyQwen3()},
-		{"qwen3-4bit", quant4},
-		{"qwen3_moe-bf16", modelgen.TinyQwen3MoE()},
-	}
-	for _, s := range specs {
-		t.Run(s.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "ckpt")
-			writeModel(t, dir, s.spec)
-			m := loadModel(t, dir).(model.BatchModel)
-			taps := []int{s.spec.Layers - 1, 1}
-			batchtest.RunVerifyScenarios(t, m, s.spec.Vocab, taps)
-		})
-	}
+	eachBatchModel(t, func(t *testing.T, m model.BatchModel, spec modelgen.Qwen3Spec) {
+		batchtest.RunVerifyScenarios(t, m, spec.Vocab, []int{spec.Layers - 1, 1})
+	})
 }
