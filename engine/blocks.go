@@ -438,6 +438,20 @@ func (p *blockPolicy) estimate(B int, optimistic bool) float64 {
 	return e
 }
 
+// expectedWith is expected(B) with the row's own counts blended with the acceptance
+// pooled over all rows (policySizeWeight cycles of it) instead of the even prior: in a
+// batch, a row that has not drafted yet (or not lately) is expected to do as the others
+// do.
+func (p *blockPolicy) expectedWith(B int, pool *acceptPool) float64 {
+	e, surv := 1.0, 1.0
+	for i := 0; i < B-1 && i < len(p.tries); i++ {
+		rate := (p.hits[i] + policySizeWeight*pool.rate(i)) / (p.tries[i] + policySizeWeight)
+		surv *= rate
+		e += surv
+	}
+	return e
+}
+
 // observe records a cycle that drafted n tokens and accepted the first a (n = 0: a
 // one-token step).
 func (p *blockPolicy) observe(n, a int) {

@@ -41,8 +41,10 @@ type decoder struct {
 	y, yHidden *mlxc.Array
 	// nextHidden is the tapped rows of a step built ahead, until read hands it over.
 	nextHidden *mlxc.Array
-	// costs are the measured costs of the steps, for the width policy (plan).
+	// costs are the measured costs of the steps, and pool the acceptance pooled over all
+	// rows, for the width policy (plan).
 	costs *stepCosts
+	pool  acceptPool
 	// spent is the milliseconds of the steps so far, explored those of the steps in
 	// which a row explored a width past the plan's (plan).
 	spent, explored float64

@@ -270,6 +270,24 @@ func TestPlanWidths(t *testing.T) {
 	if w, _ := d.plan(rs); w[0] != 16 || w[1] != 1 || w[2] != 3 {
 		t.Errorf("widths %v, want [16 1 3]: a plain row stays at 1, a row's budget caps it", w)
 	}
+	// Fresh rows (no counts of their own) in a batch where a wide step costs twice a
+	// plain one: at the even prior no draft pays; with the rows' pooled acceptance high,
+	// every row drafts.
+	fresh := rows(8)
+	for _, q := range fresh {
+		q.dr.policy = newBlockPolicy(single, 16)
+	}
+	d = &decoder{costs: &stepCosts{plain: costTable{8: 10}, spec: costTable{9: 14, 16: 16, 128: 20}}, explored: 1} // no exploring due
+	if w, _ := d.plan(fresh); sum(w) != 8 {
+		t.Errorf("fresh rows, nothing pooled: widths %v, want plain steps", w)
+	}
+	for range 50 {
+		d.pool.observe(15, 14)
+	}
+	if w, _ := d.plan(fresh); sum(w) < 8*8 {
+		t.Errorf("fresh rows, high pooled acceptance: widths %v, want wide blocks", w)
+	}
+	d.costs = flat
 	rs[0].built = 0 // a row whose first step is next: its last prompt token alone
 	if w, _ := d.plan(rs); w[0] != 1 {
 		t.Errorf("a joining row's first step has width %d, want 1", w[0])

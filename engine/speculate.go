@@ -236,7 +236,7 @@ func (d *decoder) plan(rows []*sequence) (w []int, explores bool) {
 		if q.dr == nil || B == 1 {
 			return 1
 		}
-		return q.dr.policy.expected(B)
+		return q.dr.policy.expectedWith(B, &d.pool)
 	}
 	total := 0.0
 	for r, q := range rows {
@@ -311,6 +311,31 @@ func (d *decoder) count(dt time.Duration, explored bool) {
 	if explored {
 		d.explored += ms
 	}
+}
+
+// acceptPool is the acceptance per draft position pooled over every row a decoder has
+// verified, decayed as a row's own: one drafter serves all rows, so what it does for
+// some rows is the best guess for another row until that row has counts of its own
+// (blockPolicy.expectedWith). Without it a row would start from the even prior, which in
+// a batch of many rows does not pay for a draft, and would learn its acceptance only
+// when it explores.
+type acceptPool struct{ tries, hits []float64 }
+
+// observe adds a step that drafted n tokens and accepted the first a.
+func (p *acceptPool) observe(n, a int) {
+	for len(p.tries) < n {
+		p.tries, p.hits = append(p.tries, 0), append(p.hits, 0)
+	}
+	decayPositions(p.tries, p.hits, n, a)
+}
+
+// rate is position i's pooled acceptance given the ones before it, with the policy's
+// weak even prior.
+func (p *acceptPool) rate(i int) float64 {
+	if i >= len(p.tries) {
+		return 0.5
+	}
+	return (p.hits[i] + policyPrior) / (p.tries[i] + 2*policyPrior)
 }
 
 // drafted is one row's part of a speculative step.
@@ -479,6 +504,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int, explores bool) error
 			st.AcceptHist[a]++
 			countDrafts(st, p.w-1, a)
 			q.dr.policy.observe(p.w-1, a)
+			d.pool.observe(p.w-1, a)
 		}
 		q.takeAll(taken[r], now)
 		q.st.HostTime += time.Since(th) - rollback
