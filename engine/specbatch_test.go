@@ -174,14 +174,16 @@ func TestBatchPolicyTurnsSpeculationOff(t *testing.T) {
 			t.Errorf("request %d: block sizes %v count %d cycles, stats %d", i, st.BlockSizes, n, st.Cycles)
 		}
 	}
-	// Costs that are flat in the tokens: every row drafts its largest block.
+	// Costs that start flat in the tokens: the rows draft (until the measured costs and
+	// the random drafter's acceptance, pooled over the rows, say otherwise).
 	e.BlockCosts = &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{10, 10, 10, 10, 10}}
 	s = e.NewScheduler(SchedulerConfig{MaxBatch: 8})
-	got = runConcurrently(t, s, reqs[:3])
-	for i, res := range got {
-		if res.Stats.Drafted == 0 {
-			t.Errorf("flat costs: request %d drafted nothing: %v", i, res.Stats.BlockSizes)
-		}
+	drafted := 0
+	for _, res := range runConcurrently(t, s, reqs[:3]) {
+		drafted += res.Stats.Drafted
+	}
+	if drafted == 0 {
+		t.Error("flat costs: no request drafted")
 	}
 }
 
