@@ -190,20 +190,25 @@ func (d *decoder) read(rows []*sequence, next *mlxc.Array, build time.Duration) 
 			continue
 		}
 		if q.dr != nil && len(q.history) > 1 { // a first token is no cycle
-			d.countPlain(q)
+			d.countCycle(q, 0, 0)
 		}
 		q.take(toks[r], now)
 		q.st.HostTime += time.Since(now)
 	}
 }
 
-// countPlain counts a drafting row's step without drafts (a cycle of block 1).
-func (d *decoder) countPlain(q *sequence) {
+// countCycle counts a drafting row's step that drafted n tokens and accepted the first a
+// (n = 0: a step without drafts, a cycle of block 1) in its statistics, its block policy
+// and the acceptance pooled over the rows.
+func (d *decoder) countCycle(q *sequence, n, a int) {
 	st := &q.st
 	st.Cycles++
-	st.AcceptHist[0]++
-	countDrafts(st, 0, 0)
-	q.dr.policy.observe(0, 0)
+	st.Drafted += n
+	st.Accepted += a
+	st.AcceptHist[a]++
+	countDrafts(st, n, a)
+	q.dr.policy.observe(n, a)
+	d.pool.observe(n, a)
 }
 
 // buildNext arranges the caches for the rows that go on and the joiners, and builds and

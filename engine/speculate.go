@@ -497,14 +497,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int, explores bool) error
 		}
 		st.RollbackTime += rollback
 		if q.dr != nil && len(q.history) > 1 { // a first token is no cycle
-			a := accepted[r]
-			st.Cycles++
-			st.Drafted += p.w - 1
-			st.Accepted += a
-			st.AcceptHist[a]++
-			countDrafts(st, p.w-1, a)
-			q.dr.policy.observe(p.w-1, a)
-			d.pool.observe(p.w-1, a)
+			d.countCycle(q, p.w-1, accepted[r])
 		}
 		q.takeAll(taken[r], now)
 		q.st.HostTime += time.Since(th) - rollback
