@@ -228,8 +228,9 @@ type blockPolicy struct {
 	// what was last seen of it.
 	tries, hits         []float64
 	sizeTries, sizeHits [][]float64
-	// spent is the cost (measured, per size) of every cycle so far, explored that of the
-	// cycles that drafted another size than the best because exploring was due.
+	// spent is the cost (measured, per size) of every cycle so far, explored what the
+	// cycles that drafted another size than the best because exploring was due lost
+	// against the best (exploreLoss).
 	spent, explored float64
 	observed        int
 }
@@ -237,11 +238,13 @@ type blockPolicy struct {
 const (
 	// policyDecay weighs older tries of a position down: acceptance drifts with the text.
 	policyDecay = 0.97
-	// policyExploreShare is the share of the cycles' cost that exploring may take: when
-	// the cycles that explored (blockPolicy.explore), the next one included, cost no more
-	// than this share of all cycles, the next one explores, so that the acceptance past the
-	// chosen size stays measured while smaller blocks (or one-token steps) are chosen. The
-	// share bounds what exploring costs where it does not pay.
+	// policyExploreShare is the share of the cycles' cost that exploring may lose: when
+	// what the cycles that explored (blockPolicy.explore), the next one included, lost
+	// against the best size (exploreLoss) is no more than this share of all cycles' cost,
+	// the next one explores, so that the acceptance past the chosen size stays measured
+	// while smaller blocks (or one-token steps) are chosen. The share bounds what exploring
+	// costs where it does not pay; where a wide verify costs little more than a one-token
+	// step (a GPU), an exploring cycle loses little and exploring is frequent.
 	policyExploreShare = 1.0 / 32
 	policyPrior        = 0.1
 	// policySizeWeight is how many cycles of the pooled counts a size's own counts are
@@ -390,7 +393,21 @@ func (p *blockPolicy) best() int {
 func (p *blockPolicy) exploring() bool {
 	best := p.best()
 	target := p.explore(best)
-	return target != best && p.explored+p.costOf(target) <= policyExploreShare*p.spent
+	return target != best && p.explored+p.exploreLoss(target, best) <= policyExploreShare*p.spent
+}
+
+// exploreLoss is what a cycle of block B is expected to lose against one of the best
+// size: its cost less the time the best size takes, at its expected rate, to commit the
+// tokens B is expected to commit. A one-token step is never skipped by exploring (every
+// cycle commits at least one token), so on a CPU, where a wide verify costs many steps,
+// an exploring cycle loses nearly all its cost; on a GPU, where it costs one or two
+// steps, it loses a fraction of one, and a few early rejections cannot keep the policy
+// at one-token steps for long. The loss is at least policyTie of B's cost: measured
+// estimates are that noisy.
+func (p *blockPolicy) exploreLoss(B, best int) float64 {
+	cost := p.costOf(B)
+	perToken := p.costOf(best) / p.expected(best)
+	return max(cost-p.expected(B)*perToken, policyTie*cost)
 }
 
 // oneTokenSteps is how many one-token steps may run before a cycle has to look at the
@@ -404,7 +421,7 @@ func (p *blockPolicy) oneTokenSteps() int {
 	if target == 1 {
 		return math.MaxInt32 // nothing could pay: steps until the request ends
 	}
-	due := (p.explored+p.costOf(target))/policyExploreShare - p.spent
+	due := (p.explored+p.exploreLoss(target, 1))/policyExploreShare - p.spent
 	return max(1, int(math.Ceil(due/p.ms[0])))
 }
 
@@ -458,11 +475,10 @@ func (p *blockPolicy) observe(n, a int) {
 	if p == nil {
 		return
 	}
-	cost := p.costOf(n + 1)
-	if p.exploring() && n+1 != p.best() {
-		p.explored += cost
+	if best := p.best(); p.exploring() && n+1 != best {
+		p.explored += p.exploreLoss(n+1, best)
 	}
-	p.spent += cost
+	p.spent += p.costOf(n + 1)
 	p.observed++
 	decayPositions(p.tries, p.hits, n, a)
 	if j := slices.Index(p.sizes, n+1); j >= 0 {

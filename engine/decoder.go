@@ -45,8 +45,8 @@ type decoder struct {
 	// rows, for the width policy (plan).
 	costs *stepCosts
 	pool  acceptPool
-	// spent is the milliseconds of the steps so far, explored those of the steps in
-	// which a row explored a width past the plan's (plan).
+	// spent is the milliseconds of the steps so far, explored what the steps in which a
+	// row explored a width past the plan's were expected to lose against it (plan).
 	spent, explored float64
 	// lastTick is when the last pipelined step was read (the interval between two reads
 	// is a pipelined step's cost).
@@ -104,13 +104,13 @@ func (d *decoder) tick(joiners []*sequence) error {
 	// width and draft depend on what the step in flight commits: read first.
 	d.read(read, nil, 0)
 	kept, next := d.continuing(joiners)
-	widths, explores := d.plan(next)
+	widths, loss := d.plan(next)
 	if slices.ContainsFunc(widths, func(w int) bool { return w > 1 }) {
 		if err := d.arrange(kept, joiners); err != nil {
 			return err
 		}
 		d.rows = next
-		return d.speculate(next, widths, explores)
+		return d.speculate(next, widths, loss)
 	}
 	tb := time.Now()
 	if _, err := d.buildNext(joiners, false); err != nil {
@@ -172,7 +172,7 @@ func (d *decoder) read(rows []*sequence, next *mlxc.Array, build time.Duration) 
 	now := time.Now()
 	if next != nil && !d.lastTick.IsZero() {
 		d.costs.plain.observe(len(rows), now.Sub(d.lastTick))
-		d.count(now.Sub(d.lastTick), false)
+		d.count(now.Sub(d.lastTick), 0)
 	}
 	d.lastTick = now
 	if next == nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -209,9 +210,25 @@ func TestStepCosts(t *testing.T) {
 	if got := c.plainAt(4); got != 3 {
 		t.Errorf("plain step of 4 rows, measured: %v ms, want 3", got)
 	}
-	c.spec.observe(8, 19*time.Millisecond)
-	if got := c.spec.at(8); got != 0.8*9+0.2*19 {
+	c.spec.observe(8, 15*time.Millisecond)
+	if got := c.spec.at(8); got != 0.8*9+0.2*15 {
 		t.Errorf("after a measurement: %v", got)
+	}
+	// One outlier (a step that built kernels for its shape) counts as twice the
+	// estimate; steps that really cost that much get there within a few steps.
+	c.spec.observe(8, 500*time.Millisecond)
+	if got, want := c.spec.at(8), 0.8*10.2+0.2*20.4; math.Abs(got-want) > 1e-9 {
+		t.Errorf("after an outlier: %v ms, want %v", got, want)
+	}
+	for range 30 {
+		c.spec.observe(8, 100*time.Millisecond)
+	}
+	if got := c.spec.at(8); got < 99 || got > 100 {
+		t.Errorf("after 30 steps of 100 ms: %v ms, want about 100", got)
+	}
+	c.spec.observe(64, 900*time.Millisecond) // a new size: capped against the extrapolation
+	if got := c.spec.at(64); got > 2*(100+(100-5)/4.0*56)+1e-9 {
+		t.Errorf("a new size's first step: %v ms, want at most twice the extrapolated cost", got)
 	}
 	if got := newStepCosts(nil).spec.at(5); got != 0 {
 		t.Errorf("nothing measured: %v, want 0", got)

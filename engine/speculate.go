@@ -148,9 +148,21 @@ func (c *stepCosts) plainAt(R int) float64 {
 // largest it extends the last measured slope.
 type costTable map[int]float64
 
-// observe adds a step of size n that took dt.
+// costOutlier bounds one step's weight in a costTable: a step is counted as at most this
+// many times the estimate it is measured against.
+const costOutlier = 2.0
+
+// observe adds a step of size n that took dt, counted as at most costOutlier times the
+// estimate for n: the first step of a new shape may build kernels for it (a GPU backend
+// compiles them on first use), and a pause of the host can stretch any step. Taken in
+// full, one such step would price a width so high that the policy never tries it again,
+// and so never measures it again; capped, a width whose steps really cost that much gets
+// there in a few steps.
 func (c costTable) observe(n int, dt time.Duration) {
 	ms := float64(dt.Microseconds()) / 1000
+	if est := c.at(n); est > 0 {
+		ms = min(ms, costOutlier*est)
+	}
 	if old, ok := c[n]; ok {
 		c[n] = 0.8*old + 0.2*ms
 		return
@@ -194,8 +206,10 @@ func (c costTable) at(n int) float64 {
 // block gains the most rate, until none gains. Where a wider verify costs more than its
 // drafts are expected to add (many rows on a compute-bound backend) every row stays at
 // width 1, plain batched decoding; as rows leave, wider blocks pay again. A row whose
-// policy is exploring takes its exploring size. Widths never pass the token budget.
-func (d *decoder) plan(rows []*sequence) (w []int, explores bool) {
+// policy is exploring takes its exploring size; loss is then what the step is expected to
+// lose against the plan without it, in milliseconds (0: no row explores). Widths never
+// pass the token budget.
+func (d *decoder) plan(rows []*sequence) (w []int, loss float64) {
 	w = make([]int, len(rows))
 	for r, q := range rows {
 		w[r] = 1
@@ -214,16 +228,16 @@ func (d *decoder) plan(rows []*sequence) (w []int, explores bool) {
 		}
 	}
 	if drafting == 0 {
-		return w, false
+		return w, 0
 	}
 	if len(rows) == 1 {
 		if q := rows[0]; w[0] > 1 {
 			w[0] = min(q.dr.policy.size(q.dr.maxW), w[0])
 		}
-		return w, false // the block policy explores on its own
+		return w, 0 // the block policy explores on its own
 	}
 	if slices.ContainsFunc(rows, func(q *sequence) bool { return q.dr != nil && q.dr.policy == nil }) {
-		return w, false // fixed blocks (no costs measured): every drafting row its largest block
+		return w, 0 // fixed blocks (no costs measured): every drafting row its largest block
 	}
 	cap := w
 	w = make([]int, len(rows))
@@ -277,20 +291,34 @@ func (d *decoder) plan(rows []*sequence) (w []int, explores bool) {
 		w[bestRow] = bestW
 	}
 	// Exploring keeps each row's acceptance past its planned width measured: at most one
-	// row a step, and only while the steps that explored cost no more than
-	// policyExploreShare of all steps (a wide row makes the whole batch wait for it).
-	if d.explored <= policyExploreShare*d.spent {
-		for r, q := range rows {
-			if q.dr == nil || !q.dr.policy.exploring() {
-				continue
-			}
-			if x := min(max(w[r], q.dr.policy.explore(q.dr.policy.best())), cap[r]); x != w[r] {
-				w[r] = x
-				return w, true
-			}
+	// row a step, and only while what the steps that explored lost against their plans
+	// (this one included) is no more than policyExploreShare of all steps' cost. A step's
+	// loss is its cost less the time the planned step takes, at its expected rate, to
+	// commit what the exploring one is expected to: a wide row makes the whole batch wait
+	// for it on a CPU, and costs the batch little on a GPU.
+	planned := rate(total, T)
+	for r, q := range rows {
+		if q.dr == nil || !q.dr.policy.exploring() {
+			continue
 		}
+		x := min(max(w[r], q.dr.policy.explore(q.dr.policy.best())), cap[r])
+		if x == w[r] {
+			continue
+		}
+		Tx := T - w[r] + x
+		ms := d.costs.spec.at(Tx)
+		if ms <= 0 || planned <= 0 {
+			break // nothing measured: the plan's widths are the widest already
+		}
+		gain := total - expected(q, w[r]) + expected(q, x)
+		loss = max(ms-gain/planned, policyTie*ms)
+		if d.explored+loss > policyExploreShare*d.spent {
+			return w, 0
+		}
+		w[r] = x
+		return w, loss
 	}
-	return w, false
+	return w, 0
 }
 
 // blockSize is the DFlash block of a request: the proposer's, capped by the request's,
@@ -305,12 +333,9 @@ func blockSize(p verify.Proposer, req Request) int {
 
 // count adds a step's time to the steps' total, and to the exploring steps' when it
 // explored.
-func (d *decoder) count(dt time.Duration, explored bool) {
-	ms := float64(dt.Microseconds()) / 1000
-	d.spent += ms
-	if explored {
-		d.explored += ms
-	}
+func (d *decoder) count(dt time.Duration, loss float64) {
+	d.spent += float64(dt.Microseconds()) / 1000
+	d.explored += loss
 }
 
 // acceptPool is the acceptance per draft position pooled over every row a decoder has
@@ -351,7 +376,7 @@ type drafted struct {
 // tentative forward of all rows' blocks, the verdicts in one evaluation, then each row's
 // commit (its caches keep staged + its accepted drafts), its tokens taken, its drafter's
 // next context kept.
-func (d *decoder) speculate(rows []*sequence, widths []int, explores bool) error {
+func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error {
 	s := mlxc.NewScope()
 	defer s.Close()
 	t0 := time.Now()
@@ -483,7 +508,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int, explores bool) error
 	}
 	now := time.Now()
 	d.costs.spec.observe(T, now.Sub(t0))
-	d.count(now.Sub(t0), explores)
+	d.count(now.Sub(t0), loss)
 	for r, q := range rows {
 		p := parts[r]
 		q.steps++

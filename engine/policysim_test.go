@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// acceptStream draws a cycle's accepted drafts: none in the first `rejected` cycles, then
+// each draft accepted with probability acc given the ones before it.
+type acceptStream struct {
+	r        *rand.Rand
+	acc      float64
+	rejected int
+	cycles   int
+}
+
+func (s *acceptStream) draw(n int) int {
+	s.cycles++
+	a := 0
+	if s.cycles > s.rejected {
+		for a < n && s.r.Float64() < s.acc {
+			a++
+		}
+	}
+	return a
+}
+
+// fixedBest is the most tokens per millisecond any fixed block of costs makes at
+// acceptance acc per position.
+func fixedBest(costs *BlockCosts, acc float64) float64 {
+	best := 0.0
+	for i, B := range costs.Sizes {
+		e, surv := 1.0, 1.0
+		for range B - 1 {
+			surv *= acc
+			e += surv
+		}
+		best = max(best, e/costs.MS[i])
+	}
+	return best
+}
+
+var (
+	// gpuCosts are cycle costs of the shape an H200 measures for a 4B target: a 16-token
+	// verify costs 1.4 one-token steps.
+	gpuCosts = &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{5.3, 5.6, 5.9, 6.4, 7.4}}
+	// cpuCosts grow with every verified token, as a CPU's do: a 16-token verify costs 14
+	// one-token steps, so no acceptance makes a draft pay.
+	cpuCosts = &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{12.3, 25, 48, 90, 174}}
+	// moeCosts grow with the experts a wider verify reads.
+	moeCosts = &BlockCosts{Sizes: []int{1, 2, 4, 8, 16}, MS: []float64{10, 13, 16, 22, 34}}
+)
+
+// Simulated requests of 400 cycles whose first three cycles reject every draft: however
+// the acceptance starts, the policy reaches most of the rate of the best fixed block for
+// the acceptance that follows. Where a wide verify costs little more than a one-token step
+// (a GPU), an exploring cycle loses little, so a bad start cannot keep the policy at
+// one-token steps (which it did when exploring was charged a cycle's whole cost: 0.78 of
+// the best); where it costs many steps (a CPU), exploring stays within its share.
+func TestBlockPolicyRecoversFromABadStart(t *testing.T) {
+	cases := []struct {
+		name  string
+		costs *BlockCosts
+		acc   float64
+		least float64
+	}{
+		{"gpu/low", gpuCosts, 0.3, 0.9},
+		{"gpu/mid", gpuCosts, 0.7, 0.85},
+		{"gpu/high", gpuCosts, 0.9, 0.9},
+		{"moe/mid", moeCosts, 0.7, 0.85},
+		{"moe/high", moeCosts, 0.9, 0.85},
+		{"cpu/high", cpuCosts, 0.9, 0.94},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for seed := range 3 {
+				p := newBlockPolicy(c.costs, 16)
+				s := &acceptStream{r: rand.New(rand.NewPCG(uint64(seed), 1)), acc: c.acc, rejected: 3}
+				ms, tokens := 0.0, 0
+				sizes := map[int]int{}
+				for range 400 {
+					B := p.size(16)
+					sizes[B]++
+					a := s.draw(B - 1)
+					ms += p.costOf(B)
+					tokens += a + 1
+					p.observe(B-1, a)
+				}
+				if got := float64(tokens) / ms / fixedBest(c.costs, c.acc); got < c.least {
+					t.Errorf("seed %d: %.2f of the best fixed block's rate, want ≥ %.2f (blocks %v)", seed, got, c.least, sizes)
+				}
+			}
+		})
+	}
+}
+
+// A simulated batch of 8 fresh rows in one decoder, each rejecting its first three
+// cycles' drafts and then accepting each draft with probability 0.9: where a step's cost
+// grows slowly with the tokens it verifies (a GPU), the rows end up drafting wide and the
+// batch commits several times plain batching's tokens per millisecond; where it grows
+// with every token (a CPU), the rows step plainly and exploring costs the batch little.
+func TestBatchPolicyLearnsWhereDraftsPay(t *testing.T) {
+	cases := []struct {
+		name        string
+		single      *BlockCosts
+		plain, spec func(n int) float64 // a step's ms by rows, by tokens verified
+		least, most float64             // the batch's rate over plain batching's
+	}{
+		{"gpu", gpuCosts, func(R int) float64 { return 5.3 + 0.05*float64(R) }, func(T int) float64 { return 7 + 0.03*float64(T) }, 3, 100},
+		{"cpu", cpuCosts, func(R int) float64 { return 12.3 * (0.6 + 0.4*float64(R)) }, func(T int) float64 { return 11 * float64(T) }, 0.93, 1.01},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := &decoder{costs: newStepCosts(c.single)}
+			rows := make([]*sequence, 8)
+			streams := make([]*acceptStream, len(rows))
+			for i := range rows {
+				q := &sequence{req: Request{MaxTokens: 1 << 20}, history: []int32{1, 2}, built: 1, st: newDFlashStats(false, 2, 16)}
+				q.dr = &drafting{maxW: 16, policy: newBlockPolicy(c.single, 16)}
+				rows[i] = q
+				streams[i] = &acceptStream{r: rand.New(rand.NewPCG(uint64(i), 2)), acc: 0.9, rejected: 3}
+			}
+			ms, tokens, drafted := 0.0, 0, 0
+			for step := range 600 {
+				w, loss := d.plan(rows)
+				T := 0
+				for r, q := range rows {
+					a := 0
+					if w[r] > 1 {
+						a = streams[r].draw(w[r] - 1)
+						drafted++
+					}
+					d.countCycle(q, w[r]-1, a)
+					tokens += a + 1
+					T += w[r]
+				}
+				var cost float64
+				if T == len(rows) {
+					cost = c.plain(len(rows))
+					d.costs.plain.observe(len(rows), time.Duration(cost*1e6))
+				} else {
+					cost = c.spec(T)
+					d.costs.spec.observe(T, time.Duration(cost*1e6))
+				}
+				d.count(time.Duration(cost*1e6), loss)
+				if step >= 100 { // measured after the start
+					ms += cost
+				}
+				if step == 99 {
+					ms, tokens, drafted = 0, 0, 0
+				}
+			}
+			plain := float64(len(rows)) / c.plain(len(rows))
+			got := float64(tokens) / ms / plain
+			t.Logf("%s: %.2fx plain batching's rate, %d of %d row steps drafted", c.name, got, drafted, 500*len(rows))
+			if got < c.least || got > c.most {
+				t.Errorf("%.2fx plain batching's rate, want within [%v, %v]", got, c.least, c.most)
+			}
+			if d.explored > policyExploreShare*d.spent {
+				t.Errorf("exploring lost %.1f of %.1f ms, more than its share", d.explored, d.spent)
+			}
+		})
+	}
+}
