@@ -71,6 +71,10 @@ func (e *Engine) runAheadRefusal(req Request) string {
 	if sp := req.Sampling; sp.RepetitionPenalty > 0 && sp.RepetitionPenalty != 1 {
 		return "repetition penalty"
 	}
+	// A constraint's masks follow the committed tokens too.
+	if req.Constraint != nil {
+		return "constraint"
+	}
 	return ""
 }
 

@@ -88,9 +88,8 @@ func (d *decoder) tick(joiners []*sequence) error {
 	s := mlxc.NewScope()
 	defer s.Close()
 	read := d.rows
-	penalty := slices.ContainsFunc(d.rows, func(q *sequence) bool { return q.penalty }) ||
-		slices.ContainsFunc(joiners, func(q *sequence) bool { return q.penalty })
-	if !penalty && !d.drafts(joiners) {
+	readFirst := slices.ContainsFunc(d.rows, (*sequence).readFirst) || slices.ContainsFunc(joiners, (*sequence).readFirst)
+	if !readFirst && !d.drafts(joiners) {
 		// Build ahead from the lazy tokens, then read them while the device runs.
 		tb := time.Now()
 		next, err := d.buildNext(joiners, true)
@@ -100,8 +99,9 @@ func (d *decoder) tick(joiners []*sequence) error {
 		d.read(read, next, time.Since(tb))
 		return nil
 	}
-	// A penalised row needs its last token's value in its logits, and a drafting row's
-	// width and draft depend on what the step in flight commits: read first.
+	// A penalised row needs its last token's value in its logits, a constrained row its
+	// mask after it, and a drafting row's width and draft depend on what the step in
+	// flight commits: read first.
 	d.read(read, nil, 0)
 	kept, next := d.continuing(joiners)
 	widths, loss := d.plan(next)
@@ -326,7 +326,7 @@ func (d *decoder) step(ids *mlxc.Array, rows []*sequence) (toks, hidden *mlxc.Ar
 		out := d.bm.ForwardBatch(mlxc.Reshape(ids, n, 1), d.batch, model.BatchOptions{Taps: taps, PaddedKeys: paddedPays(d.batch.Lens())})
 		logits, hidden = mlxc.Reshape(out.Logits, n, -1), out.Hidden
 	}
-	if !slices.ContainsFunc(rows, func(q *sequence) bool { return q.penalty || !q.req.Sampling.Greedy() }) {
+	if !slices.ContainsFunc(rows, func(q *sequence) bool { return q.readFirst() || !q.req.Sampling.Greedy() }) {
 		// Greedy rows: one argmax over all rows (row r's is its own row's).
 		return mlxc.AsType(mlxc.Argmax(sample.LogProbs(logits), -1, false), mlxc.Int32), hidden
 	}
@@ -337,6 +337,16 @@ func (d *decoder) step(ids *mlxc.Array, rows []*sequence) (toks, hidden *mlxc.Ar
 			row = mlxc.SliceAxis(logits, 0, r, r+1)
 		}
 		row = q.req.Sampling.PenaltyRows(row, lastN(q.history, 64), nil)
+		if q.cons != nil {
+			// The mask after the row's committed tokens (read first: all are known). A
+			// row whose grammar allows nothing fails alone; its draw is never read.
+			allow, err := q.cons.maskRows(&q.st, row.Dim(1), nil)
+			if err != nil {
+				q.err = err
+			} else {
+				row = masked(row, allow)
+			}
+		}
 		drawn[r] = mlxc.Reshape(d.verdict(q, row, nil, nil).Next, 1)
 	}
 	out := drawn[0]

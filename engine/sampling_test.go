@@ -19,6 +19,12 @@ func sampleParams(temp float64) sample.Params { return sample.Params{Temperature
 
 // exactJoint enumerates p(t1, t2, t3 | prompt) with the model's own distributions.
 func exactJoint(t *testing.T, m model.Model, prompt []int32, V int, sp sample.Params) map[[3]int32]float64 {
+	return exactJointUnder(t, m, prompt, V, sp, nil)
+}
+
+// exactJointUnder is exactJoint with each step's logits masked to the tokens allowed
+// after the ones generated before it (nil: all).
+func exactJointUnder(t *testing.T, m model.Model, prompt []int32, V int, sp sample.Params, allowed func(gen []int32, tok int32) bool) map[[3]int32]float64 {
 	probs := func(seq []int32) []float32 {
 		var out []float32
 		err := mlxc.Do(func() error {
@@ -27,7 +33,11 @@ func exactJoint(t *testing.T, m model.Model, prompt []int32, V int, sp sample.Pa
 			c := m.NewCache()
 			defer c.Free()
 			o := m.Forward(mlxc.FromSlice(seq, 1, len(seq)), c, model.ForwardOptions{Logits: model.LogitsLast})
-			lp := sample.LogProbs(mlxc.Reshape(o.Logits, 1, -1))
+			lg := mlxc.Reshape(o.Logits, 1, -1)
+			if allowed != nil {
+				lg = maskedBy(lg, seq[len(prompt):], allowed)
+			}
+			lp := sample.LogProbs(lg)
 			out = sp.Probs(sp.Filter(lp)).Float32s()
 			return nil
 		})

@@ -40,6 +40,12 @@ func soloReference(t *testing.T, m model.Model, req Request) []int32 {
 		for len(out) < req.MaxTokens {
 			o := m.Forward(mlxc.FromSlice(hist[len(hist)-1:], 1, 1), c, model.ForwardOptions{Logits: model.LogitsLast})
 			logits := req.Sampling.PenaltyRows(mlxc.Reshape(o.Logits, 1, -1), lastN(hist, 64), nil)
+			if g, ok := req.Constraint.(*testGrammar); ok {
+				if g.stopAt(len(out)) {
+					break // the grammar is complete
+				}
+				logits = maskedBy(logits, out, g.allows)
+			}
 			tok := mlxc.ToSlice[int32](mlxc.AsType(req.Sampling.Draw(sample.LogProbs(logits), keys.Next()), mlxc.Int32))[0]
 			hist = append(hist, tok)
 			if stops[tok] {

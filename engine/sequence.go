@@ -39,6 +39,9 @@ type sequence struct {
 	stepRows int
 	// dr is the sequence's drafter state when it speculates (nil: plain decoding).
 	dr *drafting
+	// cons is the request's constraint (nil: none): every step masks the row's logits
+	// with it, so the steps of a batch holding such a row are not built ahead.
+	cons *constrained
 }
 
 // newSequence makes the sequence of a validated request; its budget is clamped to the
@@ -50,6 +53,9 @@ func (e *Engine) newSequence(ctx context.Context, req Request, emit func(Event) 
 	s.o = newOutput(req, e.Target.Arch().EOSTokenIDs)
 	s.st = Stats{Mode: "plain", PromptTokens: len(req.Prompt)}
 	s.penalty = req.Sampling.RepetitionPenalty > 0 && req.Sampling.RepetitionPenalty != 1
+	if req.Constraint != nil {
+		s.cons = &constrained{m: req.Constraint}
+	}
 	s.history = []int32{req.Prompt[len(req.Prompt)-1]}
 	if e.Proposer != nil && !req.NoDraft {
 		if s.dr = newDrafting(e, req, fork); s.dr != nil {
@@ -87,9 +93,23 @@ func (s *sequence) take(tok int32, now time.Time) {
 		s.st.PrefillTime = s.st.FirstTokenTime
 	}
 	s.history = append(s.history, tok)
+	n := len(s.o.tokens)
 	s.o.push(tok)
+	s.constrain(n)
 	s.report()
 }
+
+// constrain commits the tokens the output took since it held n to the constraint.
+func (s *sequence) constrain(n int) {
+	if s.cons != nil && s.err == nil {
+		s.cons.commit(s, s.o.tokens[n:])
+	}
+}
+
+// readFirst reports whether the sequence's next step needs the tokens of the step in
+// flight on the host before it is built: a repetition penalty reads them, and a
+// constraint's mask follows them.
+func (s *sequence) readFirst() bool { return s.penalty || s.cons != nil }
 
 // last is the sequence's staged token: the input of its next step.
 func (s *sequence) last() int32 { return s.history[len(s.history)-1] }
@@ -103,6 +123,7 @@ func (s *sequence) takeAll(toks []int32, now time.Time) {
 		s.st.FirstTokenTime = now.Sub(s.start)
 		s.st.PrefillTime = s.st.FirstTokenTime
 	}
+	n := len(s.o.tokens)
 	for _, t := range toks {
 		s.history = append(s.history, t)
 		if !s.o.done {
@@ -110,6 +131,7 @@ func (s *sequence) takeAll(toks []int32, now time.Time) {
 		}
 	}
 	s.built = len(s.history) - 1
+	s.constrain(n)
 	s.report()
 }
 

@@ -444,6 +444,11 @@ func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error 
 			PaddedKeys: paddedPays(lens)})
 	}
 	logits := mlxc.Reshape(out.Logits, T, -1)
+	if slices.ContainsFunc(rows, func(q *sequence) bool { return q.cons != nil }) {
+		// The verify runs while the host walks the constrained rows' grammars along their
+		// drafts (which it waits for): the masks depend on the drafts only.
+		mlxc.AsyncEval(logits)
+	}
 	verdicts := make([]verify.Verdict, len(rows))
 	var evalList []*mlxc.Array
 	for r, q := range rows {
@@ -451,6 +456,22 @@ func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error 
 		lg := mlxc.SliceAxis(logits, 0, p.off, p.off+p.w)
 		if q.penalty {
 			lg = q.req.Sampling.PenaltyRows(lg, lastN(q.history, 64), p.drafts)
+		}
+		if q.cons != nil {
+			// Row j's mask is the grammar's after the staged token's predecessors and
+			// drafts 0..j−1: a draft its mask does not allow has no probability under the
+			// masked target, so it is rejected (greedy and sampled alike), and the token
+			// after the accepted drafts is an allowed one.
+			var dtoks []int32
+			if p.drafts != nil {
+				dtoks = mlxc.ToSlice[int32](mlxc.AsType(p.drafts, mlxc.Int32))
+			}
+			allow, err := q.cons.maskRows(&q.st, lg.Dim(1), dtoks)
+			if err != nil {
+				q.err = err
+			} else {
+				lg = masked(lg, allow)
+			}
 		}
 		verdicts[r] = d.verdict(q, lg, p.drafts, p.probs)
 		evalList = append(evalList, verdicts[r].Arrays()...)

@@ -39,6 +39,11 @@ type Request struct {
 	// Profile adds a synchronisation after each draft to split draft and verify time
 	// (slightly slower; for benchmarks).
 	Profile bool
+	// Constraint, when set, is the grammar the output must follow: each step's logits are
+	// masked to the tokens it allows after the committed ones (drafts are verified against
+	// their positions' masks), and its stop ends the generation. The caller makes it for
+	// this request and closes it after the request ends.
+	Constraint Constraint
 }
 
 // Event is what one step or cycle commits.
@@ -110,6 +115,11 @@ type Stats struct {
 	HostTime     time.Duration `json:"host_ns"`
 	DraftTime    time.Duration `json:"draft_ns"`
 	VerifyTime   time.Duration `json:"verify_ns"`
+	// MaskTime is the host time spent computing a constraint's masks (Request.Constraint;
+	// for a verify block, one per position along its drafts), and Masks counts them. In a
+	// speculative step it overlaps the verify forward; in a plain step it does not.
+	MaskTime time.Duration `json:"mask_ns,omitempty"`
+	Masks    int           `json:"masks,omitempty"`
 	// With Request.Profile: the part of DraftTime / VerifyTime (and of a plain step) spent
 	// handing the graph to MLX (async_eval: kernel encoding on the host) rather than
 	// waiting for the device.
@@ -162,6 +172,9 @@ func (r Request) validate(ctxLen int) error {
 	}
 	if ctxLen > 0 && len(r.Prompt) >= ctxLen {
 		return fmt.Errorf("%w: %d prompt tokens, context is %d", ErrPromptTooLong, len(r.Prompt), ctxLen)
+	}
+	if r.Constraint != nil && r.MaxTokens > 0 && r.Constraint.Stopped() {
+		return errors.New("the constraint allows no tokens")
 	}
 	for _, s := range r.Stop {
 		if s == "" {

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// Constraint is a grammar a request's output must follow (a JSON schema, a tool call in
+// the model's own format, a Lark grammar): a matcher over the tokens committed so far.
+// The caller makes it for one request and closes it after the request ends; the engine
+// uses it from one goroutine at a time. grammar.Matcher is the implementation.
+//
+// Masks are ⌈V/32⌉ words over the model's vocabulary V (the rows of its head): bit v of
+// word v>>5 is set when token v may come next.
+type Constraint interface {
+	// MaskInto writes the mask of the tokens allowed now.
+	MaskInto(dst []uint32) error
+	// ChainMasks writes the masks of a verify block: row 0 the mask now, row j+1 the mask
+	// after drafts[0..j], up to the first draft its row does not allow (k, returned; the
+	// rows after it are copies). The matcher is where it was before.
+	ChainMasks(drafts []int32, dst []uint32) (int, error)
+	// Consume commits tokens.
+	Consume(tokens ...int32) error
+	// Stopped reports that the grammar is complete: only an end token may follow.
+	Stopped() bool
+}
+
+// constrained is a sequence's constraint state: the matcher and the host buffers of its
+// masks.
+type constrained struct {
+	m     Constraint
+	words []uint32 // one or more masks of ⌈V/32⌉ words
+	allow []bool   // the masks unpacked, one bool per token
+}
+
+// maskRows returns the bool mask [n, V] of one mask (n = 1, drafts nil) or of a verify
+// block's n = len(drafts)+1 rows, computed on the host.
+func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, error) {
+	t0 := time.Now()
+	defer func() { st.MaskTime += time.Since(t0) }()
+	st.Masks += len(drafts) + 1
+	W := (V + 31) / 32
+	n := len(drafts) + 1
+	if cap(c.words) < n*W {
+		c.words = make([]uint32, n*W)
+	}
+	words := c.words[:n*W]
+	var err error
+	if drafts == nil {
+		err = c.m.MaskInto(words)
+	} else {
+		_, err = c.m.ChainMasks(drafts, words)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("constraint: %w", err)
+	}
+	if cap(c.allow) < n*V {
+		c.allow = make([]bool, n*V)
+	}
+	allow := c.allow[:n*V]
+	any := false
+	for j := range n {
+		row, out := words[j*W:(j+1)*W], allow[j*V:(j+1)*V]
+		for v := range V {
+			out[v] = row[v>>5]>>(v&31)&1 != 0
+		}
+		if j == 0 {
+			for _, w := range row {
+				any = any || w != 0
+			}
+		}
+	}
+	if !any {
+		return nil, fmt.Errorf("constraint: no token of the model's %d may come next", V)
+	}
+	return mlxc.FromSlice(allow, n, V), nil
+}
+
+// masked sets logits [n, V] outside allow [n, V] to −∞: those tokens get no probability
+// under every sampling rule, and no argmax picks them.
+func masked(logits, allow *mlxc.Array) *mlxc.Array {
+	return mlxc.Where(allow, logits, mlxc.Scalar(math.Inf(-1), logits.Dtype()))
+}
+
+// commit consumes the tokens the row's output took in a step (a stop token ends the
+// output and is not consumed) and ends the sequence when the grammar is complete: the
+// grammar's stop ends the generation.
+func (c *constrained) commit(q *sequence, toks []int32) {
+	if len(toks) > 0 {
+		if err := c.m.Consume(toks...); err != nil {
+			q.err = fmt.Errorf("constraint: committing %v: %w", toks, err)
+			return
+		}
+	}
+	if c.m.Stopped() && !q.o.done {
+		q.o.end(FinishStop)
+	}
+}

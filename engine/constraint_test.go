@@ -1,0 +1,262 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+	"github.com/dflash-mlx/dflash-mlx/sample"
+)
+
+// testGrammar is a Constraint with a rule simple enough to restate in a reference: after
+// the tokens gen, token t is allowed when (t·31 + last·17 + len(gen)) mod k ≠ 0 (last:
+// gen's last token, 0 at first), end tokens never, until length tokens have been
+// consumed; then the grammar is complete and only the end tokens are allowed. About
+// (k−1)/k of the vocabulary is allowed at each step, so an unconstrained model's choices
+// are often outside it.
+type testGrammar struct {
+	V, k, length int
+	ends         []int32
+	gen          []int32
+	calls        int // masks computed
+}
+
+func newTestGrammar(V, k, length int, ends ...int32) *testGrammar {
+	return &testGrammar{V: V, k: k, length: length, ends: ends}
+}
+
+// stopAt reports whether the grammar is complete after n tokens.
+func (g *testGrammar) stopAt(n int) bool { return n >= g.length }
+
+// allows is the rule: whether tok may follow gen.
+func (g *testGrammar) allows(gen []int32, tok int32) bool {
+	if slices.Contains(g.ends, tok) {
+		return g.stopAt(len(gen))
+	}
+	if g.stopAt(len(gen)) {
+		return false
+	}
+	last := int32(0)
+	if len(gen) > 0 {
+		last = gen[len(gen)-1]
+	}
+	return (int(tok)*31+int(last)*17+len(gen))%g.k != 0
+}
+
+func (g *testGrammar) maskAfter(gen []int32, dst []uint32) {
+	clear(dst)
+	for v := range g.V {
+		if g.allows(gen, int32(v)) {
+			dst[v>>5] |= 1 << (v & 31)
+		}
+	}
+	g.calls++
+}
+
+func (g *testGrammar) MaskInto(dst []uint32) error {
+	if len(dst) != (g.V+31)/32 {
+		return fmt.Errorf("mask of %d words for %d tokens", len(dst), g.V)
+	}
+	g.maskAfter(g.gen, dst)
+	return nil
+}
+
+func (g *testGrammar) ChainMasks(drafts []int32, dst []uint32) (int, error) {
+	W := (g.V + 31) / 32
+	if len(dst) != (len(drafts)+1)*W {
+		return 0, fmt.Errorf("chain masks: %d words for %d drafts", len(dst), len(drafts))
+	}
+	gen := slices.Clone(g.gen)
+	k := 0
+	g.maskAfter(gen, dst[:W])
+	for ; k < len(drafts) && g.allows(gen, drafts[k]); k++ {
+		gen = append(gen, drafts[k])
+		g.maskAfter(gen, dst[(k+1)*W:(k+2)*W])
+	}
+	for j := k + 1; j <= len(drafts); j++ {
+		copy(dst[j*W:(j+1)*W], dst[k*W:(k+1)*W])
+	}
+	return k, nil
+}
+
+func (g *testGrammar) Consume(tokens ...int32) error {
+	for _, t := range tokens {
+		if !g.allows(g.gen, t) {
+			return fmt.Errorf("token %d not allowed after %v", t, g.gen)
+		}
+		g.gen = append(g.gen, t)
+	}
+	return nil
+}
+
+func (g *testGrammar) Stopped() bool { return g.stopAt(len(g.gen)) }
+
+// maskedBy sets logits [1, V] to −∞ where allowed(gen, v) is false (the references' own
+// masking, independent of the engine's).
+func maskedBy(logits *mlxc.Array, gen []int32, allowed func([]int32, int32) bool) *mlxc.Array {
+	V := logits.Dim(1)
+	ok := make([]bool, V)
+	for v := range V {
+		ok[v] = allowed(gen, int32(v))
+	}
+	return mlxc.Where(mlxc.FromSlice(ok, 1, V), logits, mlxc.Scalar(math.Inf(-1), logits.Dtype()))
+}
+
+// Constrained requests follow their grammar in every way the engine decodes: alone and
+// batched, plain and speculating (DFlash and DFlash2; drafts the grammar rejects are
+// rejected by the masked verify), with unconstrained rows beside them. Greedy output is
+// the reference's (each step's argmax over the allowed tokens of the target's logits),
+// every token is allowed, and the grammar's completion ends the request with "stop".
+func TestConstrainedDecodingFollowsTheGrammar(t *testing.T) {
+	testenv.RequireShapeExact(t)
+	pairs := specPairs(t)
+	for _, name := range []string{"dflash/qwen3-bf16", "dflash/qwen3_5-bf16", "dflash2/qwen3-bf16"} {
+		p := pairs[name]
+		t.Run(name, func(t *testing.T) {
+			const length = 20
+			ends := []int32{int32(p.vocab - 1)}
+			reqs := []Request{
+				{Prompt: []int32{1, 2, 3}, MaxTokens: 40},
+				{Prompt: []int32{7, 9}, MaxTokens: 40, NoDraft: true},
+				{Prompt: []int32{3, 1, 4, 1, 5, 9, 2, 6}, MaxTokens: 40, Sampling: sample.Params{Temperature: 0.9, TopP: 0.95, Seed: 3}},
+				{Prompt: []int32{10, 20, 30}, MaxTokens: 12}, // the budget ends it before the grammar
+				{Prompt: []int32{5, 6, 7, 8}, MaxTokens: 30}, // unconstrained
+			}
+			grammar := func(i int) *testGrammar {
+				if i == 4 {
+					return nil
+				}
+				return newTestGrammar(p.vocab, 3, length, ends...)
+			}
+			with := func(i int) (Request, *testGrammar) {
+				r := reqs[i]
+				r.StopTokens = ends
+				g := grammar(i)
+				if g != nil {
+					r.Constraint = g
+				}
+				return r, g
+			}
+			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
+			// Alone.
+			alone := make([]Result, len(reqs))
+			for i := range reqs {
+				r, g := with(i)
+				alone[i], _ = run(t, e, r)
+				check := func(how string, res Result) {
+					if g == nil {
+						return
+					}
+					ref := newTestGrammar(p.vocab, 3, length, ends...)
+					for j, tok := range res.Tokens {
+						if !ref.allows(res.Tokens[:j], tok) {
+							t.Fatalf("request %d %s: token %d (%d) not allowed after %v", i, how, j, tok, res.Tokens[:j])
+						}
+					}
+					wantLen, wantFinish := length, FinishStop
+					if r.MaxTokens < length {
+						wantLen, wantFinish = r.MaxTokens, FinishLength
+					}
+					if len(res.Tokens) != wantLen || res.FinishReason != wantFinish {
+						t.Errorf("request %d %s: %d tokens, finish %q; want %d, %q", i, how, len(res.Tokens), res.FinishReason, wantLen, wantFinish)
+					}
+					if r.Sampling.Greedy() {
+						rr := r
+						rr.Constraint = newTestGrammar(p.vocab, 3, length, ends...)
+						if at, ok := eqTokens(res.Tokens, soloReference(t, p.target, rr)); !ok {
+							t.Errorf("request %d %s: differs from masked greedy decoding at token %d", i, how, at)
+						}
+					}
+					if res.Stats.Masks == 0 {
+						t.Errorf("request %d %s: no masks counted", i, how)
+					}
+				}
+				check("alone", alone[i])
+				if i == 0 && alone[i].Stats.Drafted == 0 {
+					t.Errorf("request 0 alone drafted nothing: %+v", alone[i].Stats)
+				}
+			}
+			// Batched: every request's output is its output alone.
+			s := e.NewScheduler(SchedulerConfig{MaxBatch: 8, PrefillSlice: time.Nanosecond})
+			batched := make([]Request, len(reqs))
+			for i := range reqs {
+				batched[i], _ = with(i)
+			}
+			got := runConcurrently(t, s, batched)
+			for i := range reqs {
+				if at, ok := eqTokens(got[i].Tokens, alone[i].Tokens); !ok || len(got[i].Tokens) != len(alone[i].Tokens) {
+					t.Errorf("request %d: batched output differs from alone at token %d:\n got %v\nwant %v", i, at, got[i].Tokens, alone[i].Tokens)
+				}
+				if got[i].FinishReason != alone[i].FinishReason {
+					t.Errorf("request %d: batched finish %q, alone %q", i, got[i].FinishReason, alone[i].FinishReason)
+				}
+			}
+		})
+	}
+}
+
+// A constrained row sampling at T > 0 in a batch of speculating rows draws from the
+// masked target distribution: each step's logits masked to the grammar's tokens, then
+// filtered and renormalised (the χ² test of the first three tokens against the
+// enumerated distribution).
+func TestConstrainedSamplingMatchesMaskedTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("statistical test; skipped with -short")
+	}
+	for _, kind := range []string{"dflash", "dflash2"} {
+		t.Run(kind, func(t *testing.T) {
+			p := samplingPair(t, kind)
+			sp := sample.Params{Temperature: 0.9, TopP: 0.97}
+			prompt := []int32{1, 3, 5}
+			rule := newTestGrammar(p.vocab, 2, 1000)
+			exp := exactJointUnder(t, p.target, prompt, p.vocab, sp, rule.allows)
+			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
+			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4})
+			const N, rows = 1200, 4
+			obs := map[[3]int32]int{}
+			var mu sync.Mutex
+			for round := 0; round < N/rows; round++ {
+				var wg sync.WaitGroup
+				for r := range rows {
+					wg.Add(1)
+					go func(seed uint64) {
+						defer wg.Done()
+						q := sp
+						q.Seed = seed
+						req := Request{Prompt: prompt, MaxTokens: 4 + r, Sampling: q, IgnoreEOS: true, BlockSize: 4}
+						if r%2 == 0 { // unconstrained rows beside them
+							req.Constraint = newTestGrammar(p.vocab, 2, 1000)
+						}
+						res, err := s.Generate(context.Background(), req, nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if req.Constraint != nil {
+							mu.Lock()
+							obs[[3]int32{res.Tokens[0], res.Tokens[1], res.Tokens[2]}]++
+							mu.Unlock()
+						}
+					}(uint64(round*rows+r)*7919 + 17)
+				}
+				wg.Wait()
+			}
+			n := 0
+			for _, c := range obs {
+				n += c
+			}
+			stat, df := chiSquare(obs, exp, n)
+			crit := chiCritical(df, 3.09) // α = 0.001
+			t.Logf("χ² = %.1f, df = %d, critical (α=0.001) = %.1f", stat, df, crit)
+			if stat > crit {
+				t.Errorf("distribution differs from the masked target's: χ² %.1f > %.1f", stat, crit)
+			}
+		})
+	}
+}
