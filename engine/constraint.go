@@ -13,9 +13,12 @@ import (
 // The caller makes it for one request and closes it after the request ends; the engine
 // uses it from one goroutine at a time. grammar.Matcher is the implementation.
 //
-// Masks are ⌈V/32⌉ words over the model's vocabulary V (the rows of its head): bit v of
-// word v>>5 is set when token v may come next.
+// A mask is MaskWords() words: bit v of word v>>5 is set when token v may come next. It
+// covers the grammar's vocabulary (the tokenizer's), which may be longer or shorter than
+// the model's (the rows of its head): tokens past either are never chosen.
 type Constraint interface {
+	// MaskWords is the length of one mask.
+	MaskWords() int
 	// MaskInto writes the mask of the tokens allowed now.
 	MaskInto(dst []uint32) error
 	// ChainMasks writes the masks of a verify block: row 0 the mask now, row j+1 the mask
@@ -32,7 +35,7 @@ type Constraint interface {
 // masks.
 type constrained struct {
 	m     Constraint
-	words []uint32 // one or more masks of ⌈V/32⌉ words
+	words []uint32 // one or more masks of MaskWords() words
 	allow []bool   // the masks unpacked, one bool per token
 }
 
@@ -42,7 +45,7 @@ func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, e
 	t0 := time.Now()
 	defer func() { st.MaskTime += time.Since(t0) }()
 	st.Masks += len(drafts) + 1
-	W := (V + 31) / 32
+	W := c.m.MaskWords()
 	n := len(drafts) + 1
 	if cap(c.words) < n*W {
 		c.words = make([]uint32, n*W)
@@ -64,14 +67,11 @@ func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, e
 	any := false
 	for j := range n {
 		row, out := words[j*W:(j+1)*W], allow[j*V:(j+1)*V]
-		for v := range V {
+		for v := range min(V, 32*W) {
 			out[v] = row[v>>5]>>(v&31)&1 != 0
+			any = any || (j == 0 && out[v])
 		}
-		if j == 0 {
-			for _, w := range row {
-				any = any || w != 0
-			}
-		}
+		clear(out[min(V, 32*W):])
 	}
 	if !any {
 		return nil, fmt.Errorf("constraint: no token of the model's %d may come next", V)

@@ -59,6 +59,8 @@ func (g *testGrammar) maskAfter(gen []int32, dst []uint32) {
 	g.calls++
 }
 
+func (g *testGrammar) MaskWords() int { return (g.V + 31) / 32 }
+
 func (g *testGrammar) MaskInto(dst []uint32) error {
 	if len(dst) != (g.V+31)/32 {
 		return fmt.Errorf("mask of %d words for %d tokens", len(dst), g.V)
