@@ -7,7 +7,7 @@ ROOT := $(CURDIR)
 GO ?= go
 BIN := $(ROOT)/bin/dflash-mlx
 export CGO_ENABLED := 1
-export CGO_LDFLAGS := -L$(ROOT)/third_party/tokenizers $(CGO_LDFLAGS)
+export CGO_LDFLAGS := -L$(ROOT)/third_party/tokenizers -L$(ROOT)/third_party/llguidance $(CGO_LDFLAGS)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PREFIX ?= /usr/local
 # Where binaries look for libmlx (RUNPATH on Linux, LC_RPATH on macOS). bin/dflash-mlx looks
@@ -31,16 +31,19 @@ all: build
 deps:
 	@bash scripts/deps_mlx.sh
 	@bash scripts/deps_tokenizers.sh
+	@bash scripts/deps_llguidance.sh
 	@bash scripts/deps_testdata.sh
 	@bash scripts/deps_pyref.sh
 	@bash scripts/deps_node.sh
 
 # The MLX wheel must be there before anything is compiled; the other deps are needed by
-# the tokenizer package (link) and the tests.
+# the tokenizer and grammar packages (link) and the tests.
 third_party/mlx/.installed:
 	@bash scripts/deps_mlx.sh
 third_party/tokenizers/libtokenizers.a:
 	@bash scripts/deps_tokenizers.sh
+third_party/llguidance/libllguidance.a:
+	@bash scripts/deps_llguidance.sh
 
 lib: third_party/mlx/.installed
 	@mkdir -p build
@@ -49,7 +52,7 @@ lib: third_party/mlx/.installed
 	  else cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null; fi; fi
 	@cmake --build build --parallel
 
-build: lib third_party/tokenizers/libtokenizers.a
+build: lib third_party/tokenizers/libtokenizers.a third_party/llguidance/libllguidance.a
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/dflash-mlx
 
 test: deps build
@@ -79,7 +82,7 @@ bench-ref: deps build
 # The installed binary finds libmlx under $(PREFIX)/lib/dflash-mlx (relative to itself, and
 # only there), laid out as in the wheel so libmlx's own RPATH finds its vendored BLAS; the
 # checkout is not needed, and not used while it exists.
-install: lib third_party/tokenizers/libtokenizers.a
+install: lib third_party/tokenizers/libtokenizers.a third_party/llguidance/libllguidance.a
 	install -d $(PREFIX)/bin $(PREFIX)/lib/dflash-mlx/mlx
 	$(GO) build $(GOFLAGS_INSTALL) -o $(PREFIX)/bin/dflash-mlx ./cmd/dflash-mlx
 	rm -rf $(PREFIX)/lib/dflash-mlx/mlx/lib && cp -a third_party/mlx/lib $(PREFIX)/lib/dflash-mlx/mlx/lib
@@ -103,4 +106,4 @@ clean:
 	rm -rf build bin
 
 distclean: clean
-	rm -rf third_party/mlx third_party/mlx_*.libs third_party/tokenizers third_party/testdata third_party/pyref
+	rm -rf third_party/mlx third_party/mlx_*.libs third_party/tokenizers third_party/llguidance third_party/testdata third_party/pyref
