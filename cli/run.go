@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +13,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/grammar"
 	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
+	"github.com/dflash-mlx/dflash-mlx/structured"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 )
 
@@ -28,6 +31,8 @@ func runCommand() *cli.Command {
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object (text, finish reason, statistics) instead of streaming"},
 		&cli.BoolFlag{Name: "profile", Usage: "split draft and verify time (adds a sync per cycle)"},
 		&cli.BoolFlag{Name: "ignore-eos", Usage: "keep generating past end-of-sequence tokens (benchmarks)"},
+		&cli.StringFlag{Name: "json-schema", Usage: "answer with JSON valid for the JSON Schema in `FILE`, enforced token by token"},
+		&cli.StringFlag{Name: "grammar", Usage: "answer with text the Lark grammar in `FILE` matches (llguidance's dialect), enforced token by token"},
 	)
 	return &cli.Command{
 		Name:      "run",
@@ -39,7 +44,13 @@ The prompt goes through the model's chat template unless --no-chat-template.
 Examples:
   dflash-mlx run --prompt "Write a haiku about GPUs."
   echo "Summarise: ..." | dflash-mlx run --max-new-tokens 200 --stats
-  dflash-mlx run --target-model ./my-model --draft-model ./my-draft --json`,
+  dflash-mlx run --target-model ./my-model --draft-model ./my-draft --json
+  dflash-mlx run --prompt "Invent a user." --json-schema user.schema.json
+  dflash-mlx run --prompt "Pick a colour." --grammar colour.lark   # start: "red" | "green"
+
+With --json-schema or --grammar the answer follows the schema or grammar: each token
+is chosen among those it allows (the drafts are checked against it too), thinking is
+off, and the answer ends where the grammar does.`,
 		Flags:  flags,
 		Action: runAction,
 	}
@@ -64,6 +75,10 @@ func runAction(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("unexpected argument %q (use --prompt)", c.Args().First()), 2)
 	}
 	sp, err := samplingParams(c)
+	if err != nil {
+		return err
+	}
+	constraint, err := runConstraint(c)
 	if err != nil {
 		return err
 	}
@@ -95,7 +110,7 @@ func runAction(c *cli.Context) error {
 			msgs = append(msgs, tokenizer.NewMessage("system", sys))
 		}
 		msgs = append(msgs, tokenizer.NewMessage("user", prompt))
-		think := c.Bool("enable-thinking")
+		think := c.Bool("enable-thinking") && constraint == nil
 		ids, err = s.ChatPrompt(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &think})
 	}
 	if err != nil {
@@ -117,6 +132,19 @@ func runAction(c *cli.Context) error {
 	}
 	if req.IgnoreEOS {
 		req.StopTokens = nil
+	}
+	if constraint != nil {
+		g := newGrammars(s)
+		defer g.close()
+		if err := g.check(*constraint); err != nil {
+			return cli.Exit(fmt.Sprintf("%s: %v", constraintFlag(c), err), 2)
+		}
+		m, err := g.matcher(*constraint)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		req.Constraint = m
 	}
 	jsonOut := c.Bool("json")
 	start := time.Now()
@@ -207,4 +235,42 @@ func histogram(h []int) string {
 		}
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// runConstraint reads --json-schema or --grammar (at most one): nil without either. A
+// schema the engine cannot enforce is refused here, before the model loads.
+func runConstraint(c *cli.Context) (*grammar.Grammar, error) {
+	schema, lark := c.String("json-schema"), c.String("grammar")
+	switch {
+	case schema != "" && lark != "":
+		return nil, cli.Exit("--json-schema and --grammar cannot be used together", 2)
+	case schema != "":
+		data, err := os.ReadFile(schema)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--json-schema: %v", err), 2)
+		}
+		if !json.Valid(data) {
+			return nil, cli.Exit(fmt.Sprintf("--json-schema: %s is not valid JSON", schema), 2)
+		}
+		if err := structured.CheckSchema(data); err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--json-schema: %s: %v", schema, err), 2)
+		}
+		g := structured.Answer(data)
+		return &grammar.Grammar{Kind: grammar.Kind(g.Kind), Source: g.Source}, nil
+	case lark != "":
+		data, err := os.ReadFile(lark)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--grammar: %v", err), 2)
+		}
+		return &grammar.Grammar{Kind: grammar.Lark, Source: string(data)}, nil
+	}
+	return nil, nil
+}
+
+// constraintFlag names the flag that gave the constraint, for errors.
+func constraintFlag(c *cli.Context) string {
+	if c.String("json-schema") != "" {
+		return "--json-schema"
+	}
+	return "--grammar"
 }

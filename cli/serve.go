@@ -107,7 +107,9 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	s.Notice(fmt.Sprintf("batching up to %d requests (%s)", maxBatch, why))
-	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok)}
+	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok),
+		grammars: newGrammars(s)}
+	defer b.grammars.close()
 	b.sched = s.Engine.NewScheduler(engine.SchedulerConfig{MaxBatch: maxBatch, PrefillSlice: time.Duration(s.Settings.Loop.PrefillSliceMS) * time.Millisecond, OnStep: b.onStep})
 	cfg := server.Config{
 		Host: c.String("host"), Port: c.Int("port"), MaxQueue: maxQueue, APIKey: c.String("api-key"),
@@ -161,6 +163,8 @@ type backend struct {
 	blockSize  int
 	profile    bool
 	toolFormat server.ToolCallFormat
+	// grammars makes the matchers of constrained requests.
+	grammars *grammars
 	// steps is the server's observer of decode steps (ObserveSteps), nil until set.
 	steps atomic.Pointer[func(rows int)]
 }
@@ -275,6 +279,11 @@ func (b *backend) encode(text string, addSpecialTokens bool) ([]int32, error) {
 	return ids, nil
 }
 
+// CheckConstraint reports why c cannot constrain the model's answers (server.ConstraintBackend).
+func (b *backend) CheckConstraint(c server.Constraint) error {
+	return b.grammars.check(serverGrammar(c))
+}
+
 func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit func(server.Delta) error) (server.GenerateResult, error) {
 	seed := uint64(time.Now().UnixNano())
 	if req.Seed != nil {
@@ -291,6 +300,14 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		BlockSize:  b.blockSize,
 		Detok:      b.s.Tok.NewStreamDecoder(true),
 		Profile:    b.profile,
+	}
+	if req.Constraint != nil {
+		m, err := b.grammars.matcher(serverGrammar(*req.Constraint))
+		if err != nil {
+			return server.GenerateResult{}, fmt.Errorf("constrained decoding: %w", err)
+		}
+		defer m.Close()
+		er.Constraint = m
 	}
 	res, err := b.sched.Generate(ctx, er, func(ev engine.Event) error {
 		if ev.Text == "" && len(ev.Tokens) == 0 {

@@ -149,6 +149,8 @@ type Tool struct {
 	// Raw is the tool object exactly as the client sent it ({"type":"function",
 	// "function":{...}}), key order kept, for templates that render tools with tojson.
 	Raw json.RawMessage
+	// SchemaParam is the request field holding Parameters, for errors about the schema.
+	SchemaParam string
 }
 
 // TemplateOptions are the chat-template switches a request may set.
@@ -183,6 +185,8 @@ type GenerateRequest struct {
 	MinP        float64 // 0 disables
 	Seed        *int64  // nil: the backend's own seeding
 	Stop        []string
+	// Constraint, when set, is the grammar the answer must follow (ConstraintBackend).
+	Constraint *Constraint
 }
 
 // Delta is a piece of new output text.

@@ -6,6 +6,9 @@ type renderedChat struct {
 	opts    TemplateOptions
 	toolsOn bool
 	format  ToolCallFormat
+	// calls is the grammar of a forced tool call (nil: none, or the backend cannot
+	// enforce one and the answer prefix starts the call).
+	calls *Constraint
 }
 
 // renderChat applies the request's tool policy and renders the conversation through the
@@ -18,10 +21,26 @@ func (s *Server) renderChat(req *chatRequest, promptParam string) (renderedChat,
 	var tools []Tool
 	if rc.toolsOn {
 		tools = req.Tools
-		if prefix := toolCallPrefix(rc.format, req.ToolChoice); prefix != "" {
+		forced := req.ToolChoice.Mode == "required" || req.ToolChoice.Mode == "function"
+		if forced {
+			var err error
+			if rc.calls, err = s.toolConstraint(rc.format, req.Tools, req.ToolChoice.Function, !req.ParallelToolCalls, "tool_choice"); err != nil {
+				return rc, err
+			}
+		}
+		if prefix := toolCallPrefix(rc.format, req.ToolChoice); prefix != "" && rc.calls == nil {
 			// Forcing a tool call: the answer starts with the call, not with reasoning.
 			rc.opts.ResponsePrefix, rc.opts.EnableThinking = prefix, ptr(false)
 		}
+		if rc.calls != nil {
+			// The grammar makes the answer the call, with arguments valid for the tool's
+			// schema; it starts at once, without reasoning.
+			rc.opts.EnableThinking = ptr(false)
+		}
+	}
+	if req.Format != nil && rc.calls == nil {
+		// A structured answer is the JSON itself, without reasoning before it.
+		rc.opts.EnableThinking = ptr(false)
 	}
 	if err := s.checkPromptBytes(chatTextBytes(req.Messages), promptParam); err != nil {
 		return rc, err
@@ -41,9 +60,16 @@ func (s *Server) planChat(id string, req *chatRequest, promptParam string) (*gen
 	if err != nil {
 		return nil, err
 	}
-	genReq, err := s.planGeneration(id, req.commonRequest, rc.prompt, promptParam)
+	common := req.commonRequest
+	if rc.calls != nil {
+		common.Format = nil // a forced call's grammar replaces the answer's format
+	}
+	genReq, err := s.planGeneration(id, common, rc.prompt, promptParam)
 	if err != nil {
 		return nil, err
+	}
+	if rc.calls != nil {
+		genReq.Constraint = rc.calls
 	}
 	maxCalls := 0
 	if !req.ParallelToolCalls {

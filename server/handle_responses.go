@@ -109,7 +109,10 @@ func (s *Server) responseMeta(req *responsesRequest, gen GenerateRequest) *respo
 	if req.PreviousResponseID != "" {
 		obj.PreviousResponseID = &req.PreviousResponseID
 	}
-	obj.Text.Format.Type = "text"
+	obj.Text.Format = req.FormatEcho
+	if obj.Text.Format == nil {
+		obj.Text.Format = json.RawMessage(`{"type":"text"}`)
+	}
 	return &responseMeta{object: obj}
 }
 

@@ -35,6 +35,9 @@ func decodeMessagesRequest(body []byte, counting bool) (*messagesRequest, error)
 	if err := refuseMessagesUnsupported(o); err != nil {
 		return nil, err
 	}
+	if err := decodeOutputFormat(o, c); err != nil {
+		return nil, err
+	}
 	if c.Tools, err = decodeAnthropicTools(o); err != nil {
 		return nil, err
 	}
@@ -158,14 +161,26 @@ func refuseMessagesUnsupported(o jsonObject) error {
 	if _, _, err := cfg.string("effort"); err != nil {
 		return err
 	}
-	if format, ok, err := cfg.object("format"); err != nil {
-		return err
-	} else if ok {
-		typ, _, _ := format.string("type")
-		return unsupported("output_config.format", "output_config.format ("+quote(typ)+
-			") is not supported: this server has no structured outputs yet; send the request without a format")
-	}
 	return nil
+}
+
+// decodeOutputFormat reads output_config.format: {"type": "json_schema", "schema": …}.
+func decodeOutputFormat(o jsonObject, c *chatRequest) error {
+	cfg, ok, err := o.object("output_config")
+	if err != nil || !ok {
+		return err
+	}
+	format, ok, err := cfg.object("format")
+	if err != nil || !ok {
+		return err
+	}
+	if typ, _, err := format.string("type"); err != nil {
+		return err
+	} else if typ != "json_schema" {
+		return invalidField(format.child("type"), "%s must be \"json_schema\", got %s", format.child("type"), quote(typ))
+	}
+	c.Format, err = decodeFormat(format, false)
+	return err
 }
 
 // decodeAnthropicTools reads custom tools: {name, description?, input_schema}. Anthropic's
@@ -219,6 +234,7 @@ func decodeAnthropicTools(o jsonObject) ([]Tool, error) {
 		if err != nil {
 			return nil, err
 		}
+		tool.SchemaParam = to.child("input_schema")
 		tools = append(tools, tool)
 	}
 	return tools, nil

@@ -137,5 +137,9 @@ func (s *Server) planGeneration(id string, c commonRequest, prompt Prompt, promp
 		// backend does exactly with temperature 0.
 		req.Temperature, req.TopP = 0, 1
 	}
+	var err error
+	if req.Constraint, err = s.answerConstraint(c.Format); err != nil {
+		return GenerateRequest{}, err
+	}
 	return req, nil
 }

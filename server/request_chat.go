@@ -328,6 +328,7 @@ func decodeTools(o jsonObject) ([]Tool, error) {
 			return nil, err
 		} else if ok {
 			tool.Parameters = append(json.RawMessage(nil), bytes.TrimSpace(fn.fields["parameters"])...)
+			tool.SchemaParam = fn.child("parameters")
 		}
 		if _, _, err := fn.boolean("strict"); err != nil {
 			return nil, err

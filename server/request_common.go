@@ -27,6 +27,9 @@ type commonRequest struct {
 	Stop           []string
 	Stream         bool
 	IncludeUsage   bool
+	// Format is the structured output asked for (response_format, text.format,
+	// output_config.format); nil: free text.
+	Format *answerFormat
 }
 
 // maxStopStrings is OpenAI's limit on "stop" entries.
@@ -72,6 +75,13 @@ func decodeCommon(o jsonObject) (commonRequest, error) {
 		return req, err
 	} else if ok {
 		if req.IncludeUsage, _, err = opts.boolean("include_usage"); err != nil {
+			return req, err
+		}
+	}
+	if format, ok, err := o.object("response_format"); err != nil {
+		return req, err
+	} else if ok {
+		if req.Format, err = decodeFormat(format, true); err != nil {
 			return req, err
 		}
 	}
@@ -208,25 +218,6 @@ func decodeTolerated(o jsonObject) error {
 	}
 	if _, _, err := o.boolean("store"); err != nil {
 		return err
-	}
-	if format, ok, err := o.object("response_format"); err != nil {
-		return err
-	} else if ok {
-		return onlyTextFormat(format, "response_format")
-	}
-	return nil
-}
-
-// onlyTextFormat accepts an output format object {"type": "text"} and refuses every other
-// type, naming field: this server has no structured outputs yet.
-func onlyTextFormat(format jsonObject, field string) error {
-	typ, _, err := format.string("type")
-	if err != nil {
-		return err
-	}
-	if typ != "text" {
-		return unsupported(field, field+" type "+quote(typ)+
-			" is not supported: this server has no structured outputs yet; only {\"type\": \"text\"} is accepted")
 	}
 	return nil
 }

@@ -50,9 +50,7 @@ type reasoningConfigJSON struct {
 }
 
 type textConfigJSON struct {
-	Format struct {
-		Type string `json:"type"`
-	} `json:"format"`
+	Format json.RawMessage `json:"format"`
 }
 
 type responseUsageJSON struct {

@@ -24,7 +24,9 @@ type responsesRequest struct {
 	ToolsEcho      []json.RawMessage
 	ToolChoiceEcho json.RawMessage
 	Metadata       json.RawMessage
-	Effort         *string
+	// FormatEcho is text.format as the client gave it (nil: text).
+	FormatEcho json.RawMessage
+	Effort     *string
 	// rawInput holds the input items, decoded once the previous response is known (a
 	// function_call_output may answer a call made in an earlier turn).
 	rawInput json.RawMessage
@@ -66,6 +68,9 @@ func decodeResponsesRequest(body []byte) (*responsesRequest, error) {
 		return nil, err
 	}
 	if err := refuseResponsesUnsupported(o); err != nil {
+		return nil, err
+	}
+	if err := decodeResponseFormat(o, req); err != nil {
 		return nil, err
 	}
 	if req.Tools, req.ToolsEcho, err = decodeResponseTools(o); err != nil {
@@ -162,15 +167,24 @@ func refuseResponsesUnsupported(o jsonObject) error {
 	} else if v > 0 {
 		return unsupported("top_logprobs", "top_logprobs is not supported by this server")
 	}
-	if text, ok, err := o.object("text"); err != nil {
+	return nil
+}
+
+// decodeResponseFormat reads text.format: {"type": "text"}, {"type": "json_object"} or
+// {"type": "json_schema", name, schema, strict?, description?}, kept to echo.
+func decodeResponseFormat(o jsonObject, req *responsesRequest) error {
+	text, ok, err := o.object("text")
+	if err != nil || !ok {
 		return err
-	} else if ok {
-		if format, ok, err := text.object("format"); err != nil {
-			return err
-		} else if ok {
-			return onlyTextFormat(format, "text.format")
-		}
 	}
+	format, ok, err := text.object("format")
+	if err != nil || !ok {
+		return err
+	}
+	if req.Format, err = decodeFormat(format, false); err != nil {
+		return err
+	}
+	req.FormatEcho = append(json.RawMessage(nil), bytes.TrimSpace(text.fields["format"])...)
 	return nil
 }
 
@@ -232,6 +246,7 @@ func decodeResponseTools(o jsonObject) ([]Tool, []json.RawMessage, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		tool.SchemaParam = to.child("parameters")
 		echoed, err := marshalJSON(wire)
 		if err != nil {
 			return nil, nil, err
