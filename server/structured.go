@@ -31,7 +31,7 @@ type answerFormat struct {
 	// Param is the request field the format came from, for errors; Type its type.
 	Param, Type string
 	Name        string
-	Schema json.RawMessage
+	Schema      json.RawMessage
 	// Strict is the client's strict flag. The schema is enforced either way (an answer
 	// valid for it is never wrong); strict only says the client relies on it.
 	Strict bool
