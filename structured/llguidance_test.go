@@ -185,6 +185,99 @@ func TestAnswerWithLLGuidance(t *testing.T) {
 	}
 }
 
+// The whitespace between a JSON answer's tokens is what compact, json.dumps-style and
+// pretty-printed JSON write, and bounded: a model cannot write whitespace forever.
+func TestAnswerWhitespaceWithLLGuidance(t *testing.T) {
+	nested := `{"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+		"loc": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}, "box": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}}}}}`
+	type loc struct {
+		Lat float64 `json:"lat"`
+		Lon float64 `json:"lon"`
+		Box [][]int `json:"box"`
+	}
+	value := struct { // in the schema's order, which llguidance enforces
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+		Loc  loc      `json:"loc"`
+	}{"Ann", []string{"a", "b"}, loc{1.5, 2, [][]int{{1, 2}, {3, 4}}}}
+	indent := func(prefix string) string {
+		b, err := json.MarshalIndent(value, "", prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	compact := indent("")
+	compact = strings.ReplaceAll(strings.ReplaceAll(compact, "\n", ""), " ", "")
+	pretty2, pretty4, tabs := indent("  "), indent("    "), indent("\t")
+	deep := func(levels int, ind string) string { // levels of nested arrays, pretty-printed
+		var b strings.Builder
+		for i := 0; i < levels; i++ {
+			b.WriteString("[\n" + strings.Repeat(ind, i+1))
+		}
+		b.WriteString("1")
+		for i := levels - 1; i >= 0; i-- {
+			b.WriteString("\n" + strings.Repeat(ind, i) + "]")
+		}
+		return b.String()
+	}
+	obj := func(gap string) string { return `{"a":` + gap + `1}` }
+	tests := []struct {
+		name, schema string
+		good, bad    []string
+	}{
+		{"schema", nested,
+			[]string{
+				compact,
+				`{"name": "Ann", "tags": ["a", "b"], "loc": {"lat": 1.5, "lon": 2, "box": [[1, 2], [3, 4]]}}`, // json.dumps
+				pretty2, pretty4, tabs,
+				strings.ReplaceAll(pretty2, "\n", "\r\n"),       // CRLF line ends
+				strings.ReplaceAll(pretty4, ",\n", ", \n"),      // Python 2's indent trailing spaces
+				strings.Replace(pretty2, ",\n", ",\n\n", 1),     // a blank line
+				`{ "name" : "Ann" , "tags" : [ "a" ] }`,         // spaces around every token
+				`{"name":` + strings.Repeat(" ", 32) + `"Ann"}`, // the longest run without a line break
+				`{"name":` + strings.Repeat("\t", 32) + `"Ann"}`,
+				`{"name":` + strings.Repeat(" ", 32) + "\n" + strings.Repeat(" ", 32) + `"Ann"}`,
+			},
+			[]string{
+				`{"name":` + strings.Repeat(" ", 40) + `"Ann"}`, // 40 spaces
+				`{"name":` + strings.Repeat(" ", 33) + `"Ann"}`,
+				`{"name":` + strings.Repeat("\n", 5) + `"Ann"}`, // 5 newlines
+				`{"name":` + strings.Repeat("\n", 3) + `"Ann"}`,
+				`{"name":` + strings.Repeat("\r\n", 3) + `"Ann"}`,
+				`{"name":` + "\n  \n  " + `"Ann"}`, // a blank line holding spaces
+				"\n" + compact,                     // before the value
+				compact + "\n",                     // after it
+				compact + " ",
+			}},
+		{"any object", ``,
+			[]string{`{}`, `{"a": [1, {"b": null}], "c": "x"}`, obj(""), obj(" "), obj("\n  "), pretty2, pretty4,
+				"{\n  \"a\": " + deep(8, "    ") + "\n}"},
+			[]string{`[]`, `[1, 2]`, `1`, `"x"`, `null`, obj(strings.Repeat(" ", 40)), obj(strings.Repeat("\n", 5)),
+				"{\n  \"a\": " + deep(9, "    ") + "\n}", // 9 levels at 4-space indents: 36 spaces
+			}},
+		{"true", `true`,
+			[]string{`[1, 2]`, `"x"`, pretty2, deep(16, "  ")},
+			[]string{`[` + strings.Repeat(" ", 40) + `1]`, `[` + strings.Repeat("\n", 5) + `1]`}},
+		{"the client's options", `{"type": "object", "x-guidance": {"whitespace_flexible": false}}`,
+			[]string{`{"a":1}`, compact},
+			[]string{obj(" "), pretty2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := CheckSchema(json.RawMessage(tt.schema)); err != nil {
+				t.Fatal(err)
+			}
+			g := Answer(json.RawMessage(tt.schema))
+			if g.Kind != KindJSONSchema {
+				t.Errorf("kind %s, want %s", g.Kind, KindJSONSchema)
+			}
+			validate(t, g)
+			checkTexts(t, g, tt.good, tt.bad, true)
+		})
+	}
+}
+
 // Every accepted schema of the CheckSchema table compiles in llguidance once Answer has
 // prepared it.
 func TestAcceptedSchemasCompile(t *testing.T) {

@@ -126,21 +126,27 @@ func TestSchemaErrorMessage(t *testing.T) {
 }
 
 func TestAnswerSource(t *testing.T) {
+	opts := `"x-guidance":{"whitespace_pattern":` + quoteJSON(answerWhitespace) + `}`
 	tests := []struct {
 		name, schema string
 		want         Grammar
 	}{
-		{"no schema", ``, Grammar{Kind: KindJSONObject}},
-		{"whitespace", " \n", Grammar{Kind: KindJSONObject}},
+		{"no schema", ``, Grammar{KindJSONSchema, `{"type":"object",` + opts + `}`}},
+		{"whitespace", " \n", Grammar{KindJSONSchema, `{"type":"object",` + opts + `}`}},
 		{"key order kept", `{"type": "object", "properties": {"z": {"type": "string"}, "a": {"type": "number"}}, "required": ["z", "a"]}`,
-			Grammar{KindJSONSchema, `{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"number"}},"required":["z","a"]}`}},
+			Grammar{KindJSONSchema, `{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"number"}},"required":["z","a"],` + opts + `}`}},
 		{"unknown format and uniqueItems false dropped", `{"type": "array", "uniqueItems": false, "items": {"type": "string", "format": "password", "minLength": 1}}`,
-			Grammar{KindJSONSchema, `{"type":"array","items":{"type":"string","minLength":1}}`}},
-		{"known format kept", `{"type": "string", "format": "date"}`, Grammar{KindJSONSchema, `{"type":"string","format":"date"}`}},
-		{"an unused definition is normalized too", `{"$defs": {"d": {"format": "x"}}}`, Grammar{KindJSONSchema, `{"$defs":{"d":{}}}`}},
+			Grammar{KindJSONSchema, `{"type":"array","items":{"type":"string","minLength":1},` + opts + `}`}},
+		{"known format kept", `{"type": "string", "format": "date"}`, Grammar{KindJSONSchema, `{"type":"string","format":"date",` + opts + `}`}},
+		{"an unused definition is normalized too", `{"$defs": {"d": {"format": "x"}}}`, Grammar{KindJSONSchema, `{"$defs":{"d":{}},` + opts + `}`}},
 		{"data that looks like a schema is left alone", `{"const": {"format": "x"}, "default": {"uniqueItems": false}}`,
-			Grammar{KindJSONSchema, `{"const":{"format":"x"},"default":{"uniqueItems":false}}`}},
-		{"true", `true`, Grammar{KindJSONSchema, `true`}},
+			Grammar{KindJSONSchema, `{"const":{"format":"x"},"default":{"uniqueItems":false},` + opts + `}`}},
+		{"true", `true`, Grammar{KindJSONSchema, `{` + opts + `}`}},
+		{"false left to llguidance", `false`, Grammar{KindJSONSchema, `false`}},
+		{"the client's options kept", `{"type": "object", "x-guidance": {"whitespace_flexible": false}}`,
+			Grammar{KindJSONSchema, `{"type":"object","x-guidance":{"whitespace_flexible":false}}`}},
+		{"x-guidance only at the root", `{"type": "object", "properties": {"a": {"x-guidance": {}}}}`,
+			Grammar{KindJSONSchema, `{"type":"object","properties":{"a":{"x-guidance":{}}},` + opts + `}`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
