@@ -126,7 +126,7 @@ func TestSchemaErrorMessage(t *testing.T) {
 }
 
 func TestAnswerSource(t *testing.T) {
-	opts := `"x-guidance":{"whitespace_pattern":` + quoteJSON(answerWhitespace) + `}`
+	opts := `"x-guidance":{"whitespace_flexible":false,"item_separator":` + quoteJSON(answerItemSeparator) + `,"key_separator":` + quoteJSON(answerKeySeparator) + `}`
 	tests := []struct {
 		name, schema string
 		want         Grammar

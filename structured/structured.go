@@ -15,9 +15,9 @@
 // models write after </think>); a JSON grammar starts at the JSON value itself.
 //
 // Whitespace is bounded everywhere, so that a model cannot fill its token budget with it
-// and leave the structure unfinished: a JSON answer allows what compact, json.dumps-style
-// and pretty-printed JSON write between tokens and no more (Answer), JSON inside tool calls
-// is written with tojson's separators and no other whitespace (ToolCalls).
+// and leave the structure unfinished: a JSON answer is one line, compact or with
+// json.dumps' separators (Answer), JSON inside tool calls is written with tojson's
+// separators and no other whitespace (ToolCalls).
 package structured
 
 import (
@@ -53,10 +53,10 @@ func Regex(pattern string) Grammar { return Grammar{Kind: KindRegex, Source: pat
 // rest, key order included. The JSON starts at the first character: llguidance's JSON
 // grammar allows no whitespace before the value.
 //
-// The whitespace between the JSON's tokens is bounded (answerWhitespace): Answer puts it in
-// the root schema's "x-guidance" options, unless the client's schema brings options of its
-// own, which are then left as they are. Any object is the same bounded schema {"type":
-// "object"}, not llguidance's json_object, whose whitespace is unbounded.
+// The answer is one line of JSON (answerItemSeparator, answerKeySeparator): Answer puts
+// that in the root schema's "x-guidance" options, unless the client's schema brings
+// options of its own, which are then left as they are. Any object is the same schema
+// {"type": "object"}, not llguidance's json_object, whose whitespace is unbounded.
 func Answer(schema json.RawMessage) Grammar {
 	if len(bytes.TrimSpace(schema)) == 0 {
 		return Grammar{Kind: KindJSONSchema, Source: withAnswerOptions(objValue("type", strValue("object"))).encode()}
@@ -72,25 +72,25 @@ func Answer(schema json.RawMessage) Grammar {
 	return Grammar{Kind: KindJSONSchema, Source: withAnswerOptions(root).encode()}
 }
 
-// answerWhitespace is the whitespace llguidance allows between two tokens of a JSON
-// answer, in place of its default [\x20\x0A\x0D\x09]+, under which a model (a small one, or
+// A JSON answer is written on one line: a separator is "," or ":" followed by at most
+// one space (compact JSON, and json.dumps' ", " and ": "), and there is no other
+// whitespace between tokens. llguidance's default allows any run of whitespace between
+// any two tokens, under which a model (a small one, a code model that indents with tabs,
 // one sampled hot) can write whitespace until its token budget runs out and never finish
-// the JSON. A gap is one match of the pattern or nothing: llguidance compiles it as a skip
-// lexeme matched at most once between two tokens (SkipSpec::once), so the pattern bounds
-// the whole gap, and no gap is the skip not being taken. The pattern so need not match the
-// empty string, and like llguidance's default it does not: a nullable skip lexeme is a
-// case its lexer is not written for. A gap is either up to 32 spaces or tabs, or one or
-// two line breaks (LF or CRLF: one blank line at most) with up to 32 spaces or tabs
-// before and after them. That is any compact JSON, json.dumps' ", " and ": ", and
-// pretty-printed JSON to 8 levels at 4-space indents (16 at 2 spaces, 32 with tabs),
-// trailing spaces at line ends included; no gap is longer than 68 bytes.
-const answerWhitespace = `[\x20\x09]{1,32}|[\x20\x09]{0,32}(?:\x0D?\x0A){1,2}[\x20\x09]{0,32}`
+// the JSON; a bounded but flexible pattern still lets such a model spend most of its
+// budget on indentation (a Go-code model wrote 32 tabs in every gap). One line is what
+// OpenAI's structured outputs return, and what the tool-call grammars' arguments use.
+const (
+	answerItemSeparator = `, ?`
+	answerKeySeparator  = `: ?`
+)
 
 // withAnswerOptions adds to a schema object the "x-guidance" options of a JSON answer
-// (bounded whitespace) unless it has options already.
+// (one line, answerItemSeparator and answerKeySeparator) unless it has options already.
 func withAnswerOptions(root *value) *value {
 	if root.get("x-guidance") == nil {
-		root.set("x-guidance", objValue("whitespace_pattern", strValue(answerWhitespace)))
+		root.set("x-guidance", objValue("whitespace_flexible", &value{kind: kBool, truth: false},
+			"item_separator", strValue(answerItemSeparator), "key_separator", strValue(answerKeySeparator)))
 	}
 	return root
 }
