@@ -221,9 +221,9 @@ func TestAnswerWhitespaceWithLLGuidance(t *testing.T) {
 			[]string{compact, dumps, `{"name":"Ann", "tags":["a","b"]}`},
 			[]string{
 				pretty2, pretty4, tabs, // no line breaks
-				`{"name":  "Ann"}`,     // two spaces
-				`{"name" : "Ann"}`,     // a space before a separator
-				`{ "name": "Ann"}`,     // after a brace
+				`{"name":  "Ann"}`, // two spaces
+				`{"name" : "Ann"}`, // a space before a separator
+				`{ "name": "Ann"}`, // after a brace
 				`{"name":` + strings.Repeat(" ", 40) + `"Ann"}`,
 				`{"name":` + "\t" + `"Ann"}`,
 				`{"name":` + "\n" + `"Ann"}`,
