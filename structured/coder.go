@@ -264,8 +264,11 @@ func coderValueGrammar(root, s *value) (valueGrammar, error) {
 	return valueGrammar{json: embed(root, s)}, nil
 }
 
-// parserType mirrors server/toolcall_coder.go's schemaType: the type the parser reads a
-// parameter's text as. It does not follow $ref.
+// parserType mirrors the server's qwen3_coder parser (server/toolcall_coder.go): the type
+// it reads a parameter's text as, from the parameter's own type, else the first anyOf or
+// oneOf branch with a type of its own (a branch's enum is not its type: only the
+// parameter's own enum makes it "enum"), else its own enum. Where this gives nothing the
+// kinds the schema allows decide (kindsOf), $refs followed.
 func parserType(s *value) string {
 	if !s.isObject() {
 		return ""
@@ -285,7 +288,7 @@ func parserType(s *value) string {
 	for _, k := range []string{"anyOf", "oneOf"} {
 		if branches := s.get(k); branches != nil {
 			for _, b := range branches.vals {
-				if t := parserType(b); t != "" && t != "null" {
+				if t := parserType(b); t != "" && t != "null" && t != "enum" {
 					return t
 				}
 			}

@@ -372,6 +372,10 @@ func TestQwen3CoderWithLLGuidance(t *testing.T) {
 				coderCall("plant", coderParam("tree", `{"kids": [{"leaf": 1}]}`)),
 				coderCall("plant", coderParam("self", `{"self": {"item": {}}}`)),
 			}},
+		{"an enum in an anyOf branch", []Tool{{Name: "pick", Parameters: json.RawMessage(`{"type": "object", "properties": {
+			"mode": {"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]}}, "required": ["mode"]}`)}}, "", 1,
+			[]string{coderCall("pick", coderParam("mode", "a")), coderCall("pick", coderParam("mode", "null"))},
+			[]string{coderCall("pick", coderParam("mode", "c")), coderCall("pick")}},
 		{"tool without a schema", []Tool{freeTool}, "", 1,
 			[]string{coderCall("anything"), coderCall("anything", coderParam("a", "1"), coderParam("b_c", "x\ny"))},
 			[]string{coderCall("anything", coderParam("a", "x</parameter>")), coderCall("anything", coderParam("a b", "1"))}},
