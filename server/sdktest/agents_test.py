@@ -168,8 +168,9 @@ def test_responses_errors():
     except openai.BadRequestError as e:
         check("call_none" in str(e), f"message {e}")
     try:
-        respond(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}})
-        raise AssertionError("a json_schema format was accepted")
+        respond(input="x", text={"format": {"type": "json_schema", "name": "s",
+                                            "schema": {"type": "object", "properties": {"a": {"not": {}}}}}})
+        raise AssertionError("a schema with a keyword the server cannot enforce was accepted")
     except openai.BadRequestError as e:
         check("text.format" in str(e), f"message {e}")
 
