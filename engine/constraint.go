@@ -27,6 +27,8 @@ type Constraint interface {
 	ChainMasks(drafts []int32, dst []uint32) (int, error)
 	// Consume commits tokens.
 	Consume(tokens ...int32) error
+	// Rollback takes back the last n tokens consumed.
+	Rollback(n int) error
 	// Stopped reports that the grammar is complete: only an end token may follow.
 	Stopped() bool
 }
@@ -60,6 +62,13 @@ func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, e
 	if err != nil {
 		return nil, fmt.Errorf("constraint: %w", err)
 	}
+	return c.unpack(words, n, V)
+}
+
+// unpack turns n masks of MaskWords() words into a bool mask [n, V] over the model's
+// vocabulary; the first must allow some token.
+func (c *constrained) unpack(words []uint32, n, V int) (*mlxc.Array, error) {
+	W := c.m.MaskWords()
 	if cap(c.allow) < n*V {
 		c.allow = make([]bool, n*V)
 	}
@@ -77,6 +86,57 @@ func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, e
 		return nil, fmt.Errorf("constraint: no token of the model's %d may come next", V)
 	}
 	return mlxc.FromSlice(allow, n, V), nil
+}
+
+// chooseDrafts picks a greedy row's drafts under its grammar from the drafter's
+// candidates (cands and their logits, K per position for n positions): position i's
+// draft is its most likely candidate that the grammar allows after the drafts before it,
+// and the drafts end at the first position none of whose candidates it allows. It returns
+// the drafts and the bool masks [len(drafts)+1, V] of their verify block (the mask before
+// each draft, and after the last), computed on the way; the matcher is left where it was.
+func (c *constrained) chooseDrafts(st *Stats, V int, cands []int32, logits []float32, K int) (drafts []int32, allow *mlxc.Array, err error) {
+	t0 := time.Now()
+	defer func() { st.MaskTime += time.Since(t0) }()
+	n, W := len(cands)/K, c.m.MaskWords()
+	if cap(c.words) < (n+1)*W {
+		c.words = make([]uint32, (n+1)*W)
+	}
+	words := c.words[:(n+1)*W]
+	defer func() {
+		if rerr := c.m.Rollback(len(drafts)); rerr != nil && err == nil {
+			err = fmt.Errorf("constraint: %w", rerr)
+		}
+	}()
+	for i := 0; ; i++ {
+		row := words[i*W : (i+1)*W]
+		st.Masks++
+		if err := c.m.MaskInto(row); err != nil {
+			return drafts, nil, fmt.Errorf("constraint: %w", err)
+		}
+		if i == n {
+			break
+		}
+		bestJ := -1
+		for j := i * K; j < (i+1)*K; j++ {
+			t := cands[j]
+			if t < 0 || int(t) >= min(V, 32*W) || row[t>>5]>>(t&31)&1 == 0 {
+				continue
+			}
+			if bestJ < 0 || logits[j] > logits[bestJ] {
+				bestJ = j
+			}
+		}
+		if bestJ < 0 {
+			break
+		}
+		best := cands[bestJ]
+		if err := c.m.Consume(best); err != nil {
+			return drafts, nil, fmt.Errorf("constraint: %w", err)
+		}
+		drafts = append(drafts, best)
+	}
+	allow, err = c.unpack(words, len(drafts)+1, V)
+	return drafts, allow, err
 }
 
 // masked sets logits [n, V] outside allow [n, V] to −∞: those tokens get no probability

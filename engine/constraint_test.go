@@ -12,6 +12,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
 // testGrammar is a Constraint with a rule simple enough to restate in a reference: after
@@ -99,6 +100,14 @@ func (g *testGrammar) Consume(tokens ...int32) error {
 
 func (g *testGrammar) Stopped() bool { return g.stopAt(len(g.gen)) }
 
+func (g *testGrammar) Rollback(n int) error {
+	if n > len(g.gen) {
+		return fmt.Errorf("rollback of %d past the %d consumed", n, len(g.gen))
+	}
+	g.gen = g.gen[:len(g.gen)-n]
+	return nil
+}
+
 // maskedBy sets logits [1, V] to −∞ where allowed(gen, v) is false (the references' own
 // masking, independent of the engine's).
 func maskedBy(logits *mlxc.Array, gen []int32, allowed func([]int32, int32) bool) *mlxc.Array {
@@ -146,11 +155,22 @@ func TestConstrainedDecodingFollowsTheGrammar(t *testing.T) {
 				return r, g
 			}
 			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
-			// Alone.
+			// Alone, with the greedy drafts chosen under the grammar (the default) and as the
+			// drafter proposed them: the same tokens either way.
+			unmasked := testSettings()
+			unmasked.Loop.MaskDrafts = settings.Off
+			eOwn := &Engine{Target: p.target, Proposer: proposerOf(p.drft), Settings: unmasked}
 			alone := make([]Result, len(reqs))
 			for i := range reqs {
 				r, g := with(i)
 				alone[i], _ = run(t, e, r)
+				if g != nil {
+					r2, _ := with(i)
+					own, _ := run(t, eOwn, r2)
+					if at, ok := eqTokens(own.Tokens, alone[i].Tokens); !ok || len(own.Tokens) != len(alone[i].Tokens) {
+						t.Errorf("request %d: the drafter's own drafts give tokens that differ from drafts chosen under the grammar at %d", i, at)
+					}
+				}
 				check := func(how string, res Result) {
 					if g == nil {
 						return
@@ -260,5 +280,77 @@ func TestConstrainedSamplingMatchesMaskedTarget(t *testing.T) {
 				t.Errorf("distribution differs from the masked target's: χ² %.1f > %.1f", stat, crit)
 			}
 		})
+	}
+}
+
+// Drafts chosen under a grammar: each position's most likely allowed candidate, the chain
+// ending at the first position with none, the verify block's masks those along the chosen
+// drafts, and the matcher back where it was.
+func TestChooseDrafts(t *testing.T) {
+	const V = 64
+	g := newTestGrammar(V, 3, 100)
+	if err := g.Consume(5); err != nil {
+		t.Fatal(err)
+	}
+	c := &constrained{m: g}
+	// Four candidates for each of four positions; which the grammar allows is worked out
+	// with the grammar itself below.
+	cands := []int32{1, 3, 4, 63, 7, 8, 10, 2, 1, 4, 7, 10, 2, 5, 8, 11}
+	logits := []float32{9, 2, 8, 1, 9, 5, 9, 9, 1, 2, 3, 4, 1, 1, 1, 1}
+	var want []int32
+	gen := []int32{5}
+	for i := 0; i < 4; i++ {
+		best := int32(-1)
+		var bl float32
+		for j := i * 4; j < i*4+4; j++ {
+			if g.allows(gen, cands[j]) && (best < 0 || logits[j] > bl) {
+				best, bl = cands[j], logits[j]
+			}
+		}
+		if best < 0 {
+			break
+		}
+		want = append(want, best)
+		gen = append(gen, best)
+	}
+	var st Stats
+	var drafts, none []int32
+	var rows []bool
+	var errNone error
+	err := mlxc.Do(func() error {
+		s := mlxc.NewScope()
+		defer s.Close()
+		var allow *mlxc.Array
+		var err error
+		if drafts, allow, err = c.chooseDrafts(&st, V, cands, logits, 4); err != nil {
+			return err
+		}
+		rows = mlxc.ToSlice[bool](allow)
+		// No allowed candidate at the first position: no drafts.
+		none, _, errNone = c.chooseDrafts(&st, V, []int32{1, 4, 7, 10}, []float32{1, 2, 3, 4}, 4)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(drafts) != fmt.Sprint(want) || len(want) < 2 {
+		t.Fatalf("drafts %v, want %v (at least two)", drafts, want)
+	}
+	if len(g.gen) != 1 || g.gen[0] != 5 {
+		t.Errorf("matcher left at %v, want [5]", g.gen)
+	}
+	if len(rows) != (len(drafts)+1)*V {
+		t.Fatalf("masks of %d values, want %d rows of %d", len(rows), len(drafts)+1, V)
+	}
+	for j := 0; j <= len(drafts); j++ {
+		prefix := append([]int32{5}, drafts[:j]...)
+		for v := range V {
+			if rows[j*V+v] != g.allows(prefix, int32(v)) {
+				t.Fatalf("mask row %d token %d: %v, the grammar says %v", j, v, rows[j*V+v], g.allows(prefix, int32(v)))
+			}
+		}
+	}
+	if errNone != nil || len(none) != 0 {
+		t.Errorf("no allowed candidate: drafts %v, %v", none, errNone)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -369,12 +370,19 @@ func (p *acceptPool) rate(i int) float64 {
 	return (p.hits[i] + policyPrior) / (p.tries[i] + 2*policyPrior)
 }
 
+// draftCandidates is how many of the drafter's most likely tokens a constrained greedy
+// row chooses each draft among (settings.Loop.MaskDrafts).
+const draftCandidates = 8
+
 // drafted is one row's part of a speculative step.
 type drafted struct {
 	w      int         // the row's width: staged + drafts
 	drafts *mlxc.Array // int32 [w−1] (nil: none)
-	probs  *mlxc.Array // the drafts' distributions (nil: point masses)
-	off    int         // the row's first position in the packed step
+	// allow are a constrained row's verify masks [w, V] when its drafts were chosen under
+	// its grammar (nil: computed along the drafts after the verify is built).
+	allow *mlxc.Array
+	probs *mlxc.Array // the drafts' distributions (nil: point masses)
+	off   int         // the row's first position in the packed step
 }
 
 // speculate runs one synchronous step of the rows (the decoder's rows, arranged) with
@@ -390,10 +398,15 @@ func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error 
 	parts := make([]drafted, len(rows))
 	var calls []verify.RowDraft
 	var callRows []int
+	maskDrafts := d.e.settings().Loop.MaskDrafts != settings.Off
 	for r, q := range rows {
 		if widths[r] > 1 {
-			calls = append(calls, verify.RowDraft{P: q.dr.p, Staged: q.last(), Pos: lens[r], Ctx: q.dr.takePending(),
-				N: widths[r] - 1, Sp: q.req.Sampling, Keys: q.keys})
+			call := verify.RowDraft{P: q.dr.p, Staged: q.last(), Pos: lens[r], Ctx: q.dr.takePending(),
+				N: widths[r] - 1, Sp: q.req.Sampling, Keys: q.keys}
+			if q.cons != nil && maskDrafts {
+				call.Cands = draftCandidates
+			}
+			calls = append(calls, call)
 			callRows = append(callRows, r)
 		}
 	}
@@ -401,8 +414,22 @@ func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error 
 	for i, prop := range verify.ProposeRows(calls) {
 		r := callRows[i]
 		parts[r].drafts, parts[r].probs = prop.Tokens, prop.Probs
-		if prop.Tokens != nil {
-			draftList = append(draftList, prop.Tokens)
+		if prop.Cands != nil {
+			// A constrained greedy row: its drafts are chosen under its grammar among the
+			// drafter's candidates (read here: the verify waits for them).
+			q := rows[r]
+			cands, logits := mlxc.ToSlice[int32](prop.Cands), mlxc.ToSlice[float32](prop.CandLogits)
+			chosen, allow, err := q.cons.chooseDrafts(&q.st, d.e.Target.Arch().VocabSize, cands, logits, prop.Cands.Dim(1))
+			if err != nil {
+				q.err = err
+			}
+			parts[r].drafts, parts[r].allow = nil, allow
+			if len(chosen) > 0 && err == nil {
+				parts[r].drafts = mlxc.FromSlice(chosen, len(chosen))
+			}
+		}
+		if parts[r].drafts != nil {
+			draftList = append(draftList, parts[r].drafts)
 		}
 	}
 	profile := slices.ContainsFunc(rows, func(q *sequence) bool { return q.req.Profile })
@@ -463,7 +490,9 @@ func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error 
 		if q.penalty {
 			lg = q.req.Sampling.PenaltyRows(lg, lastN(q.history, 64), p.drafts)
 		}
-		if q.cons != nil {
+		if q.cons != nil && p.allow != nil {
+			lg = masked(lg, p.allow)
+		} else if q.cons != nil && q.err == nil {
 			// Row j's mask is the grammar's after the staged token's predecessors and
 			// drafts 0..j−1: a draft its mask does not allow has no probability under the
 			// masked target, so it is rejected (greedy and sampled alike), and the token

@@ -54,6 +54,13 @@ type Loop struct {
 	// more evenly, larger admits the newcomer sooner. 0: the engine's default (250).
 	// Speed only.
 	PrefillSliceMS int `json:"prefill_slice_ms,omitempty"`
+	// MaskDrafts (DFLASH_MASK_DRAFTS): a constrained request's greedy DFlash drafts are
+	// chosen under the grammar, each position's the drafter's most likely token its mask
+	// allows (from the drafter's top candidates), instead of the drafter's own choice,
+	// which the masked verify rejects when the grammar forbids it. Auto and On mask, Off
+	// does not. Speed only: greedy output is the masked target's argmax either way; sampled
+	// drafts are never masked (the verify's correction needs the drafter's own q).
+	MaskDrafts Switch `json:"mask_drafts"`
 }
 
 // Kernels picks our custom kernels (docs/gpu.md has each one's measurements). They apply
@@ -246,6 +253,8 @@ var variables = []variable{
 		"want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)")},
 	{"DFLASH_ADAPTIVE_BLOCK", switchVar(func(s *Settings) *Switch { return &s.Loop.AdaptiveBlock },
 		"want 0 (the full block every cycle), 1 or unset (an adaptive block)")},
+	{"DFLASH_MASK_DRAFTS", switchVar(func(s *Settings) *Switch { return &s.Loop.MaskDrafts },
+		"want 0 (the drafter's own drafts under a constraint), 1 or unset (drafts chosen under the grammar)")},
 	{"DFLASH_PREFILL_SLICE_MS", func(s *Settings, v string) error {
 		if v == "" {
 			return nil
@@ -456,7 +465,7 @@ func (s Settings) Validate() error {
 	for _, sw := range []struct {
 		name string
 		v    Switch
-	}{{"run_ahead", s.Loop.RunAhead}, {"adaptive_block", s.Loop.AdaptiveBlock}, {"tc_tiled", s.Kernels.TCTiled}, {"qmm_kernel", s.Kernels.QMMKernel}} {
+	}{{"run_ahead", s.Loop.RunAhead}, {"adaptive_block", s.Loop.AdaptiveBlock}, {"mask_drafts", s.Loop.MaskDrafts}, {"tc_tiled", s.Kernels.TCTiled}, {"qmm_kernel", s.Kernels.QMMKernel}} {
 		if sw.v < Auto || sw.v > Off {
 			errs = append(errs, fmt.Errorf("settings: %s %d: want Auto, On or Off", sw.name, sw.v))
 		}

@@ -11,6 +11,11 @@ type Proposal struct {
 	// Probs are the distributions the tokens were drawn from (float32 [n, V]); nil means the
 	// proposal is deterministic (a point mass on each token), as for greedy drafts.
 	Probs *mlxc.Array
+	// Cands, when asked for (RowDraft.Cands) and the drafts are greedy, are the drafter's
+	// most likely tokens at each position, int32 [n, K], with their logits CandLogits
+	// float32 [n, K], in no particular order: a constrained sequence picks its drafts among
+	// them under its grammar. Nil otherwise.
+	Cands, CandLogits *mlxc.Array
 }
 
 // Proposer drafts tokens. Calls come in this order per sequence: Begin, Context (for every

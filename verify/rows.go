@@ -37,6 +37,9 @@ type RowDraft struct {
 	N      int
 	Sp     sample.Params
 	Keys   *sample.Keys
+	// Cands > 0 asks a DFlash proposer's greedy drafts for the drafter's Cands most likely
+	// tokens at each position too (Proposal.Cands).
+	Cands int
 }
 
 // ProposeRows drafts for several sequences at once. Proposal i is what
@@ -119,7 +122,11 @@ func proposeDFlashRows(d *draft.Drafter, rows []RowDraft) []Proposal {
 	// Row order: rows sharing a key stream draw from it in the order Propose would.
 	for j, i := range drafting {
 		r := rows[i]
-		out[i] = r.P.(*DFlash).draw(mlxc.Reshape(logits[j], r.N, -1), r.Sp, r.Keys)
+		lg := mlxc.Reshape(logits[j], r.N, -1)
+		out[i] = r.P.(*DFlash).draw(lg, r.Sp, r.Keys)
+		if r.Cands > 0 && r.Sp.Greedy() {
+			out[i].Cands, out[i].CandLogits = candidates(lg, r.Cands)
+		}
 	}
 	return out
 }
@@ -158,4 +165,13 @@ func proposeDFlash2Rows(d *draft.Drafter, rows []RowDraft) []Proposal {
 		out[i] = r.P.(*DFlash2).walk(bs[j], anchors[j], r.N, r.Sp, r.Keys)
 	}
 	return out
+}
+
+// candidates are the k most likely tokens of each row of logits [n, V], int32 [n, k], and
+// their logits as float32, in no particular order.
+func candidates(logits *mlxc.Array, k int) (idx, vals *mlxc.Array) {
+	k = min(k, logits.Dim(1))
+	part := mlxc.Argpartition(mlxc.Negative(logits), k-1, -1)
+	idx = mlxc.SliceAxis(part, 1, 0, k)
+	return mlxc.AsType(idx, mlxc.Int32), mlxc.AsType(mlxc.TakeAlongAxis(logits, idx, 1), mlxc.Float32)
 }
