@@ -103,10 +103,22 @@
 // Requests are validated strictly: a wrong type or value is a 400 whose message and param
 // name the field ("messages[1].content[0].type"); a body over Config.MaxBodyBytes is a 413;
 // a wrong API key a 401 (the key may come as a Bearer token or as x-api-key); an unknown
-// model a 404. n other than 1, logprobs, response_format
-// other than text, echo and suffix are refused with 400 because the server cannot honour
-// them; presence/frequency penalties, logit_bias, user, metadata, store and unknown fields
-// are accepted and ignored. A panic in a handler becomes a 500 JSON error.
+// model a 404. n other than 1, logprobs, echo and suffix are refused with 400 because the
+// server cannot honour them; presence/frequency penalties, logit_bias, user, metadata,
+// store and unknown fields are accepted and ignored. A panic in a handler becomes a 500
+// JSON error.
+//
+// # Structured outputs
+//
+// response_format (chat and text completions), text.format (Responses) and
+// output_config.format (Messages) of type json_object or json_schema make the answer JSON,
+// any object or one valid for the schema, enforced token by token by a backend that
+// implements ConstraintBackend (structured.go); a forced tool_choice ("required", a named
+// function; Anthropic's any and tool) makes the answer calls of the tools in the model's
+// own format with arguments valid for their schemas. The grammars come from package
+// structured; a schema it cannot enforce, or one the backend refuses, is a 400 naming the
+// field before generation. A backend without ConstraintBackend refuses the JSON formats
+// (400) and starts a forced call with an answer prefix only.
 //
 // # Metrics
 //
