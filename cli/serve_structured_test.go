@@ -66,14 +66,14 @@ func checkAnswer(s *jsonschema.Schema, text string) error {
 }
 
 // Structured outputs through `serve` on the Go-code pair (a model that writes Go, not
-// JSON): every answer of every API's JSON format parses and validates against its schema
+// JSON) and on the random demo pair (Qwen3's vocabulary): every answer of every API's JSON format parses and validates against its schema
 // (an independent validator), greedy and sampled, with DFlash and with plain decoding, and
 // greedy answers are the same either way; forced tool calls are calls of the tool with
 // arguments valid for its schema; schemas the engine cannot enforce are refused before
 // generation with the keyword and its place.
 func TestServeStructuredOutputs(t *testing.T) {
 	if testing.Short() {
-		t.Skip("serves the Go-code pair twice (about a minute on a CPU)")
+		t.Skip("serves the Go-code pair twice and the demo pair (about three minutes on a CPU)")
 	}
 	pair := filepath.Join(reftest.RepoRoot(), "testdata", "gocode")
 	// Fixed blocks: on a CPU the width policy would step plainly (a 16-token verify of this
@@ -82,6 +82,10 @@ func TestServeStructuredOutputs(t *testing.T) {
 	dflash, logs := startServeArgs(t, "--target-model", filepath.Join(pair, "target"),
 		"--draft-model", filepath.Join(pair, "draft"), "--model-id", "gocode")
 	plain, plainLogs := startServeArgs(t, "--target-model", filepath.Join(pair, "target"), "--no-draft", "--model-id", "gocode")
+	// The random demo pair with the Qwen3 tokenizer: a 151 669-token vocabulary.
+	td, dd := tinyPair(t)
+	demo, demoLogs := startServeArgs(t, "--target-model", td, "--draft-model", dd, "--block-size", "4", "--model-id", "gocode")
+	servers := map[string]string{"dflash": dflash, "plain": plain, "demo": demo}
 	user := []map[string]any{{"role": "user", "content": "Describe it as JSON."}}
 
 	type answer struct {
@@ -114,15 +118,11 @@ func TestServeStructuredOutputs(t *testing.T) {
 	var wg sync.WaitGroup
 	results := map[string]answer{}
 	for name := range structuredSchemas {
-		for _, server := range []string{"dflash", "plain"} {
+		for server, base := range servers {
 			for _, seed := range []int{-1, 7} {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					base := dflash
-					if server == "plain" {
-						base = plain
-					}
 					a := ask(base, name, seed)
 					mu.Lock()
 					results[fmt.Sprintf("%s/%s/%d", name, server, seed)] = a
@@ -135,12 +135,12 @@ func TestServeStructuredOutputs(t *testing.T) {
 	drafted := 0.0
 	for name, schema := range structuredSchemas {
 		v := validator(t, schema)
-		for _, server := range []string{"dflash", "plain"} {
+		for server := range servers {
 			for _, seed := range []int{-1, 7} {
 				key := fmt.Sprintf("%s/%s/%d", name, server, seed)
 				a := results[key]
 				if a.err != nil {
-					t.Errorf("%s: %v\n%s\n%s", key, a.err, logs.String(), plainLogs.String())
+					t.Errorf("%s: %v\n%s\n%s\n%s", key, a.err, logs.String(), plainLogs.String(), demoLogs.String())
 					continue
 				}
 				if a.finish != "stop" {
@@ -149,7 +149,7 @@ func TestServeStructuredOutputs(t *testing.T) {
 				if err := checkAnswer(v, a.text); err != nil {
 					t.Errorf("%s: answer %q: %v", key, a.text, err)
 				}
-				if server == "dflash" {
+				if server != "plain" {
 					drafted += a.drafted
 				}
 			}
