@@ -238,6 +238,30 @@ func TestServeStructuredOutputs(t *testing.T) {
 			}
 		}
 	})
+	t.Run("tools or a JSON answer", func(t *testing.T) {
+		params, answer := structuredSchemas["person"], structuredSchemas["enum"]
+		vp, va := validator(t, params), validator(t, answer)
+		tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "add_person", "parameters": json.RawMessage(params)}}}
+		for _, temp := range []float64{0, 0.9} {
+			code, resp := postJSON(t, dflash+"/v1/chat/completions", map[string]any{"model": "gocode", "messages": user, "max_tokens": 120,
+				"temperature": temp, "seed": 4, "tools": tools, "tool_choice": "auto", "parallel_tool_calls": false,
+				"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "c", "schema": json.RawMessage(answer)}}})
+			if code != 200 {
+				t.Fatalf("status %d: %v", code, resp)
+			}
+			msg := resp["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+			if calls, _ := msg["tool_calls"].([]any); len(calls) > 0 {
+				fn := calls[0].(map[string]any)["function"].(map[string]any)
+				if err := checkAnswer(vp, fn["arguments"].(string)); fn["name"] != "add_person" || err != nil {
+					t.Errorf("T=%v: call %v: %v", temp, fn, err)
+				}
+				continue
+			}
+			if text, _ := msg["content"].(string); checkAnswer(va, text) != nil {
+				t.Errorf("T=%v: neither a call nor a valid answer: %v", temp, msg)
+			}
+		}
+	})
 	t.Run("refused schemas", func(t *testing.T) {
 		for _, c := range []struct {
 			name, schema, param string

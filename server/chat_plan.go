@@ -22,11 +22,16 @@ func (s *Server) renderChat(req *chatRequest, promptParam string) (renderedChat,
 	if rc.toolsOn {
 		tools = req.Tools
 		forced := req.ToolChoice.Mode == "required" || req.ToolChoice.Mode == "function"
-		if forced {
-			var err error
-			if rc.calls, err = s.toolConstraint(rc.format, req.Tools, req.ToolChoice.Function, !req.ParallelToolCalls, "tool_choice"); err != nil {
-				return rc, err
-			}
+		var err error
+		switch {
+		case forced:
+			rc.calls, err = s.toolConstraint(rc.format, req.Tools, req.ToolChoice.Function, !req.ParallelToolCalls, "tool_choice", nil)
+		case req.Format != nil:
+			// Tools the model may call, or a JSON answer: the grammar allows either.
+			rc.calls, err = s.toolConstraint(rc.format, req.Tools, "", !req.ParallelToolCalls, "tools", req.Format)
+		}
+		if err != nil {
+			return rc, err
 		}
 		if prefix := toolCallPrefix(rc.format, req.ToolChoice); prefix != "" && rc.calls == nil {
 			// Forcing a tool call: the answer starts with the call, not with reasoning.
@@ -34,7 +39,8 @@ func (s *Server) renderChat(req *chatRequest, promptParam string) (renderedChat,
 		}
 		if rc.calls != nil {
 			// The grammar makes the answer the call, with arguments valid for the tool's
-			// schema; it starts at once, without reasoning.
+			// schema (or, offered beside a JSON format, that JSON); it starts at once,
+			// without reasoning.
 			rc.opts.EnableThinking = ptr(false)
 		}
 	}

@@ -131,10 +131,14 @@ func (s *Server) answerConstraint(f *answerFormat) (*Constraint, error) {
 
 // toolConstraint is the constraint of an answer made only of calls of the tools (of the
 // named one when only is set; at most one call when single), in the model's own format;
-// nil when the backend cannot enforce constraints (the answer prefix then starts the
-// call).
-func (s *Server) toolConstraint(format ToolCallFormat, tools []Tool, only string, single bool, param string) (*Constraint, error) {
+// with answer set, of an answer that is either JSON in that format or such calls (tools
+// offered with tool_choice "auto" and a JSON format asked for). Nil when the backend
+// cannot enforce constraints (the answer prefix then starts a forced call).
+func (s *Server) toolConstraint(format ToolCallFormat, tools []Tool, only string, single bool, param string, answer *answerFormat) (*Constraint, error) {
 	if !s.constrains() {
+		if answer != nil {
+			return nil, unsupported(answer.Param, answer.Param+" type "+quote(answer.Type)+" is not supported by this backend: it cannot constrain its answers; send {\"type\": \"text\"}")
+		}
 		return nil, nil
 	}
 	st := make([]structured.Tool, 0, len(tools))
@@ -153,7 +157,14 @@ func (s *Server) toolConstraint(format ToolCallFormat, tools []Tool, only string
 	if single {
 		maxCalls = 1
 	}
-	g, err := structured.ToolCalls(string(format), st, only, maxCalls)
+	var g structured.Grammar
+	var err error
+	if answer != nil {
+		param = answer.Param
+		g, err = structured.AnswerOrToolCalls(answer.Schema, string(format), st, maxCalls)
+	} else {
+		g, err = structured.ToolCalls(string(format), st, only, maxCalls)
+	}
 	if err != nil {
 		return nil, invalidField(param, "%s: %v", param, err)
 	}

@@ -448,3 +448,29 @@ func TestJSONToolsWithLLGuidance(t *testing.T) {
 		})
 	}
 }
+
+// An answer that is either JSON valid for the schema or calls of the tools, in either
+// format: each alone is accepted, a mix or a call of an unknown tool is not.
+func TestAnswerOrToolCallsWithLLGuidance(t *testing.T) {
+	schema := json.RawMessage(`{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}`)
+	minimalJSON := renderJSONTools("get_weather", []arg{{"city", "Paris"}})
+	minimalCoder := coderCall("get_weather", coderParam("city", "Paris"))
+	for _, c := range []struct {
+		format, call string
+	}{{FormatJSONTools, minimalJSON}, {FormatQwen3Coder, minimalCoder}} {
+		t.Run(c.format, func(t *testing.T) {
+			g, err := AnswerOrToolCalls(schema, c.format, []Tool{weatherTool, timeTool}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			validate(t, g)
+			checkTexts(t, g,
+				[]string{`{"ok": true}`, `{"ok":false}`, c.call, "\n" + c.call},
+				[]string{`{"ok": 1}`, `{}`, `{"ok": true}` + c.call, c.call + `{"ok": true}`, "Sure.", `{"ok": true}` + "\n"},
+				true)
+		})
+	}
+	if _, err := AnswerOrToolCalls(schema, "xml", []Tool{weatherTool}, 1); err == nil {
+		t.Error("an unknown format was accepted")
+	}
+}

@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -51,6 +52,19 @@ var coderMarkers = []string{parameterClose, parameterOpen, functionClose, "</too
 // Each tool's parameters must pass CheckSchema; its *SchemaError is returned wrapped with
 // the tool's name.
 func ToolCalls(format string, tools []Tool, only string, maxCalls int) (Grammar, error) {
+	return toolCalls(format, tools, only, maxCalls, "")
+}
+
+// AnswerOrToolCalls is the grammar of an answer that is either JSON valid for schema (as
+// Answer's: one line) or calls of the tools (as ToolCalls' with only empty): a request
+// that offers tools with tool_choice "auto" and also asks for a JSON answer, where the
+// model chooses which to give.
+func AnswerOrToolCalls(schema json.RawMessage, format string, tools []Tool, maxCalls int) (Grammar, error) {
+	return toolCalls(format, tools, "", maxCalls, Answer(schema).Source)
+}
+
+// toolCalls is ToolCalls, or with answer (a JSON schema document) AnswerOrToolCalls.
+func toolCalls(format string, tools []Tool, only string, maxCalls int, answer string) (Grammar, error) {
 	if format != FormatJSONTools && format != FormatQwen3Coder {
 		return Grammar{}, fmt.Errorf("unknown tool-call format %q (want %q or %q)", format, FormatJSONTools, FormatQwen3Coder)
 	}
@@ -113,7 +127,12 @@ func ToolCalls(format string, tools []Tool, only string, maxCalls int) (Grammar,
 		calls += " (" + larkString(callSeparator) + " call){0," + strconv.Itoa(maxCalls-1) + "}"
 	}
 	var src strings.Builder
-	src.WriteString("start: LEAD? " + calls + "\n")
+	if answer != "" {
+		src.WriteString("start: answer | LEAD? " + calls + "\n")
+		src.WriteString("answer: %json " + answer + "\n")
+	} else {
+		src.WriteString("start: LEAD? " + calls + "\n")
+	}
 	src.WriteString("LEAD: /\\n{1,2}/\n")
 	src.WriteString("call: " + call + "\n")
 	src.WriteString("body: " + strings.Join(bodies, " | ") + "\n")
