@@ -84,7 +84,7 @@ func (g *grammars) check(c grammar.Grammar) error {
 	defer m.Close()
 	mask := make([]uint32, tok.MaskWords())
 	if err := m.MaskInto(mask); err != nil {
-		return err
+		return fmt.Errorf("the grammar allows no answer: %w", err)
 	}
 	for _, w := range mask {
 		if w != 0 {

@@ -309,3 +309,53 @@ func TestServeStructuredOutputs(t *testing.T) {
 		run(node, "structured_test.mjs")
 	})
 }
+
+// run --grammar and --json-schema: the answer follows the grammar (here one of two words,
+// whatever the model would say), and a grammar or schema the engine cannot use is an exit
+// status of 2 with a message naming the flag, before any token.
+func TestRunGrammarFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the Go-code pair a few times")
+	}
+	target := filepath.Join(reftest.RepoRoot(), "testdata", "gocode", "target")
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	colour := write("colour.lark", "start: \"red\" | \"green\"\n")
+	out, errOut, code := runCLI(t, "run", "--target-model", target, "--no-draft", "--prompt", "colour?", "-n", "8", "--grammar", colour, "--json")
+	if code != 0 {
+		t.Fatalf("run --grammar: exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Text         string `json:"text"`
+		FinishReason string `json:"finish_reason"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if (r.Text != "red" && r.Text != "green") || r.FinishReason != "stop" {
+		t.Errorf("run --grammar: %q, finish %q; want red or green, stop", r.Text, r.FinishReason)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown rule", []string{"--grammar", write("bad.lark", "start: foo\n")}, "--grammar"},
+		{"empty language", []string{"--grammar", write("empty.lark", "start: A\nA: /a/ & /b/\n")}, "allows no answer"},
+		{"missing file", []string{"--grammar", filepath.Join(dir, "none.lark")}, "--grammar"},
+		{"not JSON", []string{"--json-schema", write("bad.json", "{")}, "not valid JSON"},
+		{"unsupported keyword", []string{"--json-schema", write("not.json", `{"not": {"type": "string"}}`)}, "not"},
+		{"both", []string{"--grammar", colour, "--json-schema", write("ok.json", `{"type": "object"}`)}, "cannot be used together"},
+	} {
+		_, errOut, code := runCLI(t, append([]string{"run", "--target-model", target, "--no-draft", "--prompt", "x", "-n", "4"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 mentioning %q", c.name, code, errOut, c.want)
+		}
+	}
+}
