@@ -9,20 +9,13 @@ import (
 )
 
 // The qwen3_coder format writes each argument as bare text between <parameter=P>\n and
-// \n</parameter>, and the server's parser (server/toolcall_coder.go: schemaType,
-// coderValue) turns the text into a JSON value by the parameter's schema: the schema's
-// "type" (the first non-null one of a list), else the type of its first typed anyOf/oneOf
-// branch, else "enum" when it has an enum, else nothing ("untyped"). Then:
-//
-//	string, enum: the text is the string, exactly (for enum, "null" is JSON null);
-//	integer, number, boolean: the text read as one ("true"/"True"; "null" is null);
-//	object, array and others: the text read as JSON;
-//	untyped: JSON when the text is a JSON object or array, null for "null", else a string.
-//
-// The value grammars follow that reading, so what the model writes parses to a value the
+// \n</parameter>, and how the text reads as JSON is the parameter's ValueReading
+// (coderparams.go), which the server's parser (server/toolcall_coder.go) reads it by too.
+// The value grammars follow that reading, so what the model writes reads as a value the
 // schema allows: a string is raw text (which cannot contain the format's markers, see
 // coderMarkers), numbers and booleans are literals, objects and arrays are JSON (llguidance's
-// %json of the parameter's schema).
+// %json of the parameter's schema), and null is also Python's None, as the chat template
+// renders it.
 
 // coderCall adds a qwen3_coder call of one tool and returns its body's rule name:
 // NAME>\n then the parameters (the "<function=" before and "</function>" after are the
@@ -34,12 +27,18 @@ func (w *larkWriter) coderCall(i int, name string, root *value) (string, error) 
 	body := "tool" + strconv.Itoa(i)
 	parts := []string{larkString(name + ">\n")}
 
-	obj := root
-	if root != nil {
-		var err error
-		if obj, err = topObject(root); err != nil {
-			return "", err
-		}
+	if root == nil {
+		root = &value{kind: kObject} // any parameters
+	}
+	r := newSchemaRefs(root)
+	obj, alt, err := r.top()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("parameters schema: %w", err)
+	case alt != "":
+		// The format lists parameters one by one, so they must be declared there;
+		// alternatives between whole argument sets cannot be laid out.
+		return "", fmt.Errorf("parameters schema has %s at the top: the qwen3_coder format needs the parameters declared in \"properties\"", alt)
 	}
 	props := obj.get("properties")
 	addl := obj.get("additionalProperties")
@@ -57,55 +56,23 @@ func (w *larkWriter) coderCall(i int, name string, root *value) (string, error) 
 		return body, nil
 	}
 
-	required := map[string]bool{}
-	if req := obj.get("required"); req != nil {
-		for _, r := range req.vals {
-			required[r.str] = true
-		}
-	}
-	// Parameters in the order the schema declares them, then required ones it does not
-	// declare (valued by additionalProperties).
-	var names []string
-	var schemas []*value
-	declared := map[string]bool{}
-	if props != nil {
-		for j, p := range props.keys {
-			names = append(names, p)
-			schemas = append(schemas, props.vals[j])
-			declared[p] = true
-		}
-	}
-	if req := obj.get("required"); req != nil {
-		for _, r := range req.vals {
-			if !declared[r.str] {
-				declared[r.str] = true
-				s := addl
-				if s == nil {
-					s = &value{kind: kBool, truth: true}
-				}
-				names = append(names, r.str)
-				schemas = append(schemas, s)
-			}
-		}
-	}
-	for j, p := range names {
-		s := schemas[j]
-		if s.kind == kBool && !s.truth {
-			if required[p] {
-				return "", fmt.Errorf("parameter %q is required but its schema is false", p)
+	for _, p := range r.params(obj) {
+		if p.schema.kind == kBool && !p.schema.truth {
+			if p.required {
+				return "", fmt.Errorf("parameter %q is required but its schema is false", p.name)
 			}
 			continue // may not appear
 		}
-		if err := checkCoderName(p); err != nil {
+		if err := checkCoderName(p.name); err != nil {
 			return "", fmt.Errorf("parameter %w", err)
 		}
-		v, err := w.coderValue(root, s)
+		v, err := w.coderValue(r, p)
 		if err != nil {
-			return "", fmt.Errorf("parameter %q: %w", p, err)
+			return "", fmt.Errorf("parameter %q: %w", p.name, err)
 		}
 		param := w.name("param")
-		w.rule(param, larkString(parameterOpen+p+">\n")+" "+v)
-		if !required[p] {
+		w.rule(param, larkString(parameterOpen+p.name+">\n")+" "+v)
+		if !p.required {
 			param += "?"
 		}
 		parts = append(parts, param)
@@ -128,40 +95,10 @@ func checkCoderName(name string) error {
 	return nil
 }
 
-// topObject is the object schema that lists a tool's parameters: the root, or what its
-// $ref leads to. The format lists parameters one by one, so the parameters must be
-// declared there; alternatives between whole argument sets (anyOf, oneOf, allOf at the top)
-// cannot be laid out and are refused.
-func topObject(root *value) (*value, error) {
-	s := root
-	for hops := 0; ; hops++ {
-		if !s.isObject() {
-			return &value{kind: kObject}, nil // true: any parameters
-		}
-		for _, k := range []string{"anyOf", "oneOf", "allOf"} {
-			if s.get(k) != nil {
-				return nil, fmt.Errorf("parameters schema has %s at the top: the qwen3_coder format needs the parameters declared in \"properties\"", k)
-			}
-		}
-		r := s.get("$ref")
-		if r == nil {
-			return s, nil
-		}
-		if hops > 32 {
-			return nil, fmt.Errorf("parameters schema: too many $ref hops")
-		}
-		target, _, err := newChecker(root).resolve(r.str)
-		if err != nil {
-			return nil, err
-		}
-		s = target
-	}
-}
-
 // coderValue adds the grammar of one parameter's value, closing tag included, and returns
 // the rule or token to use after <parameter=P>\n.
-func (w *larkWriter) coderValue(root, s *value) (string, error) {
-	vg, err := coderValueGrammar(root, s)
+func (w *larkWriter) coderValue(r *schemaRefs, p coderParameter) (string, error) {
+	vg, err := coderValueGrammar(r, p.schema, p.reading)
 	if err != nil {
 		return "", err
 	}
@@ -185,9 +122,9 @@ func (w *larkWriter) coderValue(root, s *value) (string, error) {
 	if len(alts) == 1 {
 		return alts[0], nil
 	}
-	r := w.name("value")
-	w.rule(r, strings.Join(alts, " | "))
-	return r, nil
+	name := w.name("value")
+	w.rule(name, strings.Join(alts, " | "))
+	return name, nil
 }
 
 // rawToken adds a token for raw text that matches every include regex (any text when
@@ -221,298 +158,176 @@ type valueGrammar struct {
 
 type rawAlt struct{ include, exclude []string }
 
-// untypedExclude keeps raw text that the parser would not read as a string out of an
-// untyped parameter's string values: text starting with [ or { (JSON, when it parses) and
-// null.
-var untypedExclude = []string{`\s*[\[{](?s:.*)`, `\s*(?i:null)\s*`}
+// Regexes of raw text that a reading does not take as a string, kept out of its strings:
+// nullText, what reads as null ("text", "untyped", "json"), noneText, what reads as null
+// where None does (Nullable), untypedJSON, what "untyped" may read as JSON, and jsonText,
+// what "json" may read as JSON (or as True, False) rather than as a string. jsonText also
+// keeps out text that only starts as JSON's true, false and null do: llguidance's lexer
+// takes the longest token, so raw text that could go on where the JSON document's literal
+// ends would leave the document's closing tag no way in.
+const (
+	nullText    = `\s*(?i:null)\s*`
+	noneText    = `\s*None\s*`
+	untypedJSON = `\s*[\[{](?s:.*)`
+	jsonText    = `\s*(?:[-0-9"\[{]|true|false|null)(?s:.*)|\s*(?:True|False)\s*`
+)
 
-func coderValueGrammar(root, s *value) (valueGrammar, error) {
-	typ := parserType(s)
-	if typ == "" {
-		typ = "untyped"
-	}
-	switch typ {
-	case "string":
-		return stringValues(root, s, nil)
-	case "enum":
-		return enumValues(s), nil
-	case "integer", "number":
-		return valueGrammar{json: numberDoc(root, s, typ)}, nil
-	case "boolean":
-		return boolValues(s), nil
-	case "untyped":
-		k := kindsOf(root, s, 0)
+// coderValueGrammar is the texts of a parameter of schema s that read (rd) as values s
+// allows.
+func coderValueGrammar(r *schemaRefs, s *value, rd ValueReading) (valueGrammar, error) {
+	var vg valueGrammar
+	var err error
+	k := rd.kinds
+	switch rd.Kind {
+	case readString:
+		vg, err = r.stringValues(s, nullable(rd, nil))
+	case readText:
+		vg, err = r.stringValues(s, nullable(rd, []string{nullText}))
+		if err == nil && k&kindNull != 0 {
+			vg.literals = append(vg.literals, "null")
+		}
+	case readEnum:
+		vg = enumValues(rd)
+	case readInteger, readNumber:
+		vg.json = numberDoc(r.root, s, rd)
+	case readBoolean:
+		vg.literals = boolLiterals(k, true, true)
+		if k&kindNull != 0 {
+			vg.literals = append(vg.literals, "null")
+		}
+	case readJSON:
+		if k&kindString != 0 {
+			// Strings raw, as the chat template renders them, where the text cannot read
+			// as anything else (and as JSON strings, in the document).
+			if strs, err := r.stringValues(s, nullable(rd, []string{nullText, jsonText})); err == nil {
+				vg = strs
+			}
+		}
+		vg.literals = append(vg.literals, boolLiterals(k, false, true)...)
+		vg.json = embed(r.root, s)
+	case readUntyped:
 		switch {
 		case k == 0:
 			return valueGrammar{}, fmt.Errorf("no value is allowed")
-		case k == allKinds && isAnyString(root, s):
+		case allowsAll(s):
 			// Anything goes: whatever the parser makes of the text is valid.
 			return valueGrammar{raw: []rawAlt{{}}}, nil
-		case k&^(kindObject|kindArray|kindNull) == 0:
-			return valueGrammar{json: embed(root, s)}, nil
-		case k&^(kindString|kindNull) == 0:
-			vg, err := stringValues(root, s, untypedExclude)
-			if err == nil && k&kindNull != 0 {
-				vg.literals = append(vg.literals, "null")
-			}
-			return vg, err
 		}
-		// Numbers, booleans or a mix: the value as JSON, as the schema wants it.
-		return valueGrammar{json: embed(root, s)}, nil
+		if strs, err := r.stringValues(s, []string{nullText, untypedJSON}); err == nil {
+			vg = strs
+		}
+		// null (its kinds are all), and objects and arrays as JSON, where the schema
+		// allows them.
+		vg.literals = append(vg.literals, "null")
+		types := arrValue(strValue("object"), strValue("array"))
+		vg.json = embed(r.root, objValue("allOf", arrValue(s.clone(), objValue("type", types))))
 	}
-	// object, array, null: the parser reads the text as JSON.
-	return valueGrammar{json: embed(root, s)}, nil
+	if err != nil {
+		return vg, err
+	}
+	if rd.Nullable && !(rd.Kind == readEnum && enumHasString(rd, "None")) {
+		vg.literals = append(vg.literals, "None")
+	}
+	return vg, nil
 }
 
-// parserType mirrors the server's qwen3_coder parser (server/toolcall_coder.go): the type
-// it reads a parameter's text as, from the parameter's own type, else the first anyOf or
-// oneOf branch with a type of its own (a branch's enum is not its type: only the
-// parameter's own enum makes it "enum"), else its own enum. Where this gives nothing the
-// kinds the schema allows decide (kindsOf), $refs followed.
-func parserType(s *value) string {
-	if !s.isObject() {
-		return ""
+// nullable adds to a reading's exclude regexes what reads as null where None does.
+func nullable(rd ValueReading, exclude []string) []string {
+	if rd.Nullable {
+		return append(exclude, noneText)
 	}
-	if t := s.get("type"); t != nil {
-		switch t.kind {
-		case kString:
-			return strings.ToLower(t.str)
-		case kArray:
-			for _, e := range t.vals {
-				if e.kind == kString && e.str != "null" {
-					return strings.ToLower(e.str)
-				}
-			}
+	return exclude
+}
+
+// boolLiterals is how the booleans among the kinds k are written: JSON's true and false
+// (with json), Python's True and False (with python), as the chat template renders them.
+func boolLiterals(k int, json, python bool) []string {
+	var lits []string
+	for _, b := range []struct {
+		kind         int
+		json, python string
+	}{{kindTrue, "true", "True"}, {kindFalse, "false", "False"}} {
+		if k&b.kind != 0 && json {
+			lits = append(lits, b.json)
+		}
+		if k&b.kind != 0 && python {
+			lits = append(lits, b.python)
 		}
 	}
-	for _, k := range []string{"anyOf", "oneOf"} {
-		if branches := s.get(k); branches != nil {
-			for _, b := range branches.vals {
-				if t := parserType(b); t != "" && t != "null" && t != "enum" {
-					return t
-				}
-			}
-		}
-	}
-	if e := s.get("enum"); e != nil && e.kind == kArray && len(e.vals) > 0 {
-		return "enum"
-	}
-	return ""
+	return lits
 }
 
 // enumValues is an enum without a type: its strings as they are (the parser reads "null"
-// as JSON null, so a string that reads so is left out), null as null, and other values as
-// their JSON text.
-func enumValues(s *value) valueGrammar {
+// as JSON null, so a string that reads so is left out), its booleans also as Python writes
+// them, objects and arrays as JSON, and other values as their JSON text.
+func enumValues(rd ValueReading) valueGrammar {
 	var vg valueGrammar
-	for _, e := range s.get("enum").vals {
-		switch {
-		case e.kind == kString:
+	var docs []*value
+	for _, e := range rd.members {
+		switch e.kind {
+		case kString:
 			if !strings.EqualFold(strings.TrimSpace(e.str), "null") && !containsMarker(e.str) {
 				vg.literals = append(vg.literals, e.str)
 			}
+		case kBool:
+			vg.literals = append(vg.literals, boolLiterals(kindOfValue(e), true, true)...)
+		case kArray, kObject:
+			docs = append(docs, e)
 		default:
 			vg.literals = append(vg.literals, e.encode())
 		}
 	}
-	return vg
-}
-
-// boolValues is a boolean parameter: true and false (also as Python writes them, True and
-// False, which the templates render and the parser reads), null if the schema allows it,
-// each only if the schema's enum or const allows it.
-func boolValues(s *value) valueGrammar {
-	allowed := func(v *value) bool {
-		if c := s.get("const"); c != nil && !sameJSON(c, v) {
-			return false
-		}
-		if e := s.get("enum"); e != nil {
-			for _, m := range e.vals {
-				if sameJSON(m, v) {
-					return true
-				}
-			}
-			return false
-		}
-		return true
-	}
-	var vg valueGrammar
-	if allowed(&value{kind: kBool, truth: true}) {
-		vg.literals = append(vg.literals, "true", "True")
-	}
-	if allowed(&value{kind: kBool}) {
-		vg.literals = append(vg.literals, "false", "False")
-	}
-	if nullAllowed(s) && allowed(&value{kind: kNull}) {
-		vg.literals = append(vg.literals, "null")
+	if len(docs) > 0 {
+		vg.json = objValue("enum", arrValue(docs...))
 	}
 	return vg
 }
 
-func sameJSON(a, b *value) bool { return a.encode() == b.encode() }
-
-// nullAllowed reports whether s lists null among its types (in "type" or as an
-// anyOf/oneOf branch) or in its enum.
-func nullAllowed(s *value) bool {
-	if !s.isObject() {
-		return s != nil && s.truth
-	}
-	if t := s.get("type"); t != nil && t.kind == kArray {
-		for _, e := range t.vals {
-			if e.kind == kString && e.str == "null" {
-				return true
-			}
-		}
-	}
-	for _, k := range []string{"anyOf", "oneOf"} {
-		if branches := s.get(k); branches != nil {
-			for _, b := range branches.vals {
-				if parserType(b) == "null" || (b.isObject() && b.get("type") == nil && nullAllowed(b)) {
-					return true
-				}
-			}
-		}
-	}
-	if e := s.get("enum"); e != nil {
-		for _, m := range e.vals {
-			if m.kind == kNull {
-				return true
-			}
+func enumHasString(rd ValueReading, s string) bool {
+	for _, m := range rd.members {
+		if m.kind == kString && m.str == s {
+			return true
 		}
 	}
 	return false
 }
 
+// allowsAll reports whether s allows every value: true, or an object of annotations only.
+func allowsAll(s *value) bool {
+	if !s.isObject() {
+		return s == nil || s.kind != kBool || s.truth
+	}
+	for _, k := range s.keys {
+		switch k {
+		case "title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
+			"$id", "$schema", "$anchor", "$defs", "definitions":
+		default:
+			if !strings.HasPrefix(k, "x-") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // numberDoc is the JSON document of an integer or number parameter: its schema, narrowed
 // to numbers (and null) when it allows other types too, whose text the parser would not
 // read as the schema means.
-func numberDoc(root, s *value, typ string) *value {
-	types := []*value{strValue(typ)}
-	if nullAllowed(s) {
+func numberDoc(root, s *value, rd ValueReading) *value {
+	types := []*value{strValue(rd.Kind)}
+	if rd.Nullable {
 		types = append(types, strValue("null"))
 	}
 	plain := s.get("anyOf") == nil && s.get("oneOf") == nil && s.get("allOf") == nil && s.get("$ref") == nil
 	if t := s.get("type"); plain && t != nil && t.kind == kArray {
 		for _, e := range t.vals {
-			plain = plain && (e.str == typ || e.str == "null")
+			plain = plain && (e.str == rd.Kind || e.str == "null")
 		}
 	}
 	if plain {
 		return embed(root, s)
 	}
 	return embed(root, objValue("allOf", arrValue(s.clone(), objValue("type", arrValue(types...)))))
-}
-
-// JSON kinds a schema allows, as a bit set (integers count as numbers).
-const (
-	kindNull = 1 << iota
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
-	allKinds = kindNull | kindBool | kindNumber | kindString | kindArray | kindObject
-)
-
-func kindOfType(t string) int {
-	switch t {
-	case "null":
-		return kindNull
-	case "boolean":
-		return kindBool
-	case "integer", "number":
-		return kindNumber
-	case "string":
-		return kindString
-	case "array":
-		return kindArray
-	case "object":
-		return kindObject
-	}
-	return 0
-}
-
-func kindOfValue(v *value) int {
-	switch v.kind {
-	case kNull:
-		return kindNull
-	case kBool:
-		return kindBool
-	case kNumber:
-		return kindNumber
-	case kString:
-		return kindString
-	case kArray:
-		return kindArray
-	}
-	return kindObject
-}
-
-// kindsOf is the set of JSON kinds s allows, following $ref and the combinators.
-func kindsOf(root, s *value, depth int) int {
-	if s == nil {
-		return allKinds
-	}
-	if !s.isObject() {
-		if s.truth {
-			return allKinds
-		}
-		return 0
-	}
-	if depth > 32 {
-		return allKinds
-	}
-	k := allKinds
-	if t := s.get("type"); t != nil {
-		k = 0
-		for _, name := range schemaTypes(s) {
-			k |= kindOfType(name)
-		}
-	}
-	if e := s.get("enum"); e != nil {
-		lits := 0
-		for _, m := range e.vals {
-			lits |= kindOfValue(m)
-		}
-		k &= lits
-	}
-	if c := s.get("const"); c != nil {
-		k &= kindOfValue(c)
-	}
-	if r := s.get("$ref"); r != nil {
-		if target, _, err := newChecker(root).resolve(r.str); err == nil {
-			k &= kindsOf(root, target, depth+1)
-		}
-	}
-	if all := s.get("allOf"); all != nil {
-		for _, b := range all.vals {
-			k &= kindsOf(root, b, depth+1)
-		}
-	}
-	for _, comb := range []string{"anyOf", "oneOf"} {
-		if branches := s.get(comb); branches != nil {
-			u := 0
-			for _, b := range branches.vals {
-				u |= kindsOf(root, b, depth+1)
-			}
-			k &= u
-		}
-	}
-	return k
-}
-
-// isAnyString reports whether every string is valid for s.
-func isAnyString(root, s *value) bool {
-	alts, err := stringAlts(root, s, 0)
-	if err != nil {
-		return false
-	}
-	for _, a := range alts {
-		if !a.hasEnum && len(a.patterns) == 0 && len(a.formats) == 0 && a.minLen == 0 && a.maxLen < 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // strAlt is one set of constraints on a string: all must hold.
@@ -528,7 +343,7 @@ type strAlt struct {
 // stringAlts is the strings s allows, as alternatives of constraint sets: s's own string
 // keywords, combined with those of its $ref and allOf (all hold) and its anyOf/oneOf
 // branches (one holds; oneOf's "exactly one" is not checked). nil when s allows no string.
-func stringAlts(root, s *value, depth int) ([]strAlt, error) {
+func (r *schemaRefs) stringAlts(s *value) ([]strAlt, error) {
 	anyStr := []strAlt{{maxLen: -1}}
 	if s == nil {
 		return anyStr, nil
@@ -538,9 +353,6 @@ func stringAlts(root, s *value, depth int) ([]strAlt, error) {
 			return anyStr, nil
 		}
 		return nil, nil
-	}
-	if depth > 32 {
-		return nil, nil // a string through 32 refs: refuse it rather than loosen it
 	}
 	if kindsOfTypes(s)&kindString == 0 {
 		return nil, nil
@@ -592,12 +404,12 @@ func stringAlts(root, s *value, depth int) ([]strAlt, error) {
 		alts = out
 		return nil
 	}
-	if r := s.get("$ref"); r != nil {
-		target, _, err := newChecker(root).resolve(r.str)
+	if ref := s.get("$ref"); ref != nil {
+		target, err := r.resolve(ref.str)
 		if err != nil {
 			return nil, err
 		}
-		t, err := stringAlts(root, target, depth+1)
+		t, err := r.refStrings(target)
 		if err != nil {
 			return nil, err
 		}
@@ -607,7 +419,7 @@ func stringAlts(root, s *value, depth int) ([]strAlt, error) {
 	}
 	if all := s.get("allOf"); all != nil {
 		for _, b := range all.vals {
-			t, err := stringAlts(root, b, depth+1)
+			t, err := r.stringAlts(b)
 			if err != nil {
 				return nil, err
 			}
@@ -620,7 +432,7 @@ func stringAlts(root, s *value, depth int) ([]strAlt, error) {
 		if branches := s.get(comb); branches != nil {
 			var u []strAlt
 			for _, b := range branches.vals {
-				t, err := stringAlts(root, b, depth+1)
+				t, err := r.stringAlts(b)
 				if err != nil {
 					return nil, err
 				}
@@ -632,6 +444,19 @@ func stringAlts(root, s *value, depth int) ([]strAlt, error) {
 		}
 	}
 	return alts, nil
+}
+
+// refStrings is the strings a $ref target allows, worked out once. A target met again
+// while its own strings are being worked out (a cycle) allows none there: a string reached
+// only round a cycle is refused rather than loosened, and every walk ends.
+func (r *schemaRefs) refStrings(target *value) ([]strAlt, error) {
+	if m, done := r.strs[target]; done {
+		return m.alts, m.err
+	}
+	r.strs[target] = strAlts{} // while in progress
+	alts, err := r.stringAlts(target)
+	r.strs[target] = strAlts{alts, err}
+	return alts, err
 }
 
 // kindsOfTypes is the kinds s's own "type" allows (all without one).
@@ -682,13 +507,16 @@ func (a strAlt) empty() bool {
 // stringValues is a string parameter's raw-text values: one literal per allowed enum or
 // const string, or raw text under the pattern, format and length constraints; exclude
 // lists regexes of text to keep out besides the markers.
-func stringValues(root, s *value, exclude []string) (valueGrammar, error) {
-	alts, err := stringAlts(root, s, 0)
+func (r *schemaRefs) stringValues(s *value, exclude []string) (valueGrammar, error) {
+	alts, err := r.stringAlts(s)
 	if err != nil {
 		return valueGrammar{}, err
 	}
 	var vg valueGrammar
 	for _, a := range alts {
+		if a.empty() {
+			continue
+		}
 		if a.hasEnum {
 			for _, e := range a.enum {
 				if a.allows(e) && !matchesAny(exclude, e) {

@@ -41,7 +41,7 @@ var coderMarkers = []string{parameterClose, parameterOpen, functionClose, "</too
 //	  template renders arguments in); required ones must appear, optional ones may be left
 //	  out, and only declared ones are allowed (any, with raw text values, when the schema
 //	  declares no properties and does not forbid additional ones). VALUE follows the
-//	  parameter's schema as the server's parser reads it (see coderValue).
+//	  parameter's schema as the server's parser reads it (see ValueReading).
 //
 // Calls are separated by "\n"; before the first, one or two newlines may come (the
 // answer may start right after </think>). After the last call the grammar ends, so the
