@@ -204,9 +204,6 @@ func printRunStats(w io.Writer, o runOutput) {
 	if st.RunAheadFallback != "" {
 		fmt.Fprintf(w, "serial loop (no run-ahead: %s) ", st.RunAheadFallback)
 	}
-	if st.DraftOff != "" {
-		fmt.Fprintf(w, "(drafter unused: %s) ", st.DraftOff)
-	}
 	if o.DraftModel != "" {
 		fmt.Fprintf(w, "(target %s, draft %s)", o.TargetModel, o.DraftModel)
 	} else {

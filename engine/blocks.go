@@ -347,27 +347,6 @@ func (p *blockPolicy) explore(best int) int {
 	return best
 }
 
-// policyHope is the best acceptance per draft position a drafter is taken to reach (a
-// block of 16 then commits 11.2 tokens a cycle; the best published drafters commit 7–8).
-const policyHope = 0.95
-
-// cannotPay reports whether no block could beat one-token steps even at policyHope's
-// acceptance: where a verify costs about what its tokens cost as one-token steps (a CPU
-// running a small target), the drafter can only slow the request down, and keeping its
-// context level with the target (a tapped row a step) costs a few percent for nothing.
-func (p *blockPolicy) cannotPay() bool {
-	if p == nil || p.sizes[0] != 1 {
-		return false
-	}
-	for j := 1; j < len(p.sizes); j++ {
-		tau := (1 - math.Pow(policyHope, float64(p.sizes[j]))) / (1 - policyHope)
-		if p.ms[j] < tau*p.ms[0] {
-			return false
-		}
-	}
-	return true
-}
-
 // canPay reports whether sizes[j] could ever beat a one-token step: its cycle costs less
 // than sizes[j] steps (or no step was measured).
 func (p *blockPolicy) canPay(j int) bool {

@@ -163,29 +163,3 @@ func TestBatchPolicyLearnsWhereDraftsPay(t *testing.T) {
 		})
 	}
 }
-
-// A drafter is left unused where the block costs say no acceptance could make a draft pay
-// (a CPU: a 16-token verify costing 14 one-token steps), and used wherever one could.
-func TestBlockPolicyCannotPay(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		costs *BlockCosts
-		want  bool
-	}{
-		{"cpu", cpuCosts, true},
-		{"gpu", gpuCosts, false},
-		{"moe", moeCosts, false},
-		{"one-token steps win at low acceptance", oneTokenWins, false},
-		{"no one-token step measured", &BlockCosts{Sizes: []int{2, 16}, MS: []float64{30, 500}}, false},
-		{"just pays at 16", &BlockCosts{Sizes: []int{1, 16}, MS: []float64{10, 111}}, false},
-		{"just does not", &BlockCosts{Sizes: []int{1, 16}, MS: []float64{10, 113}}, true},
-	} {
-		if got := newBlockPolicy(c.costs, 16).cannotPay(); got != c.want {
-			t.Errorf("%s: cannotPay %v, want %v", c.name, got, c.want)
-		}
-	}
-	var p *blockPolicy
-	if p.cannotPay() {
-		t.Error("no policy (fixed blocks): cannotPay")
-	}
-}

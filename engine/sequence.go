@@ -58,11 +58,9 @@ func (e *Engine) newSequence(ctx context.Context, req Request, emit func(Event) 
 	}
 	s.history = []int32{req.Prompt[len(req.Prompt)-1]}
 	if e.Proposer != nil && !req.NoDraft {
-		var off string
-		if s.dr, off = newDrafting(e, req, fork); s.dr != nil {
+		if s.dr = newDrafting(e, req, fork); s.dr != nil {
 			s.st = newDFlashStats(false, len(req.Prompt), s.dr.maxW)
 		}
-		s.st.DraftOff = off
 	}
 	if req.MaxTokens == 0 {
 		s.o.end(FinishLength)

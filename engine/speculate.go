@@ -43,25 +43,19 @@ type drafting struct {
 type forker interface{ Fork() verify.Proposer }
 
 // newDrafting makes the drafter state of a request: over the engine's proposer itself
-// (one request at a time), or with fork over a proposer of its own. It is nil, and the
-// request decodes plainly, when the engine's proposer cannot make one, or when the
-// measured block costs say no draft can pay on this device (blockPolicy.cannotPay; off
-// is then why).
-func newDrafting(e *Engine, req Request, fork bool) (dr *drafting, off string) {
-	maxW := blockSize(e.Proposer, req)
-	policy := newBlockPolicy(e.BlockCosts, maxW)
-	if policy.cannotPay() {
-		return nil, fmt.Sprintf("no draft can pay on this device: a %d-token verify costs %.1f ms, %.1f one-token steps", maxW, policy.costOf(maxW), policy.costOf(maxW)/policy.ms[0])
-	}
+// (one request at a time), or with fork over a proposer of its own (nil when the
+// engine's proposer cannot make one: the request then decodes plainly).
+func newDrafting(e *Engine, req Request, fork bool) *drafting {
 	p := e.Proposer
 	if fork {
 		f, ok := p.(forker)
 		if !ok {
-			return nil, ""
+			return nil
 		}
 		p = f.Fork()
 	}
-	return &drafting{p: p, maxW: maxW, policy: policy}, ""
+	maxW := blockSize(p, req)
+	return &drafting{p: p, maxW: maxW, policy: newBlockPolicy(e.BlockCosts, maxW)}
 }
 
 // begin starts the proposer's sequence with room for n context positions.

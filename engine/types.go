@@ -74,10 +74,7 @@ type Stats struct {
 	// run-ahead loop (the target's caches or the proposer lack the capability, or the
 	// request has a repetition penalty); empty otherwise.
 	RunAheadFallback string `json:"run_ahead_fallback,omitempty"`
-	// DraftOff is why a request with a drafter loaded decoded plainly: the measured block
-	// costs say no draft can pay on this device (Engine.BlockCosts); empty otherwise.
-	DraftOff string `json:"draft_off,omitempty"`
-	Cycles   int    `json:"cycles"`
+	Cycles           int    `json:"cycles"`
 	// Tau is tokens per cycle including the bonus token (DFlash only).
 	Tau float64 `json:"tau"`
 	// AcceptHist[a] counts cycles that accepted a drafts.
