@@ -15,6 +15,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import Anthropic from "@anthropic-ai/sdk";
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from "ai";
 import { readFileSync } from "node:fs";
+import { runTests } from "./sdkrun.mjs";
 
 const baseURL = (process.env.DFLASH_BASE_URL || "").replace(/\/$/, "");
 if (!baseURL) {
@@ -130,21 +131,4 @@ const tests = {
   },
 };
 
-let passed = 0;
-let failed = 0;
-for (const [name, fn] of Object.entries(tests)) {
-  try {
-    const skipped = await fn();
-    if (skipped) {
-      console.log(`skip ${name}: ${skipped}`);
-      continue;
-    }
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}\n${e.stack ?? e}`);
-  }
-}
-console.log(`node ai ${version("ai")}, @ai-sdk/openai ${version("@ai-sdk/openai")}, @anthropic-ai/sdk ${version("@anthropic-ai/sdk")}: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await runTests(tests, `node ai ${version("ai")}, @ai-sdk/openai ${version("@ai-sdk/openai")}, @anthropic-ai/sdk ${version("@anthropic-ai/sdk")}`);

@@ -22,11 +22,11 @@ the exit status is 1 when anything failed.
 
 import json
 import os
-import sys
-import traceback
 
 import anthropic
 import openai
+
+from sdkrun import run_tests
 
 BASE_URL = os.environ["DFLASH_BASE_URL"].rstrip("/")
 API_KEY = os.environ.get("DFLASH_API_KEY", "unused")
@@ -260,20 +260,5 @@ def test_messages_errors():
         check(e.body["error"]["type"] == "invalid_request_error" and "text-only" in str(e), f"body {e.body}")
 
 
-def main():
-    tests = [(name, fn) for name, fn in globals().items() if name.startswith("test_") and callable(fn)]
-    passed = failed = 0
-    for name, fn in tests:
-        try:
-            fn()
-            passed += 1
-            print(f"ok   {name}")
-        except Exception:  # report every failure, run every test
-            failed += 1
-            print(f"FAIL {name}\n{traceback.format_exc()}")
-    print(f"python openai {openai.__version__}, anthropic {anthropic.__version__}: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(globals(), f"python openai {openai.__version__}, anthropic {anthropic.__version__}")

@@ -11,6 +11,7 @@
 
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
+import { runTests } from "./sdkrun.mjs";
 
 const baseURL = process.env.DFLASH_BASE_URL;
 if (!baseURL) {
@@ -239,17 +240,4 @@ const tests = {
   },
 };
 
-let passed = 0;
-let failed = 0;
-for (const [name, fn] of Object.entries(tests)) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}\n${e.stack ?? e}`);
-  }
-}
-console.log(`node openai ${sdkVersion}: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await runTests(tests, `node openai ${sdkVersion}`);

@@ -10,6 +10,7 @@
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, generateText, jsonSchema, Output } from "ai";
 import { readFileSync } from "node:fs";
+import { runTests } from "./sdkrun.mjs";
 
 const baseURL = (process.env.DFLASH_BASE_URL || "").replace(/\/$/, "");
 if (!baseURL) {
@@ -57,17 +58,4 @@ const tests = {
   },
 };
 
-let passed = 0;
-let failed = 0;
-for (const [name, fn] of Object.entries(tests)) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}\n${e.stack ?? e}`);
-  }
-}
-console.log(`node ai ${version("ai")}, @ai-sdk/openai ${version("@ai-sdk/openai")}: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await runTests(tests, `node ai ${version("ai")}, @ai-sdk/openai ${version("@ai-sdk/openai")}`);

@@ -11,13 +11,13 @@ The last line is "N passed, N failed"; the exit status is 1 when anything failed
 
 import json
 import os
-import sys
-import traceback
 from enum import Enum
 from typing import Literal, Optional
 
 import openai
 from pydantic import BaseModel, Field
+
+from sdkrun import run_tests
 
 BASE_URL = os.environ["DFLASH_BASE_URL"].rstrip("/")
 API_KEY = os.environ.get("DFLASH_API_KEY", "unused")
@@ -91,20 +91,5 @@ def test_bad_schema_is_a_400():
         check("response_format" in str(e), f"message {e}")
 
 
-def main():
-    tests = [(name, fn) for name, fn in globals().items() if name.startswith("test_") and callable(fn)]
-    passed = failed = 0
-    for name, fn in tests:
-        try:
-            fn()
-            passed += 1
-            print(f"ok   {name}")
-        except Exception:  # report every failure, run every test
-            failed += 1
-            print(f"FAIL {name}\n{traceback.format_exc()}")
-    print(f"python openai {openai.__version__}: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(globals(), f"python openai {openai.__version__}")
