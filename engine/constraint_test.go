@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -240,39 +238,14 @@ func TestConstrainedSamplingMatchesMaskedTarget(t *testing.T) {
 			exp := exactJointUnder(t, p.target, prompt, p.vocab, sp, rule.allows)
 			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
 			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4})
-			const N, rows = 1200, 4
-			obs := map[[3]int32]int{}
-			var mu sync.Mutex
-			for round := 0; round < N/rows; round++ {
-				var wg sync.WaitGroup
-				for r := range rows {
-					wg.Add(1)
-					go func(seed uint64) {
-						defer wg.Done()
-						q := sp
-						q.Seed = seed
-						req := Request{Prompt: prompt, MaxTokens: 4 + r, Sampling: q, IgnoreEOS: true, BlockSize: 4}
-						if r%2 == 0 { // unconstrained rows beside them
-							req.Constraint = newTestGrammar(p.vocab, 2, 1000)
-						}
-						res, err := s.Generate(context.Background(), req, nil)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if req.Constraint != nil {
-							mu.Lock()
-							obs[[3]int32{res.Tokens[0], res.Tokens[1], res.Tokens[2]}]++
-							mu.Unlock()
-						}
-					}(uint64(round*rows+r)*7919 + 17)
+			// Even rows constrained, odd ones not, in the same batches.
+			obs, n := batchedFirstThree(t, s, prompt, sp, 1200, 4, func(r int, req *Request) bool {
+				if r%2 == 1 {
+					return false
 				}
-				wg.Wait()
-			}
-			n := 0
-			for _, c := range obs {
-				n += c
-			}
+				req.Constraint = newTestGrammar(p.vocab, 2, 1000)
+				return true
+			})
 			stat, df := chiSquare(obs, exp, n)
 			crit := chiCritical(df, 3.09) // α = 0.001
 			t.Logf("χ² = %.1f, df = %d, critical (α=0.001) = %.1f", stat, df, crit)

@@ -102,30 +102,8 @@ func TestBatchedSpeculativeSamplingMatchesTarget(t *testing.T) {
 			exp := exactJoint(t, p.target, prompt, p.vocab, sp)
 			e := &Engine{Target: p.target, Proposer: proposerOf(p.drft)}
 			s := e.NewScheduler(SchedulerConfig{MaxBatch: 4})
-			const N, rows = 1200, 4
-			obs := map[[3]int32]int{}
-			var mu sync.Mutex
-			for round := 0; round < N/rows; round++ {
-				var wg sync.WaitGroup
-				for r := range rows {
-					wg.Add(1)
-					go func(seed uint64) {
-						defer wg.Done()
-						q := sp
-						q.Seed = seed
-						// Batch mates of other lengths keep the steps ragged.
-						res, err := s.Generate(context.Background(), Request{Prompt: prompt, MaxTokens: 4 + r, Sampling: q, IgnoreEOS: true, BlockSize: 4}, nil)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						mu.Lock()
-						obs[[3]int32{res.Tokens[0], res.Tokens[1], res.Tokens[2]}]++
-						mu.Unlock()
-					}(uint64(round*rows+r)*7919 + 17)
-				}
-				wg.Wait()
-			}
+			const N = 1200
+			obs, _ := batchedFirstThree(t, s, prompt, sp, N, 4, nil)
 			stat, df := chiSquare(obs, exp, N)
 			crit := chiCritical(df, 3.09) // α = 0.001
 			t.Logf("χ² = %.1f, df = %d, critical (α=0.001) = %.1f", stat, df, crit)
@@ -134,6 +112,46 @@ func TestBatchedSpeculativeSamplingMatchesTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// batchedFirstThree runs n requests of prompt through s, in rounds of rows concurrent
+// ones, each with its own seed and request r of a round at 4+r tokens (batch mates of
+// other lengths keep the steps ragged), and counts the first three tokens of those that
+// shape (nil: none) says to count; shape may change the request first. It returns the
+// counts and how many requests they cover.
+func batchedFirstThree(t *testing.T, s *Scheduler, prompt []int32, sp sample.Params, n, rows int, shape func(r int, req *Request) (counted bool)) (map[[3]int32]int, int) {
+	obs := map[[3]int32]int{}
+	counted := 0
+	var mu sync.Mutex
+	for round := 0; round < n/rows; round++ {
+		var wg sync.WaitGroup
+		for r := range rows {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				q := sp
+				q.Seed = seed
+				req := Request{Prompt: prompt, MaxTokens: 4 + r, Sampling: q, IgnoreEOS: true, BlockSize: 4}
+				if shape != nil && !shape(r, &req) {
+					if _, err := s.Generate(context.Background(), req, nil); err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				res, err := s.Generate(context.Background(), req, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				obs[[3]int32{res.Tokens[0], res.Tokens[1], res.Tokens[2]}]++
+				counted++
+				mu.Unlock()
+			}(uint64(round*rows+r)*7919 + 17)
+		}
+		wg.Wait()
+	}
+	return obs, counted
 }
 
 // samplingPair is a tiny 6-token target with a drafter of the given generation.
