@@ -47,12 +47,8 @@ func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, e
 	t0 := time.Now()
 	defer func() { st.MaskTime += time.Since(t0) }()
 	st.Masks += len(drafts) + 1
-	W := c.m.MaskWords()
 	n := len(drafts) + 1
-	if cap(c.words) < n*W {
-		c.words = make([]uint32, n*W)
-	}
-	words := c.words[:n*W]
+	words := c.masks(n)
 	var err error
 	if drafts == nil {
 		err = c.m.MaskInto(words)
@@ -64,6 +60,18 @@ func (c *constrained) maskRows(st *Stats, V int, drafts []int32) (*mlxc.Array, e
 	}
 	return c.unpack(words, n, V)
 }
+
+// masks is the host buffer of n masks, grown as needed.
+func (c *constrained) masks(n int) []uint32 {
+	size := n * c.m.MaskWords()
+	if cap(c.words) < size {
+		c.words = make([]uint32, size)
+	}
+	return c.words[:size]
+}
+
+// allows reports whether mask allows token v.
+func allows(mask []uint32, v int) bool { return mask[v>>5]>>(v&31)&1 != 0 }
 
 // unpack turns n masks of MaskWords() words into a bool mask [n, V] over the model's
 // vocabulary; the first must allow some token.
@@ -77,7 +85,7 @@ func (c *constrained) unpack(words []uint32, n, V int) (*mlxc.Array, error) {
 	for j := range n {
 		row, out := words[j*W:(j+1)*W], allow[j*V:(j+1)*V]
 		for v := range min(V, 32*W) {
-			out[v] = row[v>>5]>>(v&31)&1 != 0
+			out[v] = allows(row, v)
 			any = any || (j == 0 && out[v])
 		}
 		clear(out[min(V, 32*W):])
@@ -98,10 +106,7 @@ func (c *constrained) chooseDrafts(st *Stats, V int, cands []int32, logits []flo
 	t0 := time.Now()
 	defer func() { st.MaskTime += time.Since(t0) }()
 	n, W := len(cands)/K, c.m.MaskWords()
-	if cap(c.words) < (n+1)*W {
-		c.words = make([]uint32, (n+1)*W)
-	}
-	words := c.words[:(n+1)*W]
+	words := c.masks(n + 1)
 	defer func() {
 		if rerr := c.m.Rollback(len(drafts)); rerr != nil && err == nil {
 			err = fmt.Errorf("constraint: %w", rerr)
@@ -119,7 +124,7 @@ func (c *constrained) chooseDrafts(st *Stats, V int, cands []int32, logits []flo
 		bestJ := -1
 		for j := i * K; j < (i+1)*K; j++ {
 			t := cands[j]
-			if t < 0 || int(t) >= min(V, 32*W) || row[t>>5]>>(t&31)&1 == 0 {
+			if t < 0 || int(t) >= min(V, 32*W) || !allows(row, int(t)) {
 				continue
 			}
 			if bestJ < 0 || logits[j] > logits[bestJ] {
