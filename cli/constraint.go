@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/dflash-mlx/dflash-mlx/grammar"
@@ -67,31 +68,27 @@ type requestMatcher struct {
 
 func (m *requestMatcher) MaskWords() int { return m.words }
 
+// startable reports why m cannot start an answer: its grammar allows no first token.
+func (m *requestMatcher) startable() error {
+	mask := make([]uint32, m.words)
+	if err := m.MaskInto(mask); err != nil {
+		return fmt.Errorf("the grammar allows no answer: %w", err)
+	}
+	if !slices.ContainsFunc(mask, func(w uint32) bool { return w != 0 }) {
+		return fmt.Errorf("the grammar allows no answer: no token of the model's vocabulary can start one")
+	}
+	return nil
+}
+
 // check reports why c cannot constrain the model's answers: the engine refuses the
-// grammar, or it allows no first token.
+// grammar (making its matcher validates it), or it allows no first token.
 func (g *grammars) check(c grammar.Grammar) error {
-	tok, err := g.tokenizer()
-	if err != nil {
-		return err
-	}
-	if err := tok.Validate(c); err != nil {
-		return err
-	}
-	m, err := tok.NewMatcher(c)
+	m, err := g.matcher(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	mask := make([]uint32, tok.MaskWords())
-	if err := m.MaskInto(mask); err != nil {
-		return fmt.Errorf("the grammar allows no answer: %w", err)
-	}
-	for _, w := range mask {
-		if w != 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("the grammar allows no answer: no token of the model's vocabulary can start one")
+	return m.startable()
 }
 
 // close releases the tokenizer.

@@ -136,14 +136,14 @@ func runAction(c *cli.Context) error {
 	if constraint != nil {
 		g := newGrammars(s)
 		defer g.close()
-		if err := g.check(*constraint); err != nil {
+		m, err := g.matcher(*constraint)
+		if err == nil {
+			defer m.Close()
+			err = m.startable()
+		}
+		if err != nil {
 			return cli.Exit(fmt.Sprintf("%s: %v", constraintFlag(c), err), 2)
 		}
-		m, err := g.matcher(*constraint)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
 		req.Constraint = m
 	}
 	jsonOut := c.Bool("json")
