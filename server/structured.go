@@ -37,6 +37,11 @@ type answerFormat struct {
 	Strict bool
 }
 
+// unsupported is the 400 for f from a backend that cannot constrain its answers.
+func (f *answerFormat) unsupported() *apiError {
+	return unsupported(f.Param, f.Param+" type "+quote(f.Type)+" is not supported by this backend: it cannot constrain its answers; send {\"type\": \"text\"}")
+}
+
 // decodeFormat reads an output format object: {"type": "text"} (nil), {"type":
 // "json_object"}, or {"type": "json_schema", …} with the schema's fields inside a
 // "json_schema" object (chat completions) or beside the type (nested false: the
@@ -123,7 +128,7 @@ func (s *Server) answerConstraint(f *answerFormat) (*Constraint, error) {
 		return nil, nil
 	}
 	if !s.constrains() {
-		return nil, unsupported(f.Param, f.Param+" type "+quote(f.Type)+" is not supported by this backend: it cannot constrain its answers; send {\"type\": \"text\"}")
+		return nil, f.unsupported()
 	}
 	g := structured.Answer(f.Schema)
 	return s.checkConstraint(Constraint{Kind: g.Kind, Source: g.Source}, f.Param)
@@ -137,7 +142,7 @@ func (s *Server) answerConstraint(f *answerFormat) (*Constraint, error) {
 func (s *Server) toolConstraint(format ToolCallFormat, tools []Tool, only string, single bool, param string, answer *answerFormat) (*Constraint, error) {
 	if !s.constrains() {
 		if answer != nil {
-			return nil, unsupported(answer.Param, answer.Param+" type "+quote(answer.Type)+" is not supported by this backend: it cannot constrain its answers; send {\"type\": \"text\"}")
+			return nil, answer.unsupported()
 		}
 		return nil, nil
 	}
