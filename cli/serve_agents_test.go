@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -34,32 +32,9 @@ func TestServeAgentAPIsWithSDKsOnTheGoCodePair(t *testing.T) {
 	pair := filepath.Join(reftest.RepoRoot(), "testdata", "gocode")
 	base, logs := startServeArgs(t, "--target-model", filepath.Join(pair, "target"),
 		"--draft-model", filepath.Join(pair, "draft"), "--model-id", "gocode")
-	dir := filepath.Join(reftest.RepoRoot(), "server", "sdktest")
-	run := func(interp, script string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, interp, script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "DFLASH_BASE_URL="+base+"/v1", "DFLASH_API_KEY=unused", "DFLASH_MODEL=gocode",
-			"DFLASH_SDK_STRICT_TOOLS=")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Errorf("%s: %v\n%s\nserver log:\n%s", script, err, out, logs.String())
-			return
-		}
-		t.Logf("%s", out)
-	}
-	run(py, "agents_test.py")
-	for _, pkg := range []string{"ai", "@ai-sdk/openai", "@anthropic-ai/sdk"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg)); err != nil {
-			reftest.Missing(t, "server/sdktest/node_modules/"+pkg+" (npm ci)")
-		}
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		reftest.Missing(t, "node")
-	}
-	run(node, "agents_test.mjs")
+	runSDKScript(t, 5*time.Minute, py, "agents_test.py", base, "gocode", logs, "DFLASH_SDK_STRICT_TOOLS=")
+	node := sdkNode(t, "ai", "@ai-sdk/openai", "@anthropic-ai/sdk")
+	runSDKScript(t, 5*time.Minute, node, "agents_test.mjs", base, "gocode", logs, "DFLASH_SDK_STRICT_TOOLS=")
 }
 
 // startServeArgs runs `dflash-mlx serve` with args on a free port, waits for /health, and

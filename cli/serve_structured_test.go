@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -284,29 +283,8 @@ func TestServeStructuredOutputs(t *testing.T) {
 		if err := exec.Command(py, "-c", "import openai, pydantic").Run(); err != nil {
 			reftest.Missing(t, "the openai Python SDK and pydantic in "+py)
 		}
-		dir := filepath.Join(reftest.RepoRoot(), "server", "sdktest")
-		run := func(interp, script string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, interp, script)
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "DFLASH_BASE_URL="+dflash+"/v1", "DFLASH_API_KEY=unused", "DFLASH_MODEL=gocode")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Errorf("%s: %v\n%s\nserver log:\n%s", script, err, out, logs.String())
-				return
-			}
-			t.Logf("%s", out)
-		}
-		run(py, "structured_test.py")
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "ai")); err != nil {
-			reftest.Missing(t, "server/sdktest/node_modules/ai (npm ci)")
-		}
-		node, err := exec.LookPath("node")
-		if err != nil {
-			reftest.Missing(t, "node")
-		}
-		run(node, "structured_test.mjs")
+		runSDKScript(t, 5*time.Minute, py, "structured_test.py", dflash, "gocode", logs)
+		runSDKScript(t, 5*time.Minute, sdkNode(t, "ai", "@ai-sdk/openai"), "structured_test.mjs", dflash, "gocode", logs)
 	})
 }
 

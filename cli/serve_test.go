@@ -139,25 +139,39 @@ func TestServeMatchesRunAndPlain(t *testing.T) {
 func TestServeWithOpenAISDKs(t *testing.T) {
 	py := reftest.Python(t)
 	base, _, logs := startServe(t)
-	dir := filepath.Join(reftest.RepoRoot(), "server", "sdktest")
-	run := func(interp, script string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, interp, script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "DFLASH_BASE_URL="+base+"/v1", "DFLASH_API_KEY=unused", "DFLASH_MODEL=tiny-qwen3")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Errorf("%s: %v\n%s\nserver log:\n%s", script, err, out, logs.String())
-		}
+	runSDKScript(t, 3*time.Minute, py, "sdk_test.py", base, "tiny-qwen3", logs)
+	runSDKScript(t, 3*time.Minute, sdkNode(t, "openai"), "sdk_test.mjs", base, "tiny-qwen3", logs)
+}
+
+// runSDKScript runs script of server/sdktest with interp against the server at base,
+// asking for model (env adds variables), within timeout; a failing script fails t with
+// its output and the server's log.
+func runSDKScript(t *testing.T, timeout time.Duration, interp, script, base, model string, logs fmt.Stringer, env ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, interp, script)
+	cmd.Dir = filepath.Join(reftest.RepoRoot(), "server", "sdktest")
+	cmd.Env = append(append(os.Environ(), "DFLASH_BASE_URL="+base+"/v1", "DFLASH_API_KEY=unused", "DFLASH_MODEL="+model), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: %v\n%s\nserver log:\n%s", script, err, out, logs.String())
+		return
 	}
-	run(py, "sdk_test.py")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		reftest.Missing(t, "server/sdktest/node_modules (npm ci)")
+	t.Logf("%s", out)
+}
+
+// sdkNode is node, once server/sdktest's node_modules hold pkgs (npm ci there).
+func sdkNode(t *testing.T, pkgs ...string) string {
+	t.Helper()
+	for _, pkg := range pkgs {
+		if _, err := os.Stat(filepath.Join(reftest.RepoRoot(), "server", "sdktest", "node_modules", pkg)); err != nil {
+			reftest.Missing(t, "server/sdktest/node_modules/"+pkg+" (npm ci)")
+		}
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
 		reftest.Missing(t, "node")
 	}
-	run(node, "sdk_test.mjs")
+	return node
 }
