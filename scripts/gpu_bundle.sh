@@ -14,14 +14,14 @@ mkdir -p "$CACHE" .gpu/p1 .gpu/p2
 step() { echo "== $*"; }
 
 if [ "${1:-}" = "--mlx-lm" ]; then
-  # A third part: mlx-lm and its dependencies as wheels for the GPU machine's Python 3.12
-  # (stage mlxlm of gpu_run.sh compares our plain decoding with mlx-lm's there). Pins match
-  # the reference venv (scripts/deps_pyref.sh).
-  step "download mlx-lm and its dependencies for CPython 3.12, manylinux x86_64"
+  # A third part: mlx and mlx-lm as wheels for the GPU machine's Python 3.12 (stage mlxlm
+  # of gpu_run.sh compares our decoding with mlx-lm's there). Only these two: the machine's
+  # image already has mlx-lm's dependencies (numpy, transformers, sentencepiece, protobuf,
+  # pyyaml, jinja2), and the whole tree of wheels would not fit a call beside the tree.
+  step "download mlx and mlx-lm for CPython 3.12, manylinux x86_64"
   rm -rf "$CACHE/pywheels" && mkdir -p "$CACHE/pywheels" .gpu/p3
-  python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 \
-    --platform manylinux_2_35_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform any -d "$CACHE/pywheels" "mlx==$MLX_VERSION" "mlx-lm==0.32.2" "transformers==5.24.0" "tokenizers==0.23.3"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_35_x86_64 --platform any -d "$CACHE/pywheels" "mlx==$MLX_VERSION" "mlx-lm==0.32.2"
   (cd "$CACHE" && tar -cf "$ROOT/.gpu/p3/pywheels.tar" pywheels)
   du -sh .gpu/p3
   echo "carry [\".gpu/p3\"] with 'bash scripts/gpu_run.sh mlxlm' right after a p2 call (docs/gpu.md)"
@@ -35,7 +35,7 @@ if [ "${1:-}" = "--base" ]; then
   git worktree add --detach "$W/src" "$REV" > /dev/null
   ln -s "$ROOT/third_party" "$W/src/third_party"
   (cd "$W/src" && make lib > /dev/null && mkdir -p "$W/bin/bin" &&
-    CGO_LDFLAGS="-L$ROOT/third_party/tokenizers" go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=base-$(git rev-parse --short HEAD)" -o "$W/bin/bin/dflash-base" ./cmd/dflash-mlx)
+    CGO_LDFLAGS="-L$ROOT/third_party/tokenizers -L$ROOT/third_party/llguidance" go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=base-$(git rev-parse --short HEAD)" -o "$W/bin/bin/dflash-base" ./cmd/dflash-mlx)
   (cd "$W/bin" && tar -cJf "$ROOT/.gpu/p2/base.tar.xz" bin)
   git worktree remove --force "$W/src"
   rm -rf "$W"
@@ -85,7 +85,7 @@ if [ "${1:-}" != "--bin-only" ]; then
 fi
 
 step "build stripped binaries of $(git rev-parse --short HEAD)"
-export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers"
+export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers -L$ROOT/third_party/llguidance"
 B="$(mktemp -d)"
 mkdir -p "$B/bin"
 go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=$(git rev-parse --short HEAD)" -o "$B/bin/dflash-mlx" ./cmd/dflash-mlx

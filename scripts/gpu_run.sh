@@ -3,7 +3,7 @@
 # was carried in parts (.gpu/p1, .gpu/p1b, …, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
-# (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | abbin | diag | tune | prof | sweep | inmodel | mlxlm; docs/gpu.md)
+# (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | abbin | diag | inmodel | tune | prof | sweep | mlxlm; docs/gpu.md)
 set -uo pipefail
 STAGE="${1:-all}"
 X=/tmp/mlxcuda
@@ -68,6 +68,23 @@ export LD_LIBRARY_PATH="$X/mlx/lib:$LIBS${LD_LIBRARY_PATH:-}"
 [ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda/include ] && export CUDA_HOME=/usr/local/cuda
 export MLX_PTX_CACHE_DIR=/tmp/mlx-ptx
 B="$X/bin"
+# mlx-lm from the carried wheels (.gpu/p3, gpu_bundle.sh --mlx-lm) into $P, run on our CUDA
+# libmlx: the mlxlm stage and any cmd that compares with mlx-lm call it.
+P=/tmp/pylib
+install_mlxlm() {
+  [ -f /tmp/stage/pywheels.tar ] || { echo "pywheels.tar missing: carry .gpu/p3"; return 3; }
+  [ -d "$P/mlx_lm" ] && return 0
+  log "installing mlx-lm from wheels"
+  tar -xf /tmp/stage/pywheels.tar -C /tmp
+  if ! python3 -m pip install --quiet --no-index --no-deps --target "$P" /tmp/pywheels/*.whl; then
+    # No pip in this Python: wheels are zip files, unpacking them is an install for our use.
+    mkdir -p "$P" && for w in /tmp/pywheels/*.whl; do python3 -m zipfile -e "$w" "$P" || return 4; done
+  fi
+  rm -rf "$P/mlx/lib"
+  ln -sfn "$X/mlx/lib" "$P/mlx/lib"          # the CUDA libmlx.so next to mlx's core module
+  ln -sfn "$NV" "$P/nvidia"                   # its RPATH: ../../nvidia/...
+  ln -sfn "$X/mlx_cuda_13.libs" "$P/mlx_cuda_13.libs"
+}
 log "version"; "$B/dflash-mlx" version 2>&1 | tee "$OUT/version.txt"
 if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   log "mlxc tests on CUDA"
@@ -213,6 +230,93 @@ fi
 if [ "$STAGE" = inmodel ]; then
   # Launch rules of the tensor-core kernel timed inside the random 4B-shape model (verify
   # blocks back to back, rules alternating); DFLASH_TC_INMODEL_RULES overrides the list.
+  [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  ( cd model && DFLASH_TC_INMODEL=/tmp/r4b/target timeout 400 "$B/model.test" -test.run TCInModelSweep -test.v -test.count=1 2>&1 ) > "$OUT/tc_inmodel.txt"
+  grep -E "ms per verify|FAIL|ok|error" "$OUT/tc_inmodel.txt"
+fi
+if [ "$STAGE" = tune ]; then
+  # One call: the tensor-core kernel's tests, its launch rules timed in the model
+  # (TUNE_RULES: ';'-separated DFLASH_TC_RULE values), then the τ≈6.5 benchmark with the
+  # defaults against the fastest rule (and TUNE_EXTRA, more ';'-separated env settings).
+  R=/tmp/tune; rm -rf "$R"; mkdir -p "$R"
+  log "model kernel tests on CUDA"
+  ( cd model && timeout "${TUNE_TEST_TIMEOUT:-150}" "$B/model.test" -test.count=1 -test.v -test.run "${TUNE_TESTS:-TestSkinnySplitMatchesMatmul|TestSkinnyGEMMMatchesMatmul}" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
+  grep -E "^(--- |ok|FAIL|PASS|exit)|skinny_test" "$R/model_cuda_tests.txt" | head -20
+  [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  log "launch rules in the model"
+  ( cd model && DFLASH_TC_INMODEL=/tmp/r4b/target DFLASH_TC_INMODEL_RULES="${TUNE_RULES:?}" timeout "${TUNE_SWEEP_TIMEOUT:-240}" "$B/model.test" -test.run TCInModelSweep -test.v -test.count=1 2>&1 ) > "$R/tc_inmodel.txt"
+  grep -E "ms per verify|FAIL|ok|error" "$R/tc_inmodel.txt"
+  BEST="$(grep -E 'ms per verify' "$R/tc_inmodel.txt" | sed -E 's/^.*_test\.go:[0-9]+: *//' | grep -v -E '^(default|sweep)' | head -1 | awk '{print $1}')"
+  echo "fastest rule: ${BEST:-none}"
+  VARS="-"
+  [ -n "$BEST" ] && VARS="-;DFLASH_TC_RULE=$BEST"
+  [ -n "${TUNE_EXTRA:-}" ] && VARS="$VARS;$TUNE_EXTRA"
+  cp "$R"/*.txt "$OUT/" 2>/dev/null
+  RES=/tmp/tuneab AB_VARIANTS="$VARS" SKIP_EXTRA=1 SKIP_TESTS=1 SKIP_MODEL_TESTS=1 MLXC_RUN=XXX bash "$0" ab
+fi
+if [ "$STAGE" = prof ]; then
+  # Device time per kernel launch, read by Nsight Compute (ncu: one metric, clocks and
+  # caches left alone) in a DFlash run on the random 4B shape, per PROF_VARIANTS entry
+  # (';'-separated env settings, "-" for none; "nodraft" in an entry runs plain decoding).
+  # Launches PROF_SKIP.. PROF_SKIP+PROF_COUNT (steady state). Results: $OUT/prof.tgz (CSV).
+  NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+  [ -n "$NCU" ] || { echo "no ncu"; exit 3; }
+  "$NCU" --version | tail -1
+  R=/tmp/prof; rm -rf "$R"; mkdir -p "$R"
+  # "base" in an entry runs the carried base build (base.tar.xz, as abbin) instead.
+  if [ -f /tmp/stage/base.tar.xz ] && [ ! -x "$X/base/bin/dflash-base" ]; then mkdir -p "$X/base" && tar -xJf /tmp/stage/base.tar.xz -C "$X/base"; fi
+  [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
+  IFS=';' read -ra PV <<< "${PROF_VARIANTS:--}"
+  i=0
+  for v in "${PV[@]}"; do
+    i=$((i+1)); [ "$v" = "-" ] && v=""
+    draft="--draft-model /tmp/r4b/draft"
+    case "$v" in *nodraft*) draft="--no-draft"; v="${v//nodraft/}";; esac
+    bin="$B/dflash-mlx"
+    case "$v" in *base*) bin="$X/base/bin/dflash-base"; v="${v//base/}";; esac
+    log "prof $i: ${v:-defaults} $draft"
+    echo "$v $draft" > "$R/prof_$i.env"
+    env $v timeout "${PROF_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control none -f -o "$R/prof_$i" \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
+      --launch-skip "${PROF_SKIP:-6000}" --launch-count "${PROF_COUNT:-1900}" \
+      "$bin" run --target-model /tmp/r4b/target $draft --prompt "hello world" -n "${PROF_TOKENS:-64}" --ignore-eos --no-chat-template -q > "$R/prof_$i.log" 2>&1
+    echo "exit $?" >> "$R/prof_$i.log"; tail -2 "$R/prof_$i.log"
+    "$NCU" -i "$R/prof_$i.ncu-rep" --csv --page raw > "$R/prof_$i.csv" 2>&1
+    rm -f "$R/prof_$i.ncu-rep"
+    python3 - "$R/prof_$i.csv" <<'PYEOF'
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = rows[0]
+ix = {k: hdr.index(k) for k in hdr}
+name = ix.get("Kernel Name"); dur = ix.get("gpu__time_duration.sum"); grid = ix.get("launch__grid_size")
+unit = rows[1][dur] if len(rows) > 1 else "nsecond"
+us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1e-3)
+agg = collections.defaultdict(lambda: [0, 0.0])
+total = 0.0
+for r in rows[2:]:
+    try:
+        d = float(r[dur].replace(",", "")) * us * 1000
+    except (ValueError, IndexError):
+        continue
+    k = (r[name][:60], r[grid])
+    agg[k][0] += 1; agg[k][1] += d; total += d
+print("launches", sum(a[0] for a in agg.values()), "total us", round(total / 1000, 1))
+for k, (n, d) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]:
+    print(f"{d/1000:10.1f} us {n:5d}x {d/n/1000:8.2f} us  grid {k[1]:>7}  {k[0]}")
+PYEOF
+  done
+  tar -czf "$OUT/prof.tgz" -C "$R" .
+fi
+if [ "$STAGE" = sweep ]; then
+  # Launch shapes of the tensor-core few-row kernel: GB/s per shape, values checked first.
+  ( cd model && DFLASH_TC_SWEEP=1 timeout 300 "$B/model.test" -test.run TCSweep -test.v -test.count=1 2>&1 ) > "$OUT/tc_sweep.txt"
+  grep -E "best|FAIL|ok" "$OUT/tc_sweep.txt"
+fi
+if [ "$STAGE" = mlxlm ]; then
+  # Plain greedy decoding on random targets (MLXLM_SHAPES, space-separated; qwen3-4b by
+  # default): ours vs mlx-lm's stream_generate, same weights, prompt and token count,
+  # alternating, 3 runs each. Needs .gpu/p3 (gpu_bundle.sh --mlx-lm).
+  install_mlxlm || exit $?
   N="${BENCH_TOKENS:-256}"
   PROMPT="Write a short story about a robot learning to paint."
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
