@@ -36,13 +36,15 @@ TOPICS = ["a ring buffer", "a token bucket rate limiter", "an LRU cache", "a tri
 
 
 def server_command(kind, model, port, extra):
+    # DFLASH_MLX_BIN: another build of ours than bin/dflash-mlx (a GPU machine's bundle).
+    ours = os.environ.get("DFLASH_MLX_BIN", os.path.join(ROOT, "bin", "dflash-mlx"))
     if kind == "ours":
-        return [os.path.join(ROOT, "bin", "dflash-mlx"), "serve", "--target-model", model, "--no-draft",
+        return [ours, "serve", "--target-model", model, "--no-draft",
                 "--port", str(port), "--quiet"] + extra
     if kind == "ours-dflash":
         # The drafter beside the target (the Go-code pair's layout: target/ and draft/).
         draft = os.path.join(os.path.dirname(os.path.normpath(model)), "draft")
-        return [os.path.join(ROOT, "bin", "dflash-mlx"), "serve", "--target-model", model, "--draft-model", draft,
+        return [ours, "serve", "--target-model", model, "--draft-model", draft,
                 "--port", str(port), "--quiet"] + extra
     if kind == "mlxlm":
         return [sys.executable, "-m", "mlx_lm.server", "--model", model, "--port", str(port)] + extra
