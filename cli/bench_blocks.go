@@ -31,7 +31,7 @@ type blockPoint struct {
 // blockCurve measures the cycle cost per block size after prompt and estimates each
 // size's τ and tok/s from st, the per-position acceptance of the table's runs.
 func blockCurve(ctx context.Context, s *Session, prompt []int32, st engine.Stats) ([]blockPoint, error) {
-	bc, err := s.blockCosts(ctx, prompt, s.maxBlock)
+	bc, err := s.blockCosts(ctx, prompt, probeSizes(s.maxBlock))
 	if err != nil {
 		return nil, err
 	}

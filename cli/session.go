@@ -53,6 +53,9 @@ type LoadConfig struct {
 	Settings *settings.Settings
 	// PromptCache is the prefix cache to keep (none by default).
 	PromptCache PromptCacheConfig
+	// FreshBlockCosts measures the adaptive block's costs even when an earlier process
+	// kept a measurement for the same device, build, models and settings (bench).
+	FreshBlockCosts bool
 }
 
 // Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
@@ -82,6 +85,12 @@ type Session struct {
 	quiet   bool
 	// maxBlock is LoadConfig.MaxBlock.
 	maxBlock int
+	// freshBlockCosts is LoadConfig.FreshBlockCosts; blockCostStore keeps measurements
+	// between processes.
+	freshBlockCosts bool
+	blockCostStore  blockCostStore
+	// BlockCostsRemembered: the adaptive block's costs came from an earlier process.
+	BlockCostsRemembered bool
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -162,7 +171,8 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
 	}
-	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, quiet: cfg.Quiet, maxBlock: cfg.MaxBlock, Settings: st}
+	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, quiet: cfg.Quiet, maxBlock: cfg.MaxBlock, Settings: st,
+		freshBlockCosts: cfg.FreshBlockCosts, blockCostStore: defaultBlockCostStore()}
 	var bar *progressBar
 	if !cfg.Quiet && cfg.Logger == nil {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
@@ -238,7 +248,8 @@ const blockProbeTokens = 64
 
 // measureBlockCosts makes the DFlash block adaptive unless the settings pin it
 // (DFLASH_ADAPTIVE_BLOCK=0): it times a cycle per block size once, here, so that requests
-// do not pay for it, and reports the costs on the load log.
+// do not pay for it, or takes the costs an earlier process measured for the same device,
+// build, models and settings (blockcosts.go), and reports them on the load log.
 func (s *Session) measureBlockCosts(ctx context.Context) error {
 	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock) || s.maxBlock == 1 {
 		return nil
@@ -249,20 +260,43 @@ func (s *Session) measureBlockCosts(ctx context.Context) error {
 		prompt[i] = int32((i*7919 + 13) % min(V, 150000)) // any tokens: only the cost is kept
 	}
 	start := time.Now()
-	bc, err := s.blockCosts(ctx, prompt, s.maxBlock)
-	if err != nil {
-		return fmt.Errorf("adaptive block size: %w", err)
+	sizes := probeSizes(s.maxBlock)
+	var dev kernelcheck.Device
+	_ = mlxc.Do(func() error { dev = kernelcheck.Here(); return nil })
+	key, keyErr := blockCostKey(dev, buildID(), s.TargetDir, s.DraftDir, s.Settings, sizes, len(prompt))
+	bc, ok := engine.BlockCosts{}, false
+	if keyErr == nil && !s.freshBlockCosts {
+		bc, ok = s.blockCostStore.get(key)
+	}
+	if !ok {
+		if !s.quiet && s.logger == nil {
+			fmt.Fprintf(s.log, "adaptive block size: timing a DFlash cycle per block size (%v)…\n", sizes)
+		}
+		var err error
+		if bc, err = s.blockCosts(ctx, prompt, sizes); err != nil {
+			return fmt.Errorf("adaptive block size: %w", err)
+		}
+		if keyErr == nil {
+			if err := s.blockCostStore.put(key, bc, time.Now()); err != nil && !s.quiet && s.logger == nil {
+				fmt.Fprintf(s.log, "warning: %v (measured again next time)\n", err)
+			}
+		}
 	}
 	s.Engine.BlockCosts = &bc
 	s.BlockCostsTime = time.Since(start)
+	s.BlockCostsRemembered = ok
 	parts := make([]string, len(bc.Sizes))
 	for i, B := range bc.Sizes {
 		parts[i] = fmt.Sprintf("%d: %.1f", B, bc.MS[i])
 	}
+	how := fmt.Sprintf("measured in %.1fs", s.BlockCostsTime.Seconds())
+	if ok {
+		how = "as measured by an earlier run (" + s.blockCostStore.path + ")"
+	}
 	if s.logger != nil {
-		s.logger.Info("adaptive block size", "block_sizes", bc.Sizes, "cycle_ms", bc.MS)
+		s.logger.Info("adaptive block size", "block_sizes", bc.Sizes, "cycle_ms", bc.MS, "remembered", ok)
 	} else if !s.quiet {
-		fmt.Fprintf(s.log, "adaptive block size: a cycle costs (block: ms) %s, measured in %.1fs\n", strings.Join(parts, ", "), s.BlockCostsTime.Seconds())
+		fmt.Fprintf(s.log, "adaptive block size: a cycle costs (block: ms) %s, %s\n", strings.Join(parts, ", "), how)
 	}
 	return nil
 }
@@ -362,18 +396,23 @@ func (s *Session) ChatPrompt(msgs []tokenizer.Message, opts tokenizer.ChatOption
 	return s.Tok.Encode(text, false)
 }
 
-// blockCosts measures a DFlash cycle's cost per probed block size after prompt, the
-// sizes up to maxBlock (0: all that fit the drafter) and maxBlock itself.
-func (s *Session) blockCosts(ctx context.Context, prompt []int32, maxBlock int) (engine.BlockCosts, error) {
-	sizes := engine.ProbeBlockSizes
-	if maxBlock > 0 {
-		sizes = []int{maxBlock}
-		for _, B := range engine.ProbeBlockSizes {
-			if B < maxBlock {
-				sizes = append(sizes, B)
-			}
+// probeSizes are the block sizes the adaptive block's measurement times: those of
+// engine.ProbeBlockSizes below maxBlock and maxBlock itself (0: all that fit the drafter).
+func probeSizes(maxBlock int) []int {
+	if maxBlock <= 0 {
+		return engine.ProbeBlockSizes
+	}
+	sizes := []int{maxBlock}
+	for _, B := range engine.ProbeBlockSizes {
+		if B < maxBlock {
+			sizes = append(sizes, B)
 		}
 	}
+	return sizes
+}
+
+// blockCosts measures a DFlash cycle's cost per block size in sizes after prompt.
+func (s *Session) blockCosts(ctx context.Context, prompt []int32, sizes []int) (engine.BlockCosts, error) {
 	var bc engine.BlockCosts
 	err := mlxc.Do(func() error {
 		var err error
