@@ -3,79 +3,96 @@
 # was carried in parts (.gpu/p1, .gpu/p1b, …, .gpu/p2, see docs/gpu.md), points it at the NVIDIA
 # libraries of the machine's Python, and runs the prebuilt test binaries and benchmarks.
 # Results go to $OUT. Usage: bash scripts/gpu_run.sh STAGE
-# (STAGE: setup | all | tests | cmd | mlxcbench | engine | bench | graphs | ab | abbin | diag | inmodel | tune | prof | sweep | mlxlm; docs/gpu.md)
+# (STAGE: one of $STAGES below; docs/gpu.md)
+# GPU_RUN_DRY=1 (scripts/gpurun_test.go): a dry run on any machine. The binaries already sit
+# in $GPU_RUN_ROOT/bin (stubs), no runtime is assembled and no NVIDIA library is looked
+# for; GPU_STAGE_DIR, GPU_WORK and GPU_PYLIB move the staged parts, the stages' work
+# folders and mlx-lm's install away from /tmp.
 set -uo pipefail
 STAGE="${1:-all}"
-X=/tmp/mlxcuda
+STAGES="setup all tests cmd mlxcbench engine bench graphs ab abbin diag inmodel tune prof sweep mlxlm"
+case " $STAGES " in
+  *" $STAGE "*) ;;
+  *) echo "unknown stage '$STAGE' (one of: $STAGES)" >&2; exit 2 ;;
+esac
+X="${GPU_RUN_ROOT:-/tmp/mlxcuda}"
+STG="${GPU_STAGE_DIR:-/tmp/stage}"
+W="${GPU_WORK:-/tmp}"
 OUT="${OUT:-/tmp/out}"
-mkdir -p "$X/mlx/lib" "$OUT" /tmp/stage
+DRY="${GPU_RUN_DRY:-}"
+mkdir -p "$X/mlx/lib" "$OUT" "$STG"
 log() { echo "== $*"; }
 # The runtime's parts overwrite staged ones of the same name (another bundle may split
 # the library at other sizes).
 for d in .gpu/p1 .gpu/p1?; do
-  if [ -d "$d" ]; then cp -f "$d"/* /tmp/stage/ 2>/dev/null || true; fi
+  if [ -d "$d" ]; then cp -f "$d"/* $STG/ 2>/dev/null || true; fi
 done
 if [ -d .gpu/p2 ]; then
-  # A new build's binaries replace the staged ones (a warm machine keeps /tmp/stage).
-  if [ -f .gpu/p2/bin.tar.xz ] && ! cmp -s .gpu/p2/bin.tar.xz /tmp/stage/bin.tar.xz; then
-    cp .gpu/p2/bin.tar.xz /tmp/stage/bin.tar.xz && rm -rf "$X/bin" "$X/base"
+  # A new build's binaries replace the staged ones (a warm machine keeps $STG).
+  if [ -f .gpu/p2/bin.tar.xz ] && ! cmp -s .gpu/p2/bin.tar.xz $STG/bin.tar.xz; then
+    cp .gpu/p2/bin.tar.xz $STG/bin.tar.xz && rm -rf "$X/bin" "$X/base"
   fi
-  if [ -f .gpu/p2/base.tar.xz ] && ! cmp -s .gpu/p2/base.tar.xz /tmp/stage/base.tar.xz; then
-    cp .gpu/p2/base.tar.xz /tmp/stage/base.tar.xz && rm -rf "$X/base"
+  if [ -f .gpu/p2/base.tar.xz ] && ! cmp -s .gpu/p2/base.tar.xz $STG/base.tar.xz; then
+    cp .gpu/p2/base.tar.xz $STG/base.tar.xz && rm -rf "$X/base"
   fi
-  cp -n .gpu/p2/* /tmp/stage/ 2>/dev/null || true
+  cp -n .gpu/p2/* $STG/ 2>/dev/null || true
 fi
-if [ -d .gpu/p3 ]; then cp -n .gpu/p3/* /tmp/stage/ 2>/dev/null || true; fi
+if [ -d .gpu/p3 ]; then cp -n .gpu/p3/* $STG/ 2>/dev/null || true; fi
+if [ "$STAGE" = setup ] && [ -n "$DRY" ]; then ls -la "$STG"; exit 0; fi
 if [ "$STAGE" = setup ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import nvidia,os;p=list(nvidia.__path__)[0];print(p);print(sorted(os.listdir(p)))"
-  ls -la /tmp/stage; df -h /tmp | tail -1
+  ls -la $STG; df -h /tmp | tail -1
   exit 0
 fi
-if [ ! -f "$X/mlx/lib/libmlx.so" ]; then
-  # Every part must be here (a machine given back in between loses the staged ones: run
-  # setup with each .gpu/p1* again); the library goes into place only whole, so a failed
-  # call leaves nothing half made. .gpu/p2's libmlx.parts lists them (older bundles: aa, ab).
-  parts="libmlx.so.xz.part-aa libmlx.so.xz.part-ab"
-  [ -f /tmp/stage/libmlx.parts ] && parts="$(cat /tmp/stage/libmlx.parts)"
-  for part in $parts; do
-    [ -f "/tmp/stage/$part" ] || { echo "libmlx part $part missing (run setup with each .gpu/p1* first): $(ls /tmp/stage)"; exit 3; }
-  done
-  log "assembling libmlx.so"
-  (cd /tmp/stage && cat $parts) | xz -d > "$X/mlx/lib/libmlx.so.tmp" || { echo "libmlx parts corrupt: $(ls /tmp/stage)"; exit 3; }
-  mv "$X/mlx/lib/libmlx.so.tmp" "$X/mlx/lib/libmlx.so"
-  tar -xJf /tmp/stage/include.tar.xz -C "$X/mlx"
-  tar -xJf /tmp/stage/libs.tar.xz -C "$X"
+if [ -z "$DRY" ]; then
+  if [ ! -f "$X/mlx/lib/libmlx.so" ]; then
+    # Every part must be here (a machine given back in between loses the staged ones: run
+    # setup with each .gpu/p1* again); the library goes into place only whole, so a failed
+    # call leaves nothing half made. .gpu/p2's libmlx.parts lists them (older bundles: aa, ab).
+    parts="libmlx.so.xz.part-aa libmlx.so.xz.part-ab"
+    [ -f $STG/libmlx.parts ] && parts="$(cat $STG/libmlx.parts)"
+    for part in $parts; do
+      [ -f "$STG/$part" ] || { echo "libmlx part $part missing (run setup with each .gpu/p1* first): $(ls $STG)"; exit 3; }
+    done
+    log "assembling libmlx.so"
+    (cd $STG && cat $parts) | xz -d > "$X/mlx/lib/libmlx.so.tmp" || { echo "libmlx parts corrupt: $(ls $STG)"; exit 3; }
+    mv "$X/mlx/lib/libmlx.so.tmp" "$X/mlx/lib/libmlx.so"
+    tar -xJf $STG/include.tar.xz -C "$X/mlx"
+    tar -xJf $STG/libs.tar.xz -C "$X"
+  fi
+  [ -x "$X/bin/dflash-mlx" ] || tar -xJf $STG/bin.tar.xz -C "$X"
+  if [ -f $STG/testdata.tar.xz ] && [ ! -d "$X/third_party/testdata" ]; then
+    mkdir -p "$X/third_party" && tar -xJf $STG/testdata.tar.xz -C "$X/third_party"
+  fi
+  NV="$(python3 -c 'import nvidia;print(list(nvidia.__path__)[0])')"
+  if [ -f $STG/crt.tar.xz ] && [ ! -d "$NV/cu13/include/crt" ] && [ ! -d /tmp/nv/cu13 ]; then
+    # The machine's CUDA headers lack crt/ (MLX's quantized kernels include <mma.h>): a copy
+    # of its nvidia/ tree made of links, with crt/ from nvidia-cuda-crt added.
+    mkdir -p /tmp/nv && for d in "$NV"/*; do ln -sfn "$d" "/tmp/nv/$(basename "$d")"; done
+    rm /tmp/nv/cu13 && mkdir -p /tmp/nv/cu13/include && for d in "$NV"/cu13/*; do [ "$(basename "$d")" = include ] || ln -sfn "$d" "/tmp/nv/cu13/$(basename "$d")"; done
+    for f in "$NV"/cu13/include/*; do ln -sfn "$f" "/tmp/nv/cu13/include/$(basename "$f")"; done
+    tar -xJf $STG/crt.tar.xz -C /tmp/nv/cu13/include
+  fi
+  [ -d /tmp/nv/cu13 ] && NV=/tmp/nv
+  ln -sfn "$NV" "$X/nvidia"   # recreate the pip layout libmlx's RPATH and NVRTC expect
+  LIBS="$(ls -d "$NV"/*/lib 2>/dev/null | tr '\n' ':')"
+  export LD_LIBRARY_PATH="$X/mlx/lib:$LIBS${LD_LIBRARY_PATH:-}"
+  [ -d "$NV/cu13/include" ] && export CUDA_HOME="$NV/cu13"
+  [ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda/include ] && export CUDA_HOME=/usr/local/cuda
+  export MLX_PTX_CACHE_DIR=/tmp/mlx-ptx
+else
+  NV="$X/nvidia"
 fi
-[ -x "$X/bin/dflash-mlx" ] || tar -xJf /tmp/stage/bin.tar.xz -C "$X"
-if [ -f /tmp/stage/testdata.tar.xz ] && [ ! -d "$X/third_party/testdata" ]; then
-  mkdir -p "$X/third_party" && tar -xJf /tmp/stage/testdata.tar.xz -C "$X/third_party"
-fi
-NV="$(python3 -c 'import nvidia;print(list(nvidia.__path__)[0])')"
-if [ -f /tmp/stage/crt.tar.xz ] && [ ! -d "$NV/cu13/include/crt" ] && [ ! -d /tmp/nv/cu13 ]; then
-  # The machine's CUDA headers lack crt/ (MLX's quantized kernels include <mma.h>): a copy
-  # of its nvidia/ tree made of links, with crt/ from nvidia-cuda-crt added.
-  mkdir -p /tmp/nv && for d in "$NV"/*; do ln -sfn "$d" "/tmp/nv/$(basename "$d")"; done
-  rm /tmp/nv/cu13 && mkdir -p /tmp/nv/cu13/include && for d in "$NV"/cu13/*; do [ "$(basename "$d")" = include ] || ln -sfn "$d" "/tmp/nv/cu13/$(basename "$d")"; done
-  for f in "$NV"/cu13/include/*; do ln -sfn "$f" "/tmp/nv/cu13/include/$(basename "$f")"; done
-  tar -xJf /tmp/stage/crt.tar.xz -C /tmp/nv/cu13/include
-fi
-[ -d /tmp/nv/cu13 ] && NV=/tmp/nv
-ln -sfn "$NV" "$X/nvidia"   # recreate the pip layout libmlx's RPATH and NVRTC expect
-LIBS="$(ls -d "$NV"/*/lib 2>/dev/null | tr '\n' ':')"
-export LD_LIBRARY_PATH="$X/mlx/lib:$LIBS${LD_LIBRARY_PATH:-}"
-[ -d "$NV/cu13/include" ] && export CUDA_HOME="$NV/cu13"
-[ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda/include ] && export CUDA_HOME=/usr/local/cuda
-export MLX_PTX_CACHE_DIR=/tmp/mlx-ptx
 B="$X/bin"
 # mlx-lm from the carried wheels (.gpu/p3, gpu_bundle.sh --mlx-lm) into $P, run on our CUDA
 # libmlx: the mlxlm stage and any cmd that compares with mlx-lm call it.
-P=/tmp/pylib
+P="${GPU_PYLIB:-/tmp/pylib}"
 install_mlxlm() {
-  [ -f /tmp/stage/pywheels.tar ] || { echo "pywheels.tar missing: carry .gpu/p3"; return 3; }
+  [ -f $STG/pywheels.tar ] || { echo "pywheels.tar missing: carry .gpu/p3"; return 3; }
   [ -d "$P/mlx_lm" ] && return 0
   log "installing mlx-lm from wheels"
-  tar -xf /tmp/stage/pywheels.tar -C /tmp
+  tar -xf $STG/pywheels.tar -C /tmp
   if ! python3 -m pip install --quiet --no-index --no-deps --target "$P" /tmp/pywheels/*.whl; then
     # No pip in this Python: wheels are zip files, unpacking them is an install for our use.
     mkdir -p "$P" && for w in /tmp/pywheels/*.whl; do python3 -m zipfile -e "$w" "$P" || return 4; done
@@ -136,7 +153,7 @@ if [ "$STAGE" = ab ]; then
   # (BENCH_ARGS: extra bench flags, e.g. --compare-run-ahead; TESTS_ENV: settings for the
   # engine tests, default DFLASH_GPU_EXACT=1; TESTS_RUN their -test.run pattern,
   # TESTS_TIMEOUT seconds). Results: $OUT/<RES folder>.tgz.
-  R="${RES:-/tmp/res}"; mkdir -p "$R"
+  R="${RES:-$W/res}"; mkdir -p "$R"
   summary() { python3 -c "
 import json,sys
 r=json.load(open(sys.argv[1])); x=r['rows'][0]
@@ -192,10 +209,10 @@ if [ "$STAGE" = abbin ]; then
   # ABBIN_ROUNDS times (default 2), on the random shape ABBIN_SHAPE (qwen3-4b) at the
   # replayed error rate ABBIN_ERR (0.14: τ ≈ 6.5) with ABBIN_TOKENS (256) a run. Results:
   # $OUT/abbin-SHAPE.tgz and a summary line per run.
-  [ -f /tmp/stage/base.tar.xz ] || { echo "no base.tar.xz carried"; exit 3; }
-  mkdir -p "$X/base" && tar -xJf /tmp/stage/base.tar.xz -C "$X/base"
+  [ -f $STG/base.tar.xz ] || { echo "no base.tar.xz carried"; exit 3; }
+  mkdir -p "$X/base" && tar -xJf $STG/base.tar.xz -C "$X/base"
   SHAPE="${ABBIN_SHAPE:-qwen3-4b}"; SD=/tmp/r4b; [ "$SHAPE" = qwen3-4b ] || SD="/tmp/r-$SHAPE"
-  R="/tmp/abbin-$SHAPE"; rm -rf "$R"; mkdir -p "$R"
+  R="$W/abbin-$SHAPE"; rm -rf "$R"; mkdir -p "$R"
   "$B/dflash-mlx" bench --random "$SHAPE" --dir "$SD" -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
   for i in $(seq "${ABBIN_ROUNDS:-2}"); do
     for which in base new; do
@@ -217,7 +234,7 @@ if [ "$STAGE" = diag ]; then
   # "package|-test.run pattern|env settings" entries, a "," in a pattern standing for the
   # regular expression's "|"; DIAG_TIMEOUT seconds each).
   IFS=';' read -ra DS <<< "${DIAG:?DIAG is empty}"
-  R=/tmp/diag; rm -rf "$R"; mkdir -p "$R"
+  R=$W/diag; rm -rf "$R"; mkdir -p "$R"
   i=0
   for d in "${DS[@]}"; do
     i=$((i+1)); IFS='|' read -r pkg pat envs <<< "$d"; pat="${pat//,/|}"
@@ -238,7 +255,7 @@ if [ "$STAGE" = tune ]; then
   # One call: the tensor-core kernel's tests, its launch rules timed in the model
   # (TUNE_RULES: ';'-separated DFLASH_TC_RULE values), then the τ≈6.5 benchmark with the
   # defaults against the fastest rule (and TUNE_EXTRA, more ';'-separated env settings).
-  R=/tmp/tune; rm -rf "$R"; mkdir -p "$R"
+  R=$W/tune; rm -rf "$R"; mkdir -p "$R"
   log "model kernel tests on CUDA"
   ( cd model && timeout "${TUNE_TEST_TIMEOUT:-150}" "$B/model.test" -test.count=1 -test.v -test.run "${TUNE_TESTS:-TestSkinnySplitMatchesMatmul|TestSkinnyGEMMMatchesMatmul}" 2>&1 ) > "$R/model_cuda_tests.txt"; echo "exit $?" >> "$R/model_cuda_tests.txt"
   grep -E "^(--- |ok|FAIL|PASS|exit)|skinny_test" "$R/model_cuda_tests.txt" | head -20
@@ -252,7 +269,7 @@ if [ "$STAGE" = tune ]; then
   [ -n "$BEST" ] && VARS="-;DFLASH_TC_RULE=$BEST"
   [ -n "${TUNE_EXTRA:-}" ] && VARS="$VARS;$TUNE_EXTRA"
   cp "$R"/*.txt "$OUT/" 2>/dev/null
-  RES=/tmp/tuneab AB_VARIANTS="$VARS" SKIP_EXTRA=1 SKIP_TESTS=1 SKIP_MODEL_TESTS=1 MLXC_RUN=XXX bash "$0" ab
+  RES=$W/tuneab AB_VARIANTS="$VARS" SKIP_EXTRA=1 SKIP_TESTS=1 SKIP_MODEL_TESTS=1 MLXC_RUN=XXX bash "$0" ab
 fi
 if [ "$STAGE" = prof ]; then
   # Device time per kernel launch, read by Nsight Compute (ncu: one metric, clocks and
@@ -262,9 +279,9 @@ if [ "$STAGE" = prof ]; then
   NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
   [ -n "$NCU" ] || { echo "no ncu"; exit 3; }
   "$NCU" --version | tail -1
-  R=/tmp/prof; rm -rf "$R"; mkdir -p "$R"
+  R=$W/prof; rm -rf "$R"; mkdir -p "$R"
   # "base" in an entry runs the carried base build (base.tar.xz, as abbin) instead.
-  if [ -f /tmp/stage/base.tar.xz ] && [ ! -x "$X/base/bin/dflash-base" ]; then mkdir -p "$X/base" && tar -xJf /tmp/stage/base.tar.xz -C "$X/base"; fi
+  if [ -f $STG/base.tar.xz ] && [ ! -x "$X/base/bin/dflash-base" ]; then mkdir -p "$X/base" && tar -xJf $STG/base.tar.xz -C "$X/base"; fi
   [ -d /tmp/r4b/target ] || "$B/dflash-mlx" bench --random qwen3-4b --dir /tmp/r4b -n 8 --num-prompts 1 --repeats 1 --warmup 0 --json > /dev/null 2>&1
   IFS=';' read -ra PV <<< "${PROF_VARIANTS:--}"
   i=0
