@@ -1062,6 +1062,81 @@ int mlxc_save_safetensors(const char* path, mlxc_tensor_map m) {
   });
 }
 
+// ---- distributed ----
+
+namespace {
+namespace md = mlx::core::distributed;
+
+std::optional<md::Group> group_of(mlxc_group g) {
+  if (g == nullptr) return std::nullopt;
+  return *static_cast<md::Group*>(g);
+}
+
+std::string backend_of(const char* b) {
+  std::string s = (b == nullptr || *b == 0) ? "any" : std::string(b);
+  if (s != "any" && s != "ring" && s != "jaccl" && s != "mpi" && s != "nccl") {
+    throw std::invalid_argument("unknown distributed backend \"" + s + "\" (any, ring, jaccl, mpi or nccl)");
+  }
+  return s;
+}
+}  // namespace
+
+int mlxc_dist_is_available(const char* backend, bool* out) {
+  return guard([&] { *out = md::is_available(backend_of(backend)); });
+}
+
+int mlxc_dist_init(mlxc_group* out, bool strict, const char* backend) {
+  return guard([&] { *out = new md::Group(md::init(strict, backend_of(backend))); });
+}
+
+int mlxc_dist_group_free(mlxc_group g) {
+  return guard([&] { delete static_cast<md::Group*>(g); });
+}
+
+int mlxc_dist_rank(mlxc_group g, int* out) {
+  return guard([&] {
+    if (g == nullptr) throw std::invalid_argument("null group");
+    *out = static_cast<md::Group*>(g)->rank();
+  });
+}
+
+int mlxc_dist_size(mlxc_group g, int* out) {
+  return guard([&] {
+    if (g == nullptr) throw std::invalid_argument("null group");
+    *out = static_cast<md::Group*>(g)->size();
+  });
+}
+
+int mlxc_dist_split(mlxc_group* out, mlxc_group g, int color, int key) {
+  return guard([&] {
+    if (g == nullptr) throw std::invalid_argument("null group");
+    *out = new md::Group(static_cast<md::Group*>(g)->split(color, key));
+  });
+}
+
+int mlxc_dist_collective(mlxc_array* out, int op, mlxc_array x, mlxc_group g) {
+  return guard([&] {
+    auto& a = A(x);
+    auto grp = group_of(g);
+    switch (op) {
+      case MLXC_D_ALL_SUM: *out = wrap(md::all_sum(a, grp)); break;
+      case MLXC_D_ALL_MAX: *out = wrap(md::all_max(a, grp)); break;
+      case MLXC_D_ALL_MIN: *out = wrap(md::all_min(a, grp)); break;
+      case MLXC_D_ALL_GATHER: *out = wrap(md::all_gather(a, grp)); break;
+      case MLXC_D_SUM_SCATTER: *out = wrap(md::sum_scatter(a, grp)); break;
+      default: throw std::invalid_argument("unknown collective " + std::to_string(op));
+    }
+  });
+}
+
+int mlxc_dist_send(mlxc_array* out, mlxc_array x, int dst, mlxc_group g) {
+  return guard([&] { *out = wrap(md::send(A(x), dst, group_of(g))); });
+}
+
+int mlxc_dist_recv(mlxc_array* out, const int* shape, int ndim, int dtype, int src, mlxc_group g) {
+  return guard([&] { *out = wrap(md::recv(shape_of(shape, ndim), dtype_of(dtype), src, group_of(g))); });
+}
+
 // ---- memory ----
 
 size_t mlxc_active_memory(void) { return mx::get_active_memory(); }

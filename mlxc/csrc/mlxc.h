@@ -226,6 +226,23 @@ size_t mlxc_set_cache_limit(size_t limit);
 void mlxc_clear_cache(void);
 uint64_t mlxc_live_arrays(void); /* handles created and not yet freed (leak checks) */
 
+/* ---- distributed (mlx::core::distributed) ----
+ * A group is an opaque heap handle, freed with mlxc_dist_group_free. A null group in an
+ * op means MLX's default group (the first one initialised). The collectives are lazy graph
+ * ops like any other; each backend runs them on the stream it chooses (ring, JACCL and
+ * MPI on the CPU, NCCL on the GPU). backend: "any", "ring", "jaccl", "mpi" or "nccl". */
+typedef void* mlxc_group;
+int mlxc_dist_is_available(const char* backend, bool* out);
+int mlxc_dist_init(mlxc_group* out, bool strict, const char* backend);
+int mlxc_dist_group_free(mlxc_group g);
+int mlxc_dist_rank(mlxc_group g, int* out);
+int mlxc_dist_size(mlxc_group g, int* out);
+int mlxc_dist_split(mlxc_group* out, mlxc_group g, int color, int key);
+enum { MLXC_D_ALL_SUM = 0, MLXC_D_ALL_MAX, MLXC_D_ALL_MIN, MLXC_D_ALL_GATHER, MLXC_D_SUM_SCATTER };
+int mlxc_dist_collective(mlxc_array* out, int op, mlxc_array x, mlxc_group g);
+int mlxc_dist_send(mlxc_array* out, mlxc_array x, int dst, mlxc_group g);
+int mlxc_dist_recv(mlxc_array* out, const int* shape, int ndim, int dtype, int src, mlxc_group g);
+
 /* ---- host profiler (hostprof.cpp; Linux only, diagnostic) ---- */
 /* 0 on success; a nonzero code names the failing step (8: not supported here). */
 int mlxc_hostprof_start(int interval_us, int max_samples);
