@@ -24,6 +24,10 @@ type Linear struct {
 	tc     TCState
 	// qmm, when set, computes quantized products of 2..16 rows (UseQMM).
 	qmm *SmallMQuantMatmul
+	// Reduce, when set, is the tensor-parallel split of this product's input columns
+	// (Builder.SplitIn): each rank's product is a partial sum, all-summed over the ranks
+	// before the bias, the residual add or a norm.
+	Reduce *Shard
 }
 
 // prepare makes the transposed view once (call on the MLX thread after loading).
@@ -42,7 +46,16 @@ func (l *Linear) transposed() *mlxc.Array {
 }
 
 // Apply runs the layer with mlx-lm's op sequence (matmul with Wᵀ, or addmm with a bias).
+// A split product (Reduce) has no bias (SplitIn), so its partial sums are all-summed as
+// they are.
 func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
+	if l.Reduce != nil {
+		return l.Reduce.AllSum(l.apply(x))
+	}
+	return l.apply(x)
+}
+
+func (l *Linear) apply(x *mlxc.Array) *mlxc.Array {
 	if l.Q != nil {
 		y := quantizedProduct(x, *l.Q, l.skinny, l.qmm)
 		if l.Bias != nil {
@@ -63,7 +76,7 @@ func (l *Linear) Apply(x *mlxc.Array) *mlxc.Array {
 // tensor-core product serves the layer, one kernel adds r as it writes; elsewhere the
 // product and MLX's Add. The same values either way (SkinnyGEMM.ApplyFused).
 func (l *Linear) ApplyAdd(x, r *mlxc.Array) *mlxc.Array {
-	if l.Q == nil && l.Bias == nil && l.skinny.FitsFused(x, l.W, r) {
+	if l.Q == nil && l.Bias == nil && l.Reduce == nil && l.skinny.FitsFused(x, l.W, r) {
 		return l.skinny.ApplyFused(x, l.W, r, &l.tc)
 	}
 	return mlxc.Add(r, l.Apply(x))

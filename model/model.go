@@ -140,6 +140,9 @@ type LoadOptions struct {
 	Progress Progress
 	// Settings picks the custom kernels and GPU-exact mode (nil: settings.Default()).
 	Settings *settings.Settings
+	// Shard, when it splits, loads this rank's part of a tensor-parallel model (nil: the
+	// whole model). Families that cannot split are refused.
+	Shard *Shard
 }
 
 // Load reads a model folder: config, headers (validated), weights, family dispatch.
@@ -184,10 +187,15 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	// intermediate view left in the caller's scope would hold its source's memory.
 	sc := mlxc.NewScope()
 	defer sc.Close()
+	w.Shard = opt.Shard
 	m, err := fam(cfg, w, q, s)
 	if err != nil {
 		w.Free()
 		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	if opt.Shard.Split() && !w.shardTaken {
+		m.Free()
+		return nil, fmt.Errorf("load %s: model_type %q cannot be split over ranks (tensor parallelism: qwen3)", dir, mt)
 	}
 	if err := mlxc.Catch(func() {
 		evalModel(m)

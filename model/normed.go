@@ -49,7 +49,7 @@ func (n *Normed) Rows(i, j int) *Normed {
 // the same kernel where the tensor-core product can (SkinnyGEMM.ApplyAddNorm), else for X
 // to make.
 func (l *Linear) ApplyAddNorm(x, r, norm *mlxc.Array, eps float32) (*mlxc.Array, *Normed) {
-	if l.Q == nil && l.Bias == nil && l.skinny.FitsNormOut(x, l.W, r, norm) {
+	if l.Q == nil && l.Bias == nil && l.Reduce == nil && l.skinny.FitsNormOut(x, l.W, r, norm) {
 		h, xn := l.skinny.ApplyAddNorm(x, l.W, r, norm, eps, &l.tc)
 		return h, NormedAs(h, xn)
 	}

@@ -20,6 +20,11 @@ type Weights struct {
 	File   map[string]string // tensor name → file it lives in
 	Arrays map[string]*mlxc.Array
 	Bytes  int64
+	// Shard, when it splits, is the part of a tensor-parallel model this process loads
+	// (Builder.SplitOut, SplitIn); shardTaken records that the family split something, so
+	// that Load refuses a family that cannot split rather than load it whole on every rank.
+	Shard      *Shard
+	shardTaken bool
 }
 
 // Progress reports loading progress: done and total bytes.

@@ -40,9 +40,9 @@ func (m *Qwen3) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 			x = model.NormOf(h, l.inputNorm, a.RMSNormEps)
 		}
 		qkv := model.ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
-		q := model.SplitHeads(p.Unpack(qkv[0]), B, W, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-		k := model.SplitHeads(p.Unpack(qkv[1]), B, W, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-		v := model.SplitHeads(p.Unpack(qkv[2]), B, W, a.NumKVHeads, nil, 0)
+		q := model.SplitHeads(p.Unpack(qkv[0]), B, W, m.heads, l.attn.qNorm, a.RMSNormEps)
+		k := model.SplitHeads(p.Unpack(qkv[1]), B, W, m.kvHeads, l.attn.kNorm, a.RMSNormEps)
+		v := model.SplitHeads(p.Unpack(qkv[2]), B, W, m.kvHeads, nil, 0)
 		q, k = m.rope.ApplyAt(q, p.Positions()), m.rope.ApplyAt(k, p.Positions())
 		merged := p.Attend(bc.Layers[i], q, k, v, m.scale)
 		h, x = model.OutAdd(m.fused, l.attn.o, merged, h, l.postNorm, a.RMSNormEps)

@@ -53,6 +53,9 @@ type Qwen3 struct {
 	// gpuExact: verify blocks round every row as a one-token step (the MoE blocks run
 	// row by row).
 	gpuExact bool
+	// heads and kvHeads are this rank's attention heads: all of them, or 1/N of each on a
+	// tensor-parallel rank (model.Shard).
+	heads, kvHeads int
 }
 
 func loadQwen3(cfg *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settings.Settings) (model.Model, error) {
@@ -128,6 +131,11 @@ func parseQwen3Arch(cfg *model.RawConfig) (model.Arch, int, error) {
 // mismatched checkpoint is caught at load.
 func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, a model.Arch, inter int, mc *moeConfig) error {
 	H, hd := a.HiddenSize, a.HeadDim
+	sh := w.Shard
+	if err := m.checkSplit(sh, a, inter, mc); err != nil {
+		return b.Abandon(err)
+	}
+	m.heads, m.kvHeads = sh.Local(a.NumHeads), sh.Local(a.NumKVHeads)
 	m.embed = b.Embedding("model.embed_tokens", a.VocabSize, H)
 	m.layers = make([]qwen3Layer, a.NumLayers)
 	for i := range m.layers {
@@ -135,10 +143,13 @@ func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, 
 		l := &m.layers[i]
 		l.inputNorm = b.Float(p+"input_layernorm.weight", H)
 		l.postNorm = b.Float(p+"post_attention_layernorm.weight", H)
-		l.attn.q = b.Linear(p+"self_attn.q_proj", a.NumHeads*hd, H, false)
-		l.attn.k = b.Linear(p+"self_attn.k_proj", a.NumKVHeads*hd, H, false)
-		l.attn.v = b.Linear(p+"self_attn.v_proj", a.NumKVHeads*hd, H, false)
-		l.attn.o = b.Linear(p+"self_attn.o_proj", H, a.NumHeads*hd, false)
+		// Tensor parallelism splits the heads (q, k, v by output rows, o by input
+		// columns) and the MLP's width (gate and up by rows, down by columns); unsplit,
+		// SplitOut and SplitIn are Linear.
+		l.attn.q = b.SplitOut(p+"self_attn.q_proj", a.NumHeads*hd, H, false)
+		l.attn.k = b.SplitOut(p+"self_attn.k_proj", a.NumKVHeads*hd, H, false)
+		l.attn.v = b.SplitOut(p+"self_attn.v_proj", a.NumKVHeads*hd, H, false)
+		l.attn.o = b.SplitIn(p+"self_attn.o_proj", H, a.NumHeads*hd)
 		l.attn.qNorm = b.Float(p+"self_attn.q_norm.weight", hd)
 		l.attn.kNorm = b.Float(p+"self_attn.k_norm.weight", hd)
 		if mc.sparse(i) {
@@ -149,15 +160,39 @@ func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, 
 			l.moe = blk
 			continue
 		}
-		l.gate = b.Linear(p+"mlp.gate_proj", inter, H, false)
-		l.up = b.Linear(p+"mlp.up_proj", inter, H, false)
-		l.down = b.Linear(p+"mlp.down_proj", H, inter, false)
+		l.gate = b.SplitOut(p+"mlp.gate_proj", inter, H, false)
+		l.up = b.SplitOut(p+"mlp.up_proj", inter, H, false)
+		l.down = b.SplitIn(p+"mlp.down_proj", H, inter)
 	}
 	m.norm = b.Float("model.norm.weight", H)
 	if !a.TiedEmbeddings {
 		m.lmHead = b.Linear("lm_head", a.VocabSize, H, false)
 	}
 	return b.Finish(qwen3Ignored(a.TiedEmbeddings))
+}
+
+// checkSplit refuses a tensor-parallel split the model's shape does not allow, before
+// any weight is taken: every rank needs whole attention and KV heads and an equal part of
+// the MLP's width. The experts of qwen3_moe are not split yet.
+func (m *Qwen3) checkSplit(sh *model.Shard, a model.Arch, inter int, mc *moeConfig) error {
+	if !sh.Split() {
+		return nil
+	}
+	if mc != nil {
+		return fmt.Errorf("qwen3_moe cannot be split over ranks yet (its experts are not split)")
+	}
+	if a.NumKVHeads < sh.Size {
+		return fmt.Errorf("%d KV heads cannot be split over %d ranks (each rank needs at least one)", a.NumKVHeads, sh.Size)
+	}
+	for _, c := range []struct {
+		n    int
+		what string
+	}{{a.NumHeads, "attention heads"}, {a.NumKVHeads, "KV heads"}, {inter, "MLP columns (intermediate_size)"}} {
+		if err := sh.Divides(c.n, c.what); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // qwen3Ignored names the checkpoint tensors Finish may leave unused: mlx-lm's sanitize
@@ -365,10 +400,10 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h 
 	m, a := p.m, &p.m.arch
 	if p.B == 1 && m.fused.PrepFits(x.H, a.HeadDim, l.attn.qNorm, l.attn.kNorm) {
 		if p.At && l.qkv != nil {
-			h.keys, h.values = lc.InPlace(p.opt.Window, a.NumKVHeads, a.HeadDim, x.H.Dtype())
+			h.keys, h.values = lc.InPlace(p.opt.Window, m.kvHeads, a.HeadDim, x.H.Dtype())
 		}
 		if h.keys != nil {
-			h.merged, h.q = m.fused.PrepInto(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, p.KernelPos(), h.keys, h.values,
+			h.merged, h.q = m.fused.PrepInto(l.qkv.Whole(x.X()), m.heads, m.kvHeads, a.HeadDim, l.attn.qNorm, l.attn.kNorm, p.KernelPos(), h.keys, h.values,
 				m.scaleArr, true, p.FQA && m.fqa.ServesRows(p.L) && !p.SplitKeys())
 		} else {
 			h.q, h.k, h.v = m.headPrep(l, x, p.KernelPos())
@@ -377,9 +412,9 @@ func (p *qwen3Pass) heads(l *qwen3Layer, lc *model.KVCache, x *model.Normed) (h 
 	}
 	offset := lc.Offset()
 	qkv := model.ApplyParts(l.qkv, x.X(), l.attn.q, l.attn.k, l.attn.v)
-	h.q = model.SplitHeads(qkv[0], p.B, p.L, a.NumHeads, l.attn.qNorm, a.RMSNormEps)
-	h.k = model.SplitHeads(qkv[1], p.B, p.L, a.NumKVHeads, l.attn.kNorm, a.RMSNormEps)
-	h.v = model.SplitHeads(qkv[2], p.B, p.L, a.NumKVHeads, nil, 0)
+	h.q = model.SplitHeads(qkv[0], p.B, p.L, m.heads, l.attn.qNorm, a.RMSNormEps)
+	h.k = model.SplitHeads(qkv[1], p.B, p.L, m.kvHeads, l.attn.kNorm, a.RMSNormEps)
+	h.v = model.SplitHeads(qkv[2], p.B, p.L, m.kvHeads, nil, 0)
 	if p.RotateAt() {
 		h.q, h.k = m.rope.ApplyAt(h.q, p.Position()), m.rope.ApplyAt(h.k, p.Position())
 	} else {
@@ -477,9 +512,9 @@ func (m *Qwen3) headPrep(l *qwen3Layer, x *model.Normed, pos *mlxc.Array) (q, k,
 	a := &m.arch
 	D := a.HeadDim
 	if l.qkv != nil {
-		return m.fused.HeadPrepMerged(l.qkv.Whole(x.X()), a.NumHeads, a.NumKVHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
+		return m.fused.HeadPrepMerged(l.qkv.Whole(x.X()), m.heads, m.kvHeads, D, l.attn.qNorm, l.attn.kNorm, pos)
 	}
 	xn := x.X()
-	return m.fused.HeadPrep(l.attn.q.Apply(xn), l.attn.k.Apply(xn), l.attn.v.Apply(xn), 0, 0, 0, a.NumHeads, a.NumKVHeads, D,
+	return m.fused.HeadPrep(l.attn.q.Apply(xn), l.attn.k.Apply(xn), l.attn.v.Apply(xn), 0, 0, 0, m.heads, m.kvHeads, D,
 		l.attn.qNorm, l.attn.kNorm, pos)
 }
