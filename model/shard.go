@@ -76,6 +76,87 @@ func (b *Builder) SplitOut(path string, out, in int, bias bool) *Linear {
 	return l
 }
 
+// SplitOutSegments is SplitOut for a product whose output rows are several tensors one
+// after another (segments: their row counts, summing to the output): each segment is
+// split, and this rank keeps its part of each, in order (a fused q|k|v projection).
+func (b *Builder) SplitOutSegments(path string, segments []int, in int) *Linear {
+	out := 0
+	for _, n := range segments {
+		out += n
+	}
+	l := b.Linear(path, out, in, false)
+	sh := b.w.Shard
+	if !sh.Split() {
+		return l
+	}
+	b.w.shardTaken = true
+	if !b.segmentsSplit(path, segments) {
+		return l
+	}
+	l.W = b.keepSegments(l.W, segments)
+	if l.Q != nil {
+		l.Q.W = b.keepSegments(l.Q.W, segments)
+		l.Q.Scales = b.keepSegments(l.Q.Scales, segments)
+		l.Q.Biases = b.keepSegments(l.Q.Biases, segments)
+	}
+	return l
+}
+
+// FloatSplit takes a float tensor like Float and keeps this rank's part of each of its
+// segments along axis 0 (nil segments: the whole first axis is one).
+func (b *Builder) FloatSplit(name string, segments []int, shape ...int) *mlxc.Array {
+	a := b.Float(name, shape...)
+	sh := b.w.Shard
+	if !sh.Split() || a == nil {
+		return a
+	}
+	b.w.shardTaken = true
+	if segments == nil {
+		segments = []int{shape[0]}
+	}
+	if !b.segmentsSplit(name, segments) {
+		return a
+	}
+	return b.keepSegments(a, segments)
+}
+
+func (b *Builder) segmentsSplit(name string, segments []int) bool {
+	for _, n := range segments {
+		if n%b.w.Shard.Size != 0 {
+			b.errf("%s: a part of %d rows does not split over %d ranks", name, n, b.w.Shard.Size)
+			return false
+		}
+	}
+	return true
+}
+
+// keepSegments replaces a taken tensor by its own copy of this rank's part of each
+// segment of its first axis, concatenated in order.
+func (b *Builder) keepSegments(a *mlxc.Array, segments []int) *mlxc.Array {
+	if a == nil {
+		return nil
+	}
+	if len(segments) == 1 {
+		lo, hi := b.w.Shard.Part(segments[0])
+		return b.keepPart(a, 0, lo, hi)
+	}
+	parts := make([]*mlxc.Array, len(segments))
+	off := 0
+	for i, n := range segments {
+		lo, hi := b.w.Shard.Part(n)
+		parts[i] = mlxc.SliceAxis(a, 0, off+lo, off+hi)
+		off += n
+	}
+	kept := mlxc.Concatenate(parts, 0).Detach()
+	for i, t := range b.taken {
+		if t == a {
+			b.taken[i] = kept
+		}
+	}
+	a.Free()
+	return kept
+}
+
 // SplitIn takes the Linear at path like Linear and keeps this rank's columns of its input
 // (a row-parallel product: each rank's product is a partial sum, which Apply all-sums).
 // A quantized product's columns split at whole quantization groups. Unsplit, it is Linear.

@@ -32,7 +32,13 @@ func TestShardRefusals(t *testing.T) {
 		{"MLP width", 3, qwen3(func(s *modelgen.Qwen3Spec) { s.Heads, s.KVHeads, s.HeadDim = 6, 6, 16 }), "128 MLP columns (intermediate_size) do not split over 3 ranks"},
 		{"quantization groups", 4, qwen3(func(s *modelgen.Qwen3Spec) { s.KVHeads, s.QuantBits, s.QuantGroup = 4, 4, 64 }), "32 input columns per rank are not whole 64-wide quantization groups"},
 		{"qwen3_moe", 2, func(dir string) error { return modelgen.WriteQwen3(dir, modelgen.TinyQwen3MoE()) }, "qwen3_moe cannot be split over ranks yet"},
-		{"qwen3_5", 2, func(dir string) error { return modelgen.WriteQwen35(dir, modelgen.TinyQwen35()) }, `model_type "qwen3_5" cannot be split over ranks`},
+		{"qwen3_5 KV heads", 3, func(dir string) error { return modelgen.WriteQwen35(dir, modelgen.TinyQwen35()) }, "2 KV heads cannot be split over 3 ranks"},
+		{"qwen3_5 GatedDeltaNet heads", 4, func(dir string) error {
+			s := modelgen.TinyQwen35()
+			s.KVHeads = 4
+			return modelgen.WriteQwen35(dir, s)
+		}, "2 GatedDeltaNet key heads do not split over 4 ranks"},
+		{"qwen3_5_moe", 2, func(dir string) error { return modelgen.WriteQwen35(dir, modelgen.TinyQwen35MoE()) }, "qwen3_5_moe cannot be split over ranks yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "m")

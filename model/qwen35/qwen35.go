@@ -59,8 +59,11 @@ type layer struct {
 
 // Model is a loaded Qwen3.5 text model.
 type Model struct {
-	cfg    Config
-	arch   model.Arch
+	// cfg is this rank's share of the model (the heads it holds; splitConfig), which the
+	// forward pass reads; global is the checkpoint's, which the weights' shapes and Arch
+	// report. They are equal unless the model is split over ranks.
+	cfg, global Config
+	arch        model.Arch
 	embed  *model.Embedding
 	layers []layer
 	norm   *mlxc.Array
@@ -115,7 +118,12 @@ func load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 		}
 	}
 	sanitize(w, c.Tied)
-	m := &Model{cfg: c, rope: rope, scale: float32(math.Pow(float64(c.HeadDim), -0.5)), family: family}
+	local, err := splitConfig(c, w.Shard)
+	if err != nil {
+		rope.Free()
+		return nil, err
+	}
+	m := &Model{cfg: local, global: c, rope: rope, scale: float32(math.Pow(float64(c.HeadDim), -0.5)), family: family}
 	// The activation exists before build: the MoE blocks keep it in their config.
 	m.swiglu = model.NewSwiGLU()
 	if err := m.build(model.NewBuilder(w, q), w, q); err != nil {
@@ -134,10 +142,19 @@ const prefix = "language_model."
 
 // build takes every weight from b, checking names, shapes and dtypes, and fails on any
 // tensor missing or left over (mlx-lm loads strictly).
+//
+// Under tensor parallelism (model.Shard) the shapes checked are the checkpoint's (global)
+// and each rank keeps its heads: the gated q's heads (a head's query and gate rows are
+// adjacent, so a range of heads is a range of rows), the KV heads, the GatedDeltaNet's key
+// and value heads in each of q, k and v of the fused projection and the conv channels
+// (value head h·r … h·r+r−1 reads key head h, so ranges of both stay paired), z, a, b,
+// A_log and dt_bias by value head, and the MLP's width; o, out_proj and down all-sum.
 func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) error {
-	c := &m.cfg
+	c, lc := &m.global, &m.cfg
 	H, hd, bias := c.Hidden, c.HeadDim, c.AttentionBias
 	vd := c.LinValueHeads * c.LinValueDim
+	kd := c.LinKeyHeads * c.LinKeyDim
+	convParts := []int{kd, kd, vd}
 	m.embed = b.Embedding(prefix+"model.embed_tokens", c.Vocab, H)
 	m.layers = make([]layer, c.Layers)
 	for i := range m.layers {
@@ -148,27 +165,27 @@ func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) 
 		if c.IsLinear(i) {
 			a := p + "linear_attn."
 			l.lin = &linear{
-				qkv:  b.Linear(a+"in_proj_qkv", c.ConvDim(), H, false),
-				z:    b.Linear(a+"in_proj_z", vd, H, false),
-				b:    b.Linear(a+"in_proj_b", c.LinValueHeads, H, false),
-				a:    b.Linear(a+"in_proj_a", c.LinValueHeads, H, false),
-				out:  b.Linear(a+"out_proj", H, vd, false),
+				qkv:  b.SplitOutSegments(a+"in_proj_qkv", convParts, H),
+				z:    b.SplitOut(a+"in_proj_z", vd, H, false),
+				b:    b.SplitOut(a+"in_proj_b", c.LinValueHeads, H, false),
+				a:    b.SplitOut(a+"in_proj_a", c.LinValueHeads, H, false),
+				out:  b.SplitIn(a+"out_proj", H, vd),
 				norm: b.Float(a+"norm.weight", c.LinValueDim),
 				mixer: &deltanet.Mixer{
-					ConvW:    b.Float(a+"conv1d.weight", c.ConvDim(), c.ConvKernel, 1),
-					ALog:     b.Float(a+"A_log", c.LinValueHeads),
-					DtBias:   b.Float(a+"dt_bias", c.LinValueHeads),
-					KeyHeads: c.LinKeyHeads, ValueHeads: c.LinValueHeads,
+					ConvW:    b.FloatSplit(a+"conv1d.weight", convParts, c.ConvDim(), c.ConvKernel, 1),
+					ALog:     b.FloatSplit(a+"A_log", nil, c.LinValueHeads),
+					DtBias:   b.FloatSplit(a+"dt_bias", nil, c.LinValueHeads),
+					KeyHeads: lc.LinKeyHeads, ValueHeads: lc.LinValueHeads,
 					KeyDim: c.LinKeyDim, ValueDim: c.LinValueDim, ConvKernel: c.ConvKernel,
 				},
 			}
 		} else {
 			a := p + "self_attn."
 			l.attn = &attention{
-				q:     b.Linear(a+"q_proj", 2*c.Heads*hd, H, bias),
-				k:     b.Linear(a+"k_proj", c.KVHeads*hd, H, bias),
-				v:     b.Linear(a+"v_proj", c.KVHeads*hd, H, bias),
-				o:     b.Linear(a+"o_proj", H, c.Heads*hd, bias),
+				q:     b.SplitOut(a+"q_proj", 2*c.Heads*hd, H, bias),
+				k:     b.SplitOut(a+"k_proj", c.KVHeads*hd, H, bias),
+				v:     b.SplitOut(a+"v_proj", c.KVHeads*hd, H, bias),
+				o:     b.SplitIn(a+"o_proj", H, c.Heads*hd),
 				qNorm: b.Float(a+"q_norm.weight", hd),
 				kNorm: b.Float(a+"k_norm.weight", hd),
 			}
@@ -182,9 +199,9 @@ func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) 
 			l.moe = blk
 			continue
 		}
-		l.gate = b.Linear(p+"mlp.gate_proj", c.Inter, H, false)
-		l.up = b.Linear(p+"mlp.up_proj", c.Inter, H, false)
-		l.down = b.Linear(p+"mlp.down_proj", H, c.Inter, false)
+		l.gate = b.SplitOut(p+"mlp.gate_proj", c.Inter, H, false)
+		l.up = b.SplitOut(p+"mlp.up_proj", c.Inter, H, false)
+		l.down = b.SplitIn(p+"mlp.down_proj", H, c.Inter)
 	}
 	m.norm = b.Float(prefix+"model.norm.weight", H)
 	if !c.Tied {
@@ -195,7 +212,7 @@ func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) 
 
 // setArch records what callers need to know, completed from the loaded weights.
 func (m *Model) setArch(w *model.Weights) {
-	c := &m.cfg
+	c := &m.global
 	a := model.Arch{Family: m.family, HiddenSize: c.Hidden, NumLayers: c.Layers, VocabSize: c.Vocab,
 		NumHeads: c.Heads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, MaxPositions: c.MaxPositions,
 		RMSNormEps: c.Eps, RopeTheta: c.RopeTheta, EOSTokenIDs: c.EOS, TiedEmbeddings: c.Tied,
@@ -391,4 +408,32 @@ func (m *Model) NewCache() model.Cache {
 	}
 	c.List = cache.NewList(ls...)
 	return c
+}
+
+// splitConfig is c with this rank's share of the heads and the MLP's width under sh (c
+// itself when sh does not split), or why sh cannot split the model: every rank needs
+// whole attention, KV, GatedDeltaNet key and value heads and an equal part of the MLP.
+// The MoE's experts are not split yet.
+func splitConfig(c Config, sh *model.Shard) (Config, error) {
+	if !sh.Split() {
+		return c, nil
+	}
+	if c.Experts > 0 {
+		return c, fmt.Errorf("qwen3_5_moe cannot be split over ranks yet (its experts are not split)")
+	}
+	if c.KVHeads < sh.Size {
+		return c, fmt.Errorf("%d KV heads cannot be split over %d ranks (each rank needs at least one)", c.KVHeads, sh.Size)
+	}
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{c.Heads, "attention heads"}, {c.KVHeads, "KV heads"}, {c.LinKeyHeads, "GatedDeltaNet key heads"},
+		{c.LinValueHeads, "GatedDeltaNet value heads"}, {c.Inter, "MLP columns (intermediate_size)"}} {
+		if err := sh.Divides(p.n, p.what); err != nil {
+			return c, err
+		}
+	}
+	c.Heads, c.KVHeads, c.Inter = sh.Local(c.Heads), sh.Local(c.KVHeads), sh.Local(c.Inter)
+	c.LinKeyHeads, c.LinValueHeads = sh.Local(c.LinKeyHeads), sh.Local(c.LinValueHeads)
+	return c, nil
 }
