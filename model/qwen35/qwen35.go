@@ -64,15 +64,15 @@ type Model struct {
 	// report. They are equal unless the model is split over ranks.
 	cfg, global Config
 	arch        model.Arch
-	embed  *model.Embedding
-	layers []layer
-	norm   *mlxc.Array
-	lmHead *model.Linear // nil when tied
-	rope   *model.Rope
-	scale  float32
-	swiglu *model.SwiGLU
-	skinny *model.SkinnyGEMM
-	qmm    *model.SmallMQuantMatmul // quantized products of 2..16 rows (nil: MLX's)
+	embed       *model.Embedding
+	layers      []layer
+	norm        *mlxc.Array
+	lmHead      *model.Linear // nil when tied
+	rope        *model.Rope
+	scale       float32
+	swiglu      *model.SwiGLU
+	skinny      *model.SkinnyGEMM
+	qmm         *model.SmallMQuantMatmul // quantized products of 2..16 rows (nil: MLX's)
 	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
