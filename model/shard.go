@@ -188,6 +188,17 @@ func (b *Builder) SplitIn(path string, out, in int) *Linear {
 	return l
 }
 
+// Shard is the split the Builder's weights are loaded under (nil: none).
+func (b *Builder) Shard() *Shard { return b.w.Shard }
+
+// KeepPart is keepPart for a family's own modules (stacked experts it adopted): a taken or
+// adopted array is replaced by this rank's own copy of [lo, hi) along axis, and the model
+// counts as split.
+func (b *Builder) KeepPart(a *mlxc.Array, axis, lo, hi int) *mlxc.Array {
+	b.w.shardTaken = true
+	return b.keepPart(a, axis, lo, hi)
+}
+
 // keepPart replaces a taken tensor by its own copy of [lo, hi) along axis, so that the
 // whole tensor's memory goes once the model is evaluated (a slice alone would be a view
 // that keeps it). nil stays nil.

@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,20 +32,33 @@ func TestShardRefusals(t *testing.T) {
 		{"heads", 3, qwen3(func(s *modelgen.Qwen3Spec) { s.Heads, s.KVHeads = 4, 4 }), "4 attention heads do not split over 3 ranks"},
 		{"MLP width", 3, qwen3(func(s *modelgen.Qwen3Spec) { s.Heads, s.KVHeads, s.HeadDim = 6, 6, 16 }), "128 MLP columns (intermediate_size) do not split over 3 ranks"},
 		{"quantization groups", 4, qwen3(func(s *modelgen.Qwen3Spec) { s.KVHeads, s.QuantBits, s.QuantGroup = 4, 4, 64 }), "32 input columns per rank are not whole 64-wide quantization groups"},
-		{"qwen3_moe", 2, func(dir string) error { return modelgen.WriteQwen3(dir, modelgen.TinyQwen3MoE()) }, "qwen3_moe cannot be split over ranks yet"},
+		{"qwen3_moe expert width", 3, func(dir string) error {
+			s := modelgen.TinyQwen3MoE()
+			s.Heads, s.KVHeads, s.HeadDim, s.Inter = 6, 6, 16, 192
+			return modelgen.WriteQwen3(dir, s)
+		}, "64 expert MLP columns (moe_intermediate_size) do not split over 3 ranks"},
+		{"qwen3_moe expert quantization groups", 2, func(dir string) error {
+			s := modelgen.TinyQwen3MoE()
+			s.QuantBits, s.QuantGroup, s.PerExpert = 4, 64, false
+			return modelgen.WriteQwen3(dir, s)
+		}, "32 expert columns per rank are not whole 64-wide quantization groups"},
 		{"qwen3_5 KV heads", 3, func(dir string) error { return modelgen.WriteQwen35(dir, modelgen.TinyQwen35()) }, "2 KV heads cannot be split over 3 ranks"},
 		{"qwen3_5 GatedDeltaNet heads", 4, func(dir string) error {
 			s := modelgen.TinyQwen35()
 			s.KVHeads = 4
 			return modelgen.WriteQwen35(dir, s)
 		}, "2 GatedDeltaNet key heads do not split over 4 ranks"},
-		{"qwen3_5_moe", 2, func(dir string) error { return modelgen.WriteQwen35(dir, modelgen.TinyQwen35MoE()) }, "qwen3_5_moe cannot be split over ranks yet"},
+		{"qwen3_5_moe shared expert", 2, func(dir string) error {
+			s := modelgen.TinyQwen35MoE()
+			s.SharedInter = 63
+			return modelgen.WriteQwen35(dir, s)
+		}, "63 shared expert MLP columns do not split over 2 ranks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "m")
 			err := mlxc.Do(func() error {
 				if err := tc.write(dir); err != nil {
-					t.Fatalf("write: %v", err)
+					return fmt.Errorf("writing the checkpoint: %w", err)
 				}
 				m, err := model.Load(dir, model.LoadOptions{Shard: &model.Shard{Rank: 1, Size: tc.ranks}})
 				if err == nil {

@@ -64,6 +64,9 @@ type Block struct {
 	Rowwise bool
 	// rows holds the index constants of decode and verify shapes (see rowIndex).
 	rows rowIndex
+	// reduce, when set, is the tensor-parallel split of the experts' width: apply's
+	// result is this rank's partial sum until it is all-summed.
+	reduce *model.Shard
 }
 
 // maxCachedRows is the largest row count whose index constants Prepare makes: decode
@@ -185,15 +188,64 @@ func New(b *model.Builder, w *model.Weights, q *model.QuantConfig, prefix string
 	for _, e := range []*Experts{bl.Gate, bl.Up, bl.Down} {
 		b.Adopt(e.arrays()...) // freed by the Builder if the build fails
 	}
+	if sh := b.Shard(); sh.Split() {
+		if err := bl.split(b, sh, prefix); err != nil {
+			return nil, err
+		}
+	}
 	bl.Router = b.Linear(router, E, H, false)
 	if c.SharedInter > 0 {
 		se := prefix + ".shared_expert."
-		bl.SharedGate = b.Linear(se+"gate_proj", c.SharedInter, H, false)
-		bl.SharedUp = b.Linear(se+"up_proj", c.SharedInter, H, false)
-		bl.SharedDown = b.Linear(se+"down_proj", H, c.SharedInter, false)
+		bl.SharedGate = b.SplitOut(se+"gate_proj", c.SharedInter, H, false)
+		bl.SharedUp = b.SplitOut(se+"up_proj", c.SharedInter, H, false)
+		bl.SharedDown = b.SplitIn(se+"down_proj", H, c.SharedInter)
+		// The block all-sums once, after the routed and the shared experts' partial sums
+		// are weighted and added (the router and the shared expert's gate are whole on
+		// every rank, so the weights are the same everywhere).
+		bl.SharedDown.Reduce = nil
 		bl.SharedExpertGate = b.Linear(prefix+".shared_expert_gate", 1, H, false)
 	}
 	return bl, nil
+}
+
+// split keeps this rank's part of every expert's intermediate width, as mlx-lm shards a
+// MoE block: gate and up by output rows, down by input columns (whole quantization groups),
+// so each rank computes a partial sum of every chosen expert, and apply all-sums the block.
+// Every rank holds every expert; the routing is the same on all of them.
+func (bl *Block) split(b *model.Builder, sh *model.Shard, prefix string) error {
+	c := bl.cfg
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{c.Inter, "expert MLP columns (moe_intermediate_size)"}, {c.SharedInter, "shared expert MLP columns"}} {
+		if err := sh.Divides(p.n, p.what); err != nil {
+			return fmt.Errorf("%s: %w", prefix, err)
+		}
+	}
+	lo, hi := sh.Part(c.Inter)
+	if q := bl.Down.Q; q != nil {
+		if per := c.Inter / sh.Size; per%q.GroupSize != 0 || (per*q.Bits)%32 != 0 {
+			return fmt.Errorf("%s: %d expert columns per rank are not whole %d-wide quantization groups (%d ranks)", prefix, per, q.GroupSize, sh.Size)
+		}
+	}
+	for _, e := range []*Experts{bl.Gate, bl.Up} {
+		e.W = b.KeepPart(e.W, 1, lo, hi)
+		if e.Q != nil {
+			e.Q.W, e.Q.Scales = b.KeepPart(e.Q.W, 1, lo, hi), b.KeepPart(e.Q.Scales, 1, lo, hi)
+			e.Q.Biases = b.KeepPart(e.Q.Biases, 1, lo, hi)
+		}
+	}
+	d := bl.Down
+	if d.Q == nil {
+		d.W = b.KeepPart(d.W, 2, lo, hi)
+	} else {
+		q := d.Q
+		q.W = b.KeepPart(q.W, 2, lo*q.Bits/32, hi*q.Bits/32)
+		q.Scales = b.KeepPart(q.Scales, 2, lo/q.GroupSize, hi/q.GroupSize)
+		q.Biases = b.KeepPart(q.Biases, 2, lo/q.GroupSize, hi/q.GroupSize)
+	}
+	bl.reduce = sh
+	return nil
 }
 
 // takeExperts checks and takes one stacked projection [E, out, in] (dense) or its packed
@@ -421,6 +473,12 @@ func (b *Block) Apply(x *mlxc.Array) *mlxc.Array {
 }
 
 func (b *Block) apply(x *mlxc.Array) *mlxc.Array {
+	return b.reduce.AllSum(b.partial(x))
+}
+
+// partial is the block's output for rows x, or this rank's partial sum of it when the
+// experts' width is split.
+func (b *Block) partial(x *mlxc.Array) *mlxc.Array {
 	inds, scores := b.Route(x)
 	y := b.Experts(x, inds)                                                       // [N, k, H]
 	y = mlxc.Sum(mlxc.Multiply(y, mlxc.ExpandDims(scores, -1)), []int{-2}, false) // over k in inds' order

@@ -173,13 +173,10 @@ func (m *Qwen3) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, 
 
 // checkSplit refuses a tensor-parallel split the model's shape does not allow, before
 // any weight is taken: every rank needs whole attention and KV heads and an equal part of
-// the MLP's width. The experts of qwen3_moe are not split yet.
+// the MLP's width (the experts' widths are checked as their blocks are taken, moe.New).
 func (m *Qwen3) checkSplit(sh *model.Shard, a model.Arch, inter int, mc *moeConfig) error {
 	if !sh.Split() {
 		return nil
-	}
-	if mc != nil {
-		return fmt.Errorf("qwen3_moe cannot be split over ranks yet (its experts are not split)")
 	}
 	if a.NumKVHeads < sh.Size {
 		return fmt.Errorf("%d KV heads cannot be split over %d ranks (each rank needs at least one)", a.NumKVHeads, sh.Size)
@@ -187,12 +184,22 @@ func (m *Qwen3) checkSplit(sh *model.Shard, a model.Arch, inter int, mc *moeConf
 	for _, c := range []struct {
 		n    int
 		what string
-	}{{a.NumHeads, "attention heads"}, {a.NumKVHeads, "KV heads"}, {inter, "MLP columns (intermediate_size)"}} {
+	}{{a.NumHeads, "attention heads"}, {a.NumKVHeads, "KV heads"}, {denseInter(inter, a, mc), "MLP columns (intermediate_size)"}} {
 		if err := sh.Divides(c.n, c.what); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// denseInter is the dense MLP's width if any layer has one (0 when every layer is sparse).
+func denseInter(inter int, a model.Arch, mc *moeConfig) int {
+	for i := range a.NumLayers {
+		if !mc.sparse(i) {
+			return inter
+		}
+	}
+	return 0
 }
 
 // qwen3Ignored names the checkpoint tensors Finish may leave unused: mlx-lm's sanitize

@@ -413,13 +413,10 @@ func (m *Model) NewCache() model.Cache {
 // splitConfig is c with this rank's share of the heads and the MLP's width under sh (c
 // itself when sh does not split), or why sh cannot split the model: every rank needs
 // whole attention, KV, GatedDeltaNet key and value heads and an equal part of the MLP.
-// The MoE's experts are not split yet.
+// The experts' widths are checked as their blocks are taken (moe.New).
 func splitConfig(c Config, sh *model.Shard) (Config, error) {
 	if !sh.Split() {
 		return c, nil
-	}
-	if c.Experts > 0 {
-		return c, fmt.Errorf("qwen3_5_moe cannot be split over ranks yet (its experts are not split)")
 	}
 	if c.KVHeads < sh.Size {
 		return c, fmt.Errorf("%d KV heads cannot be split over %d ranks (each rank needs at least one)", c.KVHeads, sh.Size)
@@ -428,7 +425,7 @@ func splitConfig(c Config, sh *model.Shard) (Config, error) {
 		n    int
 		what string
 	}{{c.Heads, "attention heads"}, {c.KVHeads, "KV heads"}, {c.LinKeyHeads, "GatedDeltaNet key heads"},
-		{c.LinValueHeads, "GatedDeltaNet value heads"}, {c.Inter, "MLP columns (intermediate_size)"}} {
+		{c.LinValueHeads, "GatedDeltaNet value heads"}, {denseInter(c), "MLP columns (intermediate_size)"}} {
 		if err := sh.Divides(p.n, p.what); err != nil {
 			return c, err
 		}
@@ -436,4 +433,12 @@ func splitConfig(c Config, sh *model.Shard) (Config, error) {
 	c.Heads, c.KVHeads, c.Inter = sh.Local(c.Heads), sh.Local(c.KVHeads), sh.Local(c.Inter)
 	c.LinKeyHeads, c.LinValueHeads = sh.Local(c.LinKeyHeads), sh.Local(c.LinValueHeads)
 	return c, nil
+}
+
+// denseInter is the dense MLP's width (0 for the MoE, whose layers have none).
+func denseInter(c Config) int {
+	if c.Experts > 0 {
+		return 0
+	}
+	return c.Inter
 }
