@@ -41,6 +41,7 @@ Examples:
 			chatCommand(),
 			serveCommand(),
 			benchCommand(),
+			launchCommand(),
 			downloadCommand(),
 			modelsCommand(),
 			demoCommand(),

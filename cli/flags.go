@@ -20,6 +20,7 @@ func modelFlags() []cli.Flag {
 		&cli.IntFlag{Name: "context-length", Usage: "limit the context (0: the model's)"},
 		&cli.IntFlag{Name: "draft-window", Usage: "in long contexts the drafter attends to the first 64 context tokens and the last N only (0: all; a faster draft, the same output)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress or notices"},
+		&cli.StringFlag{Name: "dist-backend", Usage: "run as one rank of a target split over processes or machines (tensor parallelism) through MLX's backend: ring, jaccl, mpi, nccl or any; the ranks are configured as MLX's launcher does (MLX_RANK, MLX_HOSTFILE, …); `dflash-mlx launch` starts them", EnvVars: []string{"DFLASH_DIST_BACKEND"}},
 	}
 }
 
@@ -50,6 +51,7 @@ func loadConfig(c *cli.Context) LoadConfig {
 		ContextLength: c.Int("context-length"),
 		DraftWindow:   c.Int("draft-window"),
 		Settings:      commandSettings(c),
+		DistBackend:   c.String("dist-backend"),
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
@@ -56,6 +58,10 @@ type LoadConfig struct {
 	// FreshBlockCosts measures the adaptive block's costs even when an earlier process
 	// kept a measurement for the same device, build, models and settings (bench).
 	FreshBlockCosts bool
+	// DistBackend ("" none; ring, jaccl, mpi, nccl, any) makes this process one rank of a
+	// tensor-parallel target (--dist-backend; joinRanks): the ranks started alike with
+	// MLX's launcher variables each load their share and decode in lockstep.
+	DistBackend string
 }
 
 // Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
@@ -91,6 +97,8 @@ type Session struct {
 	blockCostStore  blockCostStore
 	// BlockCostsRemembered: the adaptive block's costs came from an earlier process.
 	BlockCostsRemembered bool
+	// Shard is this process's rank of a tensor-parallel target (nil: not distributed).
+	Shard *model.Shard
 }
 
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
@@ -171,8 +179,32 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", cfg.Target, err)
 	}
+	if err := checkDistBackend(cfg.DistBackend); err != nil {
+		tok.Close()
+		return nil, err
+	}
+	var shard *model.Shard
+	if cfg.DistBackend != "" {
+		// A rank that dies closes its sockets; the peer's next send would raise SIGPIPE on
+		// MLX's own thread, which ends this process with no word. Ignored, the send fails,
+		// MLX fails the collective, and the error says which rank saw it (Generate).
+		signal.Ignore(syscall.SIGPIPE)
+		fp, err := loadFingerprint(cfg, st, tm, dm)
+		if err != nil {
+			tok.Close()
+			return nil, fmt.Errorf("distributed start: %w", err)
+		}
+		if err := mlxc.Do(func() error {
+			var err error
+			shard, err = joinRanks(cfg.DistBackend, fp)
+			return err
+		}); err != nil {
+			tok.Close()
+			return nil, err
+		}
+	}
 	s := &Session{Tok: tok, TargetRef: cfg.Target, DraftRef: draftRef, TargetDir: tm.Dir, log: cfg.Log, logger: cfg.Logger, quiet: cfg.Quiet, maxBlock: cfg.MaxBlock, Settings: st,
-		freshBlockCosts: cfg.FreshBlockCosts, blockCostStore: defaultBlockCostStore()}
+		freshBlockCosts: cfg.FreshBlockCosts, blockCostStore: defaultBlockCostStore(), Shard: shard}
 	var bar *progressBar
 	if !cfg.Quiet && cfg.Logger == nil {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
@@ -180,7 +212,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	err = mlxc.Do(func() error {
 		st, s.Kernels = gateKernels(st, cfg.Log)
 		s.Settings = st
-		opt := model.LoadOptions{Settings: &st}
+		opt := model.LoadOptions{Settings: &st, Shard: shard}
 		if bar != nil {
 			opt.Progress = bar.update
 		}
@@ -225,6 +257,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	})
 	if err != nil {
 		tok.Close()
+		if shard != nil {
+			_ = mlxc.Do(func() error { shard.Group.Close(); return nil })
+		}
 		return nil, err
 	}
 	if v := s.Engine.Target.Arch().VocabSize; v < tok.VocabSize() {
@@ -252,6 +287,12 @@ const blockProbeTokens = 64
 // build, models and settings (blockcosts.go), and reports them on the load log.
 func (s *Session) measureBlockCosts(ctx context.Context) error {
 	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock) || s.maxBlock == 1 {
+		return nil
+	}
+	if s.Shard.Split() {
+		// The ranks of a split target must take every decision alike, and measured costs
+		// differ between them: each cycle drafts the whole block.
+		s.Notice("adaptive block size: off on a split target (every rank drafts the whole block)")
 		return nil
 	}
 	V := s.Engine.Target.Arch().VocabSize
@@ -347,6 +388,9 @@ func (s *Session) Close() {
 		if s.Engine != nil {
 			s.Engine.Target.Free()
 		}
+		if s.Shard != nil {
+			s.Shard.Group.Close()
+		}
 		return nil
 	})
 	if s.Tok != nil {
@@ -381,7 +425,19 @@ func (s *Session) Generate(ctx context.Context, req engine.Request, emit func(en
 		res, err = s.Engine.Generate(ctx, req, emit)
 		return err
 	})
-	return res, err
+	return res, s.rankError(err)
+}
+
+// rankError says, on a split target, which rank an MLX failure happened on: the ring
+// reports a peer that died as a failed send or receive, and the ranks must all stop.
+func (s *Session) rankError(err error) error {
+	var me *mlxc.Error
+	if err == nil || !s.Shard.Split() || !errors.As(err, &me) {
+		return err
+	}
+	r, n := s.Shard.Rank, s.Shard.Size
+	return fmt.Errorf("rank %d of %d: %w (the ring's neighbours of this rank are ranks %d and %d: one of them stopped, or its connection broke)",
+		r, n, err, (r+n-1)%n, (r+1)%n)
 }
 
 // ChatPrompt renders messages through the model's own template and tokenizes them.

@@ -236,7 +236,9 @@ var notSettings = map[string]bool{
 	"DFLASH_HUB_TEST_HELPER": true, "DFLASH_TC_INMODEL": true, "DFLASH_TC_INMODEL_RULES": true,
 	"DFLASH_TC_SWEEP": true, "DFLASH_AHEAD_DEBUG": true,
 	// The CLI's own flags' variables (urfave/cli reads them with the flags).
-	"DFLASH_TARGET_MODEL": true, "DFLASH_DRAFT_MODEL": true,
+	"DFLASH_TARGET_MODEL": true, "DFLASH_DRAFT_MODEL": true, "DFLASH_DIST_BACKEND": true,
+	// Test harnesses' variables (internal/distest, the tensor-parallel tests).
+	"DFLASH_DISTEST_OUT": true, "DFLASH_TP_DIR": true,
 }
 
 var variables = []variable{

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dflash-mlx/dflash-mlx/internal/distest"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
+)
+
+// float32Pair writes the demo pair's shape in float32 (tensor parallelism sums the ranks'
+// partial products in another order than one product does; in float32 that moves logits
+// by about 1e-6, in bf16 enough to flip near-ties of random weights) and returns its
+// folders (seed: the target's weights).
+func float32Pair(t *testing.T, seed uint64) (string, string) {
+	t.Helper()
+	tinyPair(t) // the tokenizer assets and variables
+	ts, ds, err := pairShape("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Dtype, ds.Dtype, ts.WeightStd, ts.Seed = mlxc.Float32, mlxc.Float32, 0.1, seed
+	dir := t.TempDir()
+	td, dd := filepath.Join(dir, "target"), filepath.Join(dir, "draft")
+	if err := writePair(td, dd, ts, ds); err != nil {
+		t.Fatal(err)
+	}
+	return td, dd
+}
+
+type runTokens struct {
+	Tokens []int32 `json:"tokens"`
+}
+
+func tokensOf(t *testing.T, what, stdout, stderr string, code int) []int32 {
+	t.Helper()
+	var out runTokens
+	if code != 0 || json.Unmarshal([]byte(stdout), &out) != nil || len(out.Tokens) == 0 {
+		t.Fatalf("%s: exit %d\nstdout: %s\nstderr: %s", what, code, stdout, stderr)
+	}
+	return out.Tokens
+}
+
+// launch -n 2 runs `run` as two ranks of the split target: the single process's greedy
+// tokens, plain and with DFlash.
+func TestLaunchSplitsTheTarget(t *testing.T) {
+	td, dd := float32Pair(t, 7)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	args := []string{"run", "--target-model", td, "--prompt", "Write a Go function that reverses a slice.", "-n", "24", "--ignore-eos", "--json"}
+	stdout, stderr, code := runCLI(t, append(args, "--no-draft")...)
+	want := tokensOf(t, "single process", stdout, stderr, code)
+	for _, variant := range [][]string{{"--no-draft"}, {"--draft-model", dd}} {
+		stdout, stderr, code := runCLI(t, append([]string{"launch", "-n", "2", "--"}, append(args, variant...)...)...)
+		got := tokensOf(t, "launch "+variant[0], stdout, stderr, code)
+		if at, ok := eqTokens(got, want); !ok {
+			t.Errorf("launch -n 2 %v: tokens depart from the single process's plain decoding at %d\ngot  %v\nwant %v", variant, at, got, want)
+		}
+	}
+}
+
+// rankCmds makes the commands of n ranks of args (ring over loopback, as MLX's launcher
+// starts them), with per-rank extra arguments.
+func rankCmds(t *testing.T, n int, args []string, extra func(rank int) []string) []*exec.Cmd {
+	t.Helper()
+	hostfile, err := distest.Hostfile(t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, n)
+	for r := range cmds {
+		cmds[r] = cliCmd(t, append(args, extra(r)...)...)
+		cmds[r].Env = append(cmds[r].Env, "MLX_RANK="+strconv.Itoa(r), "MLX_HOSTFILE="+hostfile, "DFLASH_DIST_BACKEND=ring")
+	}
+	return cmds
+}
+
+// A rank killed mid-generation ends the other within 10 s, with an error that says which
+// rank saw it and that a neighbour stopped (no hang).
+func TestRankDeathEndsTheOthers(t *testing.T) {
+	td, _ := float32Pair(t, 7)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	cmds := rankCmds(t, 2, []string{"run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000", "--ignore-eos", "--no-chat-template",
+		"--context-length", "40000"}, func(int) []string { return nil })
+	var out0 lockedBuffer
+	var err0 bytes.Buffer
+	cmds[0].Stdout, cmds[0].Stderr = &out0, &err0
+	for _, c := range cmds {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+		}
+	}()
+	for start := time.Now(); out0.Len() < 64; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", err0.String())
+		}
+	}
+	if err := cmds[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmds[0].Wait() }()
+	select {
+	case err := <-done:
+		t.Logf("rank 0 ended %v after rank 1 was killed: %v", time.Since(killed).Round(time.Millisecond), err)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() <= 0 {
+			t.Errorf("rank 0 ended with %v; want an error exit (not a signal)", err)
+		}
+		if msg := err0.String(); !strings.Contains(msg, "rank 0 of 2") || !strings.Contains(msg, "stopped") {
+			t.Errorf("rank 0's error does not say what happened:\n%s", msg)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("rank 0 still running 10 s after rank 1 was killed")
+	}
+	_ = cmds[1].Wait()
+}
+
+// Ranks that load different checkpoints or flags are refused at start, on every rank.
+func TestMismatchedRanksRefused(t *testing.T) {
+	td, dd := float32Pair(t, 7)
+	other, _ := float32Pair(t, 8) // the same shape and files, other values
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	for _, tc := range []struct {
+		name  string
+		extra func(rank int) []string
+	}{
+		{"checkpoint", func(r int) []string {
+			if r == 1 {
+				return []string{"--target-model", other, "--no-draft"}
+			}
+			return []string{"--target-model", td, "--no-draft"}
+		}},
+		{"flags", func(r int) []string {
+			return []string{"--target-model", td, "--draft-model", dd, "--block-size", strconv.Itoa(4 + 4*r)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmds := rankCmds(t, 2, []string{"run", "--prompt", "hi", "-n", "4", "--json"}, tc.extra)
+			errs := make([]bytes.Buffer, len(cmds))
+			for r, c := range cmds {
+				c.Stderr = &errs[r]
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for r, c := range cmds {
+				err := c.Wait()
+				if err == nil || !strings.Contains(errs[r].String(), "rank(s) 1 loaded another checkpoint, drafter, build or settings than rank 0") {
+					t.Errorf("rank %d: %v\n%s", r, err, errs[r].String())
+				}
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a process writes while the test reads its length.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// eqTokens is the first index where a and b differ (ok: they are equal).
+func eqTokens(a, b []int32) (int, bool) {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return i, false
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b)), false
+	}
+	return -1, true
+}
+
+// A rank that fails ends the launch with an error that names it; a command launch does
+// not run is refused.
+func TestLaunchReportsAFailedRank(t *testing.T) {
+	td, _ := float32Pair(t, 7)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	_, stderr, code := runCLI(t, "launch", "-n", "3", "--", "run", "--target-model", td, "--no-draft", "--prompt", "hi", "-n", "4")
+	if code == 0 || !strings.Contains(stderr, "ended") || !strings.Contains(stderr, "of 3") || !strings.Contains(stderr, "2 KV heads cannot be split over 3 ranks") {
+		t.Errorf("launch over 3 ranks of a model with 2 KV heads: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "launch", "-n", "2", "--", "download", "x"); code != 2 || !strings.Contains(stderr, "not \"download\"") {
+		t.Errorf("launch of download: exit %d\n%s", code, stderr)
+	}
+}
