@@ -54,6 +54,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "join-rows", Value: 4, Usage: "the rows decoding while --join-gap's prompt joins"},
 		&cli.IntFlag{Name: "requests-per-client", Value: 2, Usage: "requests each --concurrency client sends, each after its previous one finished"},
 		&cli.BoolFlag{Name: "bandwidth", Usage: "also measure device copy bandwidth and report the weight-read roofline"},
+		&cli.IntFlag{Name: "ranks", Value: 1, Usage: "split the target over this many ranks on this machine (tensor parallelism over MLX's ring backend, as `launch` starts them) and report the all-sums' share of a step and a cycle and the bytes each rank sends per token"},
 		&cli.BoolFlag{Name: "compare-run-ahead", Usage: "also time DFlash with the other loop: run-ahead when the table uses the serial one, serial when it uses run-ahead (DFLASH_RUN_AHEAD; on by default with CUDA), alternating with the other two modes"},
 	)
 	return &cli.Command{
@@ -199,6 +200,8 @@ type benchReport struct {
 	CopyBandwidthGBs float64 `json:"copy_bandwidth_gb_s,omitempty"`
 	RooflineTPS      float64 `json:"roofline_plain_tok_s,omitempty"`
 	PlainOfRoofline  float64 `json:"plain_fraction_of_roofline,omitempty"`
+	// Distributed: the all-sums of a target split over ranks (nil: one process).
+	Distributed *distSplit `json:"distributed,omitempty"`
 }
 
 func median(v []float64) float64 {
@@ -216,6 +219,11 @@ func median(v []float64) float64 {
 func benchAction(c *cli.Context) error {
 	ctx := context.Background()
 	cfg := loadConfig(c)
+	if n := c.Int("ranks"); n < 1 {
+		return cli.Exit(fmt.Sprintf("--ranks must be at least 1, got %d", n), 2)
+	} else if n > 1 && cfg.DistBackend == "" {
+		return benchOverRanks(n)
+	}
 	cfg.Quiet = cfg.Quiet || c.Bool("json")
 	cfg.FreshBlockCosts = true // a benchmark measures this machine now
 	note := ""
@@ -546,10 +554,18 @@ func benchAction(c *cli.Context) error {
 			rep.PlainOfRoofline = rep.MedianPlain / rep.RooflineTPS
 		}
 	}
+	block := c.Int("block-size")
+	if block <= 0 {
+		block = s.Engine.Proposer.BlockSize()
+	}
+	if rep.Distributed, err = measureDistSplit(s, cfg.DistBackend, &rep, block); err != nil {
+		return err
+	}
 	if c.Bool("json") {
 		return printJSON(rep)
 	}
 	printBench(rep)
+	printDistSplit(rep.Distributed)
 	return nil
 }
 

@@ -64,6 +64,9 @@ func chatAction(c *cli.Context) error {
 		return err
 	}
 	cfg := loadConfig(c)
+	if cfg.DistBackend != "" {
+		return cli.Exit(noSplitChat, 2)
+	}
 	if cfg.PromptCache, err = promptCacheConfig(c); err != nil {
 		return err
 	}

@@ -20,6 +20,13 @@ import (
 // distBackends are --dist-backend's values: MLX's distributed backends.
 var distBackends = []string{mlxc.BackendRing, mlxc.BackendJACCL, mlxc.BackendMPI, mlxc.BackendNCCL, mlxc.BackendAny}
 
+// serve and chat do not split a target yet: every rank would have to follow rank 0's
+// requests (or its user's turns) in lockstep, and only run and bench do that today.
+const (
+	noSplitServe = "serve cannot split a target over ranks yet (--dist-backend): split targets run with `run` and `bench` (dflash-mlx launch -n N -- run …)"
+	noSplitChat  = "chat cannot split a target over ranks yet (--dist-backend): split targets run with `run` and `bench` (dflash-mlx launch -n N -- run …)"
+)
+
 // checkDistBackend refuses an unknown --dist-backend ("" is none).
 func checkDistBackend(b string) error {
 	if b == "" || slices.Contains(distBackends, b) {

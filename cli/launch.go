@@ -26,9 +26,9 @@ const launchGrace = 5 * time.Second
 func launchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "launch",
-		Usage:     "run a command as several ranks of a tensor-parallel target on this machine",
+		Usage:     "start run or bench as several ranks of a tensor-parallel target on this machine",
 		ArgsUsage: "-- COMMAND [FLAGS…]",
-		Description: `Starts N copies of COMMAND (run, chat, serve or bench) as the ranks of MLX's ring
+		Description: `Starts N copies of COMMAND (run or bench) as the ranks of MLX's ring
 backend over loopback, each with the variables MLX's launcher sets (MLX_RANK, MLX_HOSTFILE)
 and --dist-backend ring: each rank loads its share of the target's heads and MLP and they
 decode in lockstep. Rank 0's output is the command's; the other ranks' notices appear
@@ -41,8 +41,8 @@ on each through MLX's own launcher, which sets the same variables:
 
 Examples:
   dflash-mlx launch -n 2 -- run --target-model mlx-community/Qwen3-8B-bf16 --prompt "Hello"
-  dflash-mlx launch -n 4 -- serve --port 8000 --no-draft
-  dflash-mlx launch -n 2 -- bench --random qwen3-4b --no-draft -n 64`,
+  dflash-mlx launch -n 2 -- run --target-model ./my-model --draft-model ./my-draft --prompt "Hi" --json
+  dflash-mlx launch -n 2 -- bench --random qwen3-4b --replay-drafts 0.14 -n 64   # = bench --ranks 2`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "ranks", Aliases: []string{"n"}, Value: 2, Usage: "ranks to start"},
 		},
@@ -60,9 +60,9 @@ func launchAction(c *cli.Context) error {
 		return cli.Exit("give the command to run after --, e.g. dflash-mlx launch -n 2 -- run --prompt hi", 2)
 	}
 	switch args[0] {
-	case "run", "chat", "serve", "bench":
+	case "run", "bench":
 	default:
-		return cli.Exit(fmt.Sprintf("launch runs run, chat, serve or bench, not %q", args[0]), 2)
+		return cli.Exit(fmt.Sprintf("launch runs run or bench (the commands that split a target today), not %q", args[0]), 2)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -137,9 +137,6 @@ func superviseRanks(ctx context.Context, exe string, args []string, n int, hostf
 			left--
 			if first == nil && (e.err != nil || e.rank == 0) {
 				first = &e
-				if e.err != nil {
-					fmt.Fprintf(os.Stderr, "error: rank %d of %d ended: %v; stopping the other ranks\n", e.rank, n, e.err)
-				}
 				deadline = time.After(launchGrace)
 			}
 		case <-deadline:
@@ -155,11 +152,12 @@ func superviseRanks(ctx context.Context, exe string, args []string, n int, hostf
 		}
 	}
 	if first != nil && first.err != nil {
+		msg := fmt.Sprintf("rank %d of %d ended: %v (the other ranks were stopped)", first.rank, n, first.err)
 		var ee *exec.ExitError
 		if errors.As(first.err, &ee) && ee.ExitCode() > 0 {
-			return cli.Exit("", ee.ExitCode())
+			return cli.Exit(msg, ee.ExitCode())
 		}
-		return cli.Exit("", 1)
+		return cli.Exit(msg, 1)
 	}
 	return nil
 }

@@ -83,6 +83,9 @@ func serveAction(c *cli.Context) error {
 	defer stop()
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 	lc := loadConfig(c)
+	if lc.DistBackend != "" {
+		return cli.Exit(noSplitServe, 2)
+	}
 	if lc.PromptCache, err = promptCacheConfig(c); err != nil {
 		return err
 	}

@@ -379,6 +379,17 @@ func (s *Session) Close() {
 		return
 	}
 	_ = mlxc.Do(func() error {
+		if s.Shard.Split() {
+			// Every rank waits here until all have finished their last collective, then
+			// lingers a moment: a rank that ended at once could close its sockets while a
+			// peer still receives the end of that collective, and the peer would fail.
+			_ = mlxc.Catch(func() {
+				sc := mlxc.NewScope()
+				defer sc.Close()
+				mlxc.Eval(mlxc.AllSum(mlxc.Zeros([]int{1}, mlxc.Float32), s.Shard.Group))
+			})
+			time.Sleep(200 * time.Millisecond)
+		}
 		if s.Engine != nil && s.Engine.Prefix != nil {
 			s.Engine.Prefix.Free()
 		}
