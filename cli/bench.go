@@ -216,7 +216,7 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func benchAction(c *cli.Context) error {
+func benchAction(c *cli.Context) (err error) {
 	ctx := context.Background()
 	cfg := loadConfig(c)
 	if n := c.Int("ranks"); n < 1 {
@@ -253,6 +253,11 @@ func benchAction(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
+	defer func() {
+		if err == nil {
+			s.AwaitRanks()
+		}
+	}()
 	if s.Engine.Proposer == nil && len(c.IntSlice("concurrency")) == 0 && c.Int("join-gap") == 0 {
 		return cli.Exit("bench needs a drafter (only --concurrency and --join-gap run without one): pass --draft-model or a target the registry knows", 2)
 	}
@@ -464,15 +469,21 @@ func benchAction(c *cli.Context) error {
 			DraftOps:     perStep(st.DraftOps, ps), VerifyOps: perStep(st.VerifyOps, ps),
 			LoopBuildMS: median(loopBuild), LoopWaitMS: median(loopWait), LoopHostMS: median(loopHost),
 			PlainBuildMS: median(plainBuild), PlainWaitMS: median(plainWait), AcceptHist: hist}
-		var probe engine.PipelineProbe
-		if err := mlxc.Do(func() error {
-			var err error
-			probe, err = s.Engine.ProbePipeline(ctx, prompt, 16)
-			return err
-		}); err != nil {
-			return fmt.Errorf("pipeline probe: %w", err)
+		// On a split target the ranks ran the pipelined probe and the block curve out of
+		// step (a rank left waiting on a collective the others never started), so bench
+		// leaves them out there; the table's runs and the profiled run stay.
+		split := s.Shard.Split()
+		if !split {
+			var probe engine.PipelineProbe
+			if err := mlxc.Do(func() error {
+				var err error
+				probe, err = s.Engine.ProbePipeline(ctx, prompt, 16)
+				return err
+			}); err != nil {
+				return fmt.Errorf("pipeline probe: %w", err)
+			}
+			row.Pipelined = &probe
 		}
-		row.Pipelined = &probe
 		B := blockSizeOf(dfl.BlockSize(), c.Int("block-size"))
 		row.RollbackKeep = typicalKeep(row.Tau, B)
 		if row.RollbackEvalMS, err = rollbackProbe(s.Engine.Target, prompt, B, row.RollbackKeep, 2); err != nil {
@@ -482,10 +493,12 @@ func benchAction(c *cli.Context) error {
 			row.RollbackShare = row.RollbackEvalMS / row.CycleMS
 		}
 		row.AdaptiveBlock, row.BlockSizes = s.Engine.BlockCosts != nil, last.Stats.BlockSizes
-		if row.BlockCurve, err = blockCurve(ctx, s, prompt, last.Stats); err != nil {
-			return fmt.Errorf("block costs: %w", err)
+		if !split {
+			if row.BlockCurve, err = blockCurve(ctx, s, prompt, last.Stats); err != nil {
+				return fmt.Errorf("block costs: %w", err)
+			}
 		}
-		if c.Bool("block-sweep") {
+		if c.Bool("block-sweep") && !split {
 			if err := sweepBlocks(row.BlockCurve, c.Int("warmup"), func(b int) (engine.Result, error) {
 				saved := s.Engine.BlockCosts
 				s.Engine.BlockCosts, blockOverride = nil, b

@@ -70,7 +70,7 @@ func readPrompt(c *cli.Context) (string, error) {
 	return strings.TrimRight(string(b), "\n"), nil
 }
 
-func runAction(c *cli.Context) error {
+func runAction(c *cli.Context) (err error) {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("unexpected argument %q (use --prompt)", c.Args().First()), 2)
 	}
@@ -100,6 +100,11 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
+	defer func() {
+		if err == nil {
+			s.AwaitRanks()
+		}
+	}()
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	var ids []int32
 	if c.Bool("no-chat-template") {

@@ -233,7 +233,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			cfg.Logger.Info("loaded", "model", cfg.Target, "weight_bytes", m.Arch().WeightBytes, "peak_memory_bytes", mlxc.PeakMemory())
 		}
 		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucket(st.Kernels),
-			RowwiseVerify: st.Loop.GPUExact, RunAhead: engine.RunAheadFor(st.Loop.RunAhead), Settings: &st}
+			RowwiseVerify: st.Loop.GPUExact, RunAhead: engine.RunAheadFor(st.Loop.RunAhead) && !shard.Split(), Settings: &st}
 		if dm != nil {
 			d, err := draft.Load(dm.Dir, m, draft.LoadOptions{Settings: &st})
 			if d != nil {
@@ -285,6 +285,9 @@ const blockProbeTokens = 64
 // (DFLASH_ADAPTIVE_BLOCK=0): it times a cycle per block size once, here, so that requests
 // do not pay for it, or takes the costs an earlier process measured for the same device,
 // build, models and settings (blockcosts.go), and reports them on the load log.
+//
+// A split target runs the serial loop only (no run-ahead): bench's pipelined probe, which
+// builds a cycle while the previous one runs, left ranks waiting on each other.
 func (s *Session) measureBlockCosts(ctx context.Context) error {
 	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock) || s.maxBlock == 1 {
 		return nil
@@ -379,17 +382,6 @@ func (s *Session) Close() {
 		return
 	}
 	_ = mlxc.Do(func() error {
-		if s.Shard.Split() {
-			// Every rank waits here until all have finished their last collective, then
-			// lingers a moment: a rank that ended at once could close its sockets while a
-			// peer still receives the end of that collective, and the peer would fail.
-			_ = mlxc.Catch(func() {
-				sc := mlxc.NewScope()
-				defer sc.Close()
-				mlxc.Eval(mlxc.AllSum(mlxc.Zeros([]int{1}, mlxc.Float32), s.Shard.Group))
-			})
-			time.Sleep(200 * time.Millisecond)
-		}
 		if s.Engine != nil && s.Engine.Prefix != nil {
 			s.Engine.Prefix.Free()
 		}
@@ -437,6 +429,24 @@ func (s *Session) Generate(ctx context.Context, req engine.Request, emit func(en
 		return err
 	})
 	return res, s.rankError(err)
+}
+
+// AwaitRanks, on a split target, waits until every rank has finished its last collective
+// and lingers a moment, for a command that ends well: a rank that ended at once could close
+// its sockets while a peer still receives the end of that collective, and the peer would
+// fail. (After a failure it is not called: a dead peer would never arrive.)
+func (s *Session) AwaitRanks() {
+	if !s.Shard.Split() {
+		return
+	}
+	_ = mlxc.Do(func() error {
+		return mlxc.Catch(func() {
+			sc := mlxc.NewScope()
+			defer sc.Close()
+			mlxc.Eval(mlxc.AllSum(mlxc.Zeros([]int{1}, mlxc.Float32), s.Shard.Group))
+		})
+	})
+	time.Sleep(200 * time.Millisecond)
 }
 
 // rankError says, on a split target, which rank an MLX failure happened on: the ring
