@@ -1,16 +1,12 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/dflash-mlx/dflash-mlx/internal/distest"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
@@ -40,23 +36,7 @@ type distSplit struct {
 // benchOverRanks runs this bench command as n ranks on this machine (launch's way) and
 // returns its exit: bench --ranks N.
 func benchOverRanks(n int) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	args := withoutFlag(os.Args[1:], "ranks")
-	dir, err := os.MkdirTemp("", "dflash-bench-ranks-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	hostfile, err := distest.Hostfile(dir, n)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return superviseRanks(ctx, exe, args, n, hostfile)
+	return launchRanks(withoutFlag(os.Args[1:], "ranks"), n)
 }
 
 // withoutFlag drops --name VALUE and --name=VALUE (and the one-dash forms) from args.

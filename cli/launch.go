@@ -64,6 +64,12 @@ func launchAction(c *cli.Context) error {
 	default:
 		return cli.Exit(fmt.Sprintf("launch runs run or bench (the commands that split a target today), not %q", args[0]), 2)
 	}
+	return launchRanks(args, n)
+}
+
+// launchRanks runs this program with args as n ranks of the ring backend over loopback
+// and supervises them (superviseRanks).
+func launchRanks(args []string, n int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
