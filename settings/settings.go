@@ -238,7 +238,7 @@ var notSettings = map[string]bool{
 	// The CLI's own flags' variables (urfave/cli reads them with the flags).
 	"DFLASH_TARGET_MODEL": true, "DFLASH_DRAFT_MODEL": true, "DFLASH_DIST_BACKEND": true,
 	// Test harnesses' variables (internal/distest, the tensor-parallel tests).
-	"DFLASH_DISTEST_OUT": true, "DFLASH_TP_DIR": true,
+	"DFLASH_TP_DIR": true,
 }
 
 var variables = []variable{

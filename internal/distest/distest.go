@@ -19,7 +19,7 @@ import (
 )
 
 // outVar names the file a rank writes its report to; its presence marks a rank process.
-const outVar = "DFLASH_DISTEST_OUT"
+const outVar = "DISTEST_REPORT"
 
 // Rank reports whether this process is a rank started by Run, and which.
 func Rank() (rank int, ok bool) {
