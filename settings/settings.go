@@ -237,7 +237,7 @@ var notSettings = map[string]bool{
 	"DFLASH_TC_SWEEP": true, "DFLASH_AHEAD_DEBUG": true,
 	// The CLI's own flags' variables (urfave/cli reads them with the flags).
 	"DFLASH_TARGET_MODEL": true, "DFLASH_DRAFT_MODEL": true, "DFLASH_DIST_BACKEND": true,
-	// Test harnesses' variables (internal/distest, the tensor-parallel tests).
+	// The tensor-parallel tests' variable (engine/tp_test.go).
 	"DFLASH_TP_DIR": true,
 }
 
