@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,7 +60,7 @@ func TestLaunchSplitsTheTarget(t *testing.T) {
 	for _, variant := range [][]string{{"--no-draft"}, {"--draft-model", dd}} {
 		stdout, stderr, code := runCLI(t, append([]string{"launch", "-n", "2", "--"}, append(args, variant...)...)...)
 		got := tokensOf(t, "launch "+variant[0], stdout, stderr, code)
-		if at, ok := eqTokens(got, want); !ok {
+		if at, ok := sameTokens(got, want); !ok {
 			t.Errorf("launch -n 2 %v: tokens depart from the single process's plain decoding at %d\ngot  %v\nwant %v", variant, at, got, want)
 		}
 	}
@@ -90,7 +89,7 @@ func TestRankDeathEndsTheOthers(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	cmds := rankCmds(t, 2, []string{"run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000", "--ignore-eos", "--no-chat-template",
 		"--context-length", "40000"}, func(int) []string { return nil })
-	var out0 lockedBuffer
+	var out0 syncBuffer
 	var err0 bytes.Buffer
 	cmds[0].Stdout, cmds[0].Stderr = &out0, &err0
 	for _, c := range cmds {
@@ -103,7 +102,7 @@ func TestRankDeathEndsTheOthers(t *testing.T) {
 			_ = c.Process.Kill()
 		}
 	}()
-	for start := time.Now(); out0.Len() < 64; time.Sleep(50 * time.Millisecond) {
+	for start := time.Now(); len(out0.String()) < 64; time.Sleep(50 * time.Millisecond) {
 		if time.Since(start) > 2*time.Minute {
 			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", err0.String())
 		}
@@ -166,37 +165,6 @@ func TestMismatchedRanksRefused(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while the test reads its length.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
-// eqTokens is the first index where a and b differ (ok: they are equal).
-func eqTokens(a, b []int32) (int, bool) {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] != b[i] {
-			return i, false
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b)), false
-	}
-	return -1, true
 }
 
 // A rank that fails ends the launch with an error that names it; a command launch does

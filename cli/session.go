@@ -232,6 +232,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		if cfg.Logger != nil {
 			cfg.Logger.Info("loaded", "model", cfg.Target, "weight_bytes", m.Arch().WeightBytes, "peak_memory_bytes", mlxc.PeakMemory())
 		}
+		// A split target runs the serial loop only (no run-ahead): bench's pipelined
+		// probe, which builds a cycle while the previous one runs, left ranks waiting on
+		// each other.
 		s.Engine = &engine.Engine{Target: m, ContextLength: cfg.ContextLength, KeyBucket: model.KeyBucket(st.Kernels),
 			RowwiseVerify: st.Loop.GPUExact, RunAhead: engine.RunAheadFor(st.Loop.RunAhead) && !shard.Split(), Settings: &st}
 		if dm != nil {
@@ -285,9 +288,6 @@ const blockProbeTokens = 64
 // (DFLASH_ADAPTIVE_BLOCK=0): it times a cycle per block size once, here, so that requests
 // do not pay for it, or takes the costs an earlier process measured for the same device,
 // build, models and settings (blockcosts.go), and reports them on the load log.
-//
-// A split target runs the serial loop only (no run-ahead): bench's pipelined probe, which
-// builds a cycle while the previous one runs, left ranks waiting on each other.
 func (s *Session) measureBlockCosts(ctx context.Context) error {
 	if s.Engine.Proposer == nil || !engine.AdaptiveBlockFor(s.Settings.Loop.AdaptiveBlock) || s.maxBlock == 1 {
 		return nil

@@ -57,11 +57,19 @@ func InitDistributed(backend string, strict bool) (*Group, error) {
 			return nil, err
 		}
 	}
-	g := &Group{}
-	err := Catch(func() {
+	return newGroup(func(h *C.mlxc_group) {
 		cs := C.CString(backend)
 		defer C.free(unsafe.Pointer(cs))
-		check("distributed init", C.mlxc_dist_init(&g.h, C.bool(strict), cs))
+		check("distributed init", C.mlxc_dist_init(h, C.bool(strict), cs))
+	})
+}
+
+// newGroup makes a group with create (which fills its handle or panics with *Error) and
+// reads its rank and size; on failure the handle, if any, is freed.
+func newGroup(create func(*C.mlxc_group)) (*Group, error) {
+	g := &Group{}
+	err := Catch(func() {
+		create(&g.h)
 		g.readRankSize()
 	})
 	if err != nil {
@@ -89,18 +97,9 @@ func (g *Group) Size() int { return g.size }
 // Split makes the sub-group of the ranks that pass the same color, ordered by key (a
 // negative key: by rank). Ring and JACCL refuse it. MLX thread.
 func (g *Group) Split(color, key int) (*Group, error) {
-	s := &Group{}
-	err := Catch(func() {
-		check("distributed split", C.mlxc_dist_split(&s.h, g.handle("distributed split"), C.int(color), C.int(key)))
-		s.readRankSize()
+	return newGroup(func(h *C.mlxc_group) {
+		check("distributed split", C.mlxc_dist_split(h, g.handle("distributed split"), C.int(color), C.int(key)))
 	})
-	if err != nil {
-		if s.h != nil {
-			C.mlxc_dist_group_free(s.h)
-		}
-		return nil, err
-	}
-	return s, nil
 }
 
 // Close frees the group's handle (idempotent).

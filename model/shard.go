@@ -55,38 +55,23 @@ func (s *Shard) Divides(n int, what string) error {
 // (a column-parallel product: no communication; its output is this rank's share of the
 // features). Unsplit, it is Linear.
 func (b *Builder) SplitOut(path string, out, in int, bias bool) *Linear {
-	l := b.Linear(path, out, in, bias)
-	sh := b.w.Shard
-	if !sh.Split() {
-		return l
-	}
-	b.w.shardTaken = true
-	if out%sh.Size != 0 {
-		b.errf("%s: %d output rows do not split over %d ranks", path, out, sh.Size)
-		return l
-	}
-	lo, hi := sh.Part(out)
-	l.W = b.keepPart(l.W, 0, lo, hi)
-	l.Bias = b.keepPart(l.Bias, 0, lo, hi)
-	if l.Q != nil {
-		l.Q.W = b.keepPart(l.Q.W, 0, lo, hi)
-		l.Q.Scales = b.keepPart(l.Q.Scales, 0, lo, hi)
-		l.Q.Biases = b.keepPart(l.Q.Biases, 0, lo, hi)
-	}
-	return l
+	return b.splitOut(path, []int{out}, in, bias)
 }
 
 // SplitOutSegments is SplitOut for a product whose output rows are several tensors one
 // after another (segments: their row counts, summing to the output): each segment is
 // split, and this rank keeps its part of each, in order (a fused q|k|v projection).
 func (b *Builder) SplitOutSegments(path string, segments []int, in int) *Linear {
+	return b.splitOut(path, segments, in, false)
+}
+
+func (b *Builder) splitOut(path string, segments []int, in int, bias bool) *Linear {
 	out := 0
 	for _, n := range segments {
 		out += n
 	}
-	l := b.Linear(path, out, in, false)
-	sh := b.w.Shard
-	if !sh.Split() {
+	l := b.Linear(path, out, in, bias)
+	if !b.w.Shard.Split() {
 		return l
 	}
 	b.w.shardTaken = true
@@ -94,6 +79,7 @@ func (b *Builder) SplitOutSegments(path string, segments []int, in int) *Linear 
 		return l
 	}
 	l.W = b.keepSegments(l.W, segments)
+	l.Bias = b.keepSegments(l.Bias, segments)
 	if l.Q != nil {
 		l.Q.W = b.keepSegments(l.Q.W, segments)
 		l.Q.Scales = b.keepSegments(l.Q.Scales, segments)
@@ -123,7 +109,7 @@ func (b *Builder) FloatSplit(name string, segments []int, shape ...int) *mlxc.Ar
 func (b *Builder) segmentsSplit(name string, segments []int) bool {
 	for _, n := range segments {
 		if n%b.w.Shard.Size != 0 {
-			b.errf("%s: a part of %d rows does not split over %d ranks", name, n, b.w.Shard.Size)
+			b.errf("%s: %d rows do not split over %d ranks", name, n, b.w.Shard.Size)
 			return false
 		}
 	}
