@@ -7,7 +7,16 @@ ROOT := $(CURDIR)
 GO ?= go
 BIN := $(ROOT)/bin/dflash-mlx
 export CGO_ENABLED := 1
-export CGO_LDFLAGS := -L$(ROOT)/third_party/tokenizers -L$(ROOT)/third_party/llguidance $(CGO_LDFLAGS)
+# On Linux the binaries export our NVRTC entry points (mlxc/csrc/nvrtc_cache.cpp), so that
+# libmlx's calls to NVRTC reach the compiled-kernel cache first.
+# (Linkers before binutils 2.35 lack the option: there the cache stays unused, and
+# `dflash-mlx doctor` says so.)
+ifeq ($(shell uname -s),Linux)
+ifneq ($(shell $${CC:-cc} -Wl,--help 2>/dev/null | grep -c -- --export-dynamic-symbol),0)
+EXPORT_NVRTC := -Wl,--export-dynamic-symbol=nvrtc*
+endif
+endif
+export CGO_LDFLAGS := -L$(ROOT)/third_party/tokenizers -L$(ROOT)/third_party/llguidance $(EXPORT_NVRTC) $(CGO_LDFLAGS)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PREFIX ?= /usr/local
 # Where binaries look for libmlx (RUNPATH on Linux, LC_RPATH on macOS). bin/dflash-mlx looks

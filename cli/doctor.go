@@ -10,6 +10,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/draft"
 	"github.com/dflash-mlx/dflash-mlx/hub"
 	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
+	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 )
 
@@ -29,8 +30,11 @@ type doctorReport struct {
 	Kernels      []kernelcheck.State `json:"kernels"`
 	Checks       []doctorCheck       `json:"checks"`
 	VerdictsFile string              `json:"verdicts_file,omitempty"`
-	HFCache      string              `json:"hf_cache"`
-	CachedModels int                 `json:"cached_models"`
+	// CompileCache is the compiled-kernel cache (CUDA): its folder, whether this binary
+	// reaches it, and what this process took from it.
+	CompileCache mlxc.CompileCacheStats `json:"compile_cache"`
+	HFCache      string                 `json:"hf_cache"`
+	CachedModels int                    `json:"cached_models"`
 	// KnownPairs are the target → draft pairs of the registry (your own first).
 	KnownPairs map[string]string `json:"known_pairs"`
 	Tokenizers string            `json:"tokenizers_library"`
@@ -116,6 +120,10 @@ Examples:
 						r.Checks = append(r.Checks, dc)
 					}
 				}
+				r.CompileCache = mlxc.CompileCache()
+				if here.Backend == kernels.CUDA && !r.CompileCache.Active && r.CompileCache.Dir != "" {
+					r.Problems = append(r.Problems, "compiled-kernel cache unused: this binary does not export its NVRTC entry points (build it with make), so every process compiles its CUDA kernels again")
+				}
 				for _, st := range r.Kernels {
 					if st.State == "disabled" && st.Reason != "" {
 						r.Problems = append(r.Problems, fmt.Sprintf("kernel %s is disabled on this device: %s", st.Kernel, st.Reason))
@@ -175,6 +183,9 @@ func printDoctor(r doctorReport) {
 		kb = "none here: MLX's ops run everything"
 	}
 	fmt.Printf("custom kernels: %s (DFLASH_KERNELS=%s)\n", kb, r.KernelMode)
+	if cc := r.CompileCache; r.KernelBackend == string(kernels.CUDA) {
+		fmt.Printf("compiled kernels: %s, reached %v; this process %d compiled, %d from the cache\n", cc.Dir, cc.Active, cc.Compiles, cc.Hits)
+	}
 	for _, k := range r.Kernels {
 		line := fmt.Sprintf("  %-34s %s", k.Kernel, k.State)
 		if k.Reason != "" {

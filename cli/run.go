@@ -15,6 +15,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/engine"
 	"github.com/dflash-mlx/dflash-mlx/grammar"
 	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/structured"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 )
@@ -170,6 +171,7 @@ func runAction(c *cli.Context) (err error) {
 		DraftKind: s.DraftKind(), TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
 		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens, Kernels: s.Kernels,
 	}
+	_ = mlxc.Do(func() error { out.CompileCache = mlxc.CompileCache(); return nil })
 	if out.Tokens == nil {
 		out.Tokens = []int32{} // a list, empty when nothing was generated, never null
 	}
@@ -198,6 +200,9 @@ type runOutput struct {
 	Kernels     []kernelcheck.State `json:"kernels"`
 	WallSeconds float64             `json:"wall_seconds"`
 	LoadSeconds float64             `json:"load_seconds"`
+	// CompileCache counts the CUDA kernels this process took from the compiled-kernel
+	// cache and those NVRTC compiled (a first run pays the compiles once).
+	CompileCache mlxc.CompileCacheStats `json:"compile_cache"`
 }
 
 func printRunStats(w io.Writer, o runOutput) {
@@ -228,6 +233,9 @@ func printRunStats(w io.Writer, o runOutput) {
 		fmt.Fprintf(w, " (draft %.0f ms, verify %.0f ms)", ms(st.DraftTime), ms(st.VerifyTime))
 	}
 	fmt.Fprintf(w, "\nmemory:     peak %s\n", human(int64(st.PeakMemory)))
+	if cc := o.CompileCache; cc.Hits+cc.Compiles > 0 {
+		fmt.Fprintf(w, "kernels:    %d compiled, %d from the cache %s\n", cc.Compiles, cc.Hits, cc.Dir)
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

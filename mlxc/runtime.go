@@ -120,6 +120,9 @@ type Config struct {
 	// KernelDir is the folder for the CUDA kernels' source files ("" the user's cache
 	// folder, "off" inline sources).
 	KernelDir string
+	// CompileCache is the folder for kernels NVRTC compiled ("" the user's cache folder,
+	// "off" none).
+	CompileCache string
 }
 
 // config is what Configure set; read when the runtime starts (device) and when kernels are
@@ -168,6 +171,7 @@ func initRuntime() error {
 	if C.mlxc_check_version() != 0 {
 		return fmt.Errorf("mlxc: %s (rebuild against the installed MLX with `make`)", C.GoString(C.mlxc_last_error()))
 	}
+	startCompileCache()
 	want := strings.ToLower(config.Device)
 	gpu := C.mlxc_gpu_backend() != 0 && C.mlxc_device_count(1) > 0
 	switch want {

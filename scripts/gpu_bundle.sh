@@ -85,7 +85,7 @@ if [ "${1:-}" != "--bin-only" ]; then
 fi
 
 step "build stripped binaries of $(git rev-parse --short HEAD)"
-export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers -L$ROOT/third_party/llguidance"
+export CGO_LDFLAGS="-L$ROOT/third_party/tokenizers -L$ROOT/third_party/llguidance -Wl,--export-dynamic-symbol=nvrtc*"
 B="$(mktemp -d)"
 mkdir -p "$B/bin"
 go build -ldflags "-s -w -X github.com/dflash-mlx/dflash-mlx/cli.Version=$(git rev-parse --short HEAD)" -o "$B/bin/dflash-mlx" ./cmd/dflash-mlx

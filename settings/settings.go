@@ -31,6 +31,10 @@ type Runtime struct {
 	// KernelDir (DFLASH_KERNEL_DIR): the folder for our CUDA kernels' content-addressed
 	// source files; "" the user's cache folder, "off" keeps sources inline.
 	KernelDir string `json:"kernel_dir"`
+	// CompileCache (DFLASH_COMPILE_CACHE): the folder where CUDA kernels compiled by
+	// NVRTC are kept for the next process; "" the user's cache folder, "off" none (every
+	// process compiles its kernels again).
+	CompileCache string `json:"compile_cache"`
 }
 
 // Loop is how the engine decodes.
@@ -251,6 +255,7 @@ var variables = []variable{
 		return errors.New("want cpu or gpu (unset: a GPU when libmlx has one)")
 	}},
 	{"DFLASH_KERNEL_DIR", func(s *Settings, v string) error { s.Runtime.KernelDir = v; return nil }},
+	{"DFLASH_COMPILE_CACHE", func(s *Settings, v string) error { s.Runtime.CompileCache = v; return nil }},
 	{"DFLASH_RUN_AHEAD", switchVar(func(s *Settings) *Switch { return &s.Loop.RunAhead },
 		"want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)")},
 	{"DFLASH_ADAPTIVE_BLOCK", switchVar(func(s *Settings) *Switch { return &s.Loop.AdaptiveBlock },
