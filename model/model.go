@@ -143,6 +143,11 @@ type LoadOptions struct {
 	// Shard, when it splits, loads this rank's part of a tensor-parallel model (nil: the
 	// whole model). Families that cannot split are refused.
 	Shard *Shard
+	// MTP loads the checkpoint's multi-token-prediction head too, where the family has one
+	// and the checkpoint carries it (qwen35: Model.MTP); off, its tensors are dropped at
+	// load and cost no memory. A checkpoint without the head loads as it would without the
+	// option: the family reports ErrNoMTP when the head is asked for.
+	MTP bool
 }
 
 // Load reads a model folder: config, headers (validated), weights, family dispatch.
@@ -188,6 +193,7 @@ func Load(dir string, opt LoadOptions) (Model, error) {
 	sc := mlxc.NewScope()
 	defer sc.Close()
 	w.Shard = opt.Shard
+	w.MTP = opt.MTP
 	m, err := fam(cfg, w, q, s)
 	if err != nil {
 		w.Free()

@@ -25,6 +25,9 @@ type Weights struct {
 	// that Load refuses a family that cannot split rather than load it whole on every rank.
 	Shard      *Shard
 	shardTaken bool
+	// MTP: the caller asked for the multi-token-prediction head (LoadOptions.MTP); a
+	// family that has one keeps its tensors, the others ignore it.
+	MTP bool
 }
 
 // Progress reports loading progress: done and total bytes.

@@ -47,6 +47,13 @@ type Qwen35Spec struct {
 	// expert of width SharedInter (mlx-lm always has one).
 	Experts, TopK, MoEInter, SharedInter int
 	NormTopK                             bool
+	// MTP writes a complete multi-token-prediction head (mtpTensors) in the layout's form:
+	// raw HF names mtp.* with zero-centred norms and fused experts; in the MLX layout names
+	// language_model.mtp.* with norms shifted by one, split experts and the target's
+	// quantization (an mlx-community "-MTP" conversion). Without it an HF checkpoint still
+	// carries a few stray mtp.* tensors that loaders must drop (hfExtras), and an MLX one
+	// none, while both configs declare mtp_num_hidden_layers 1, as published ones do.
+	MTP bool
 }
 
 // TinyQwen35MoE is TinyQwen35 with an eight-expert, top-2 MoE MLP in every layer.
@@ -153,6 +160,11 @@ func (s Qwen35Spec) config() map[string]any {
 					q[fmt.Sprintf("language_model.model.layers.%d.%s", i, m)] = map[string]any{"group_size": 64, "bits": 8}
 				}
 			}
+			if s.MTP {
+				for _, m := range []string{"mlp.gate", "mlp.shared_expert_gate"} {
+					q[s.storedMTPName("mtp.layers.0."+m)] = map[string]any{"group_size": 64, "bits": 8}
+				}
+			}
 		}
 	}
 	return cfg
@@ -251,18 +263,63 @@ func (s Qwen35Spec) storedName(name string) string {
 }
 
 // hfExtras are tensors a raw HF export carries that the text model does not use (the
-// vision tower and the multi-token-prediction head): loaders must drop them.
+// vision tower and, unless the spec writes a whole head, a few of the multi-token-prediction
+// head's): loaders must drop them.
 func (s Qwen35Spec) hfExtras() []q35Tensor {
 	H := s.Hidden
-	return []q35Tensor{
+	ts := []q35Tensor{
 		{"model.visual.patch_embed.proj.weight", []int{8, 3, 2, 2, 2}, q35Matrix},
 		{"model.visual.blocks.0.norm1.weight", []int{8}, q35Gated},
 		{"model.visual.merger.linear_fc1.weight", []int{H, 8}, q35Matrix},
-		{"mtp.fc.weight", []int{H, 2 * H}, q35Matrix},
-		{"mtp.norm.weight", []int{H}, q35Norm},
-		{"mtp.layers.0.input_layernorm.weight", []int{H}, q35Norm},
-		{"mtp.layers.0.mlp.gate_proj.weight", []int{s.Inter, H}, q35Matrix},
 	}
+	if s.MTP {
+		return ts
+	}
+	return append(ts,
+		q35Tensor{"mtp.fc.weight", []int{H, 2 * H}, q35Matrix},
+		q35Tensor{"mtp.norm.weight", []int{H}, q35Norm},
+		q35Tensor{"mtp.layers.0.input_layernorm.weight", []int{H}, q35Norm},
+		q35Tensor{"mtp.layers.0.mlp.gate_proj.weight", []int{s.Inter, H}, q35Matrix})
+}
+
+// mtpTensors is the whole multi-token-prediction head, in the raw HF names: fc over the
+// concatenated normed embedding and hidden, its two pre-fc norms, one full-attention
+// decoder layer of the target's shapes (gated q_proj; the MoE MLP in a qwen3_5_moe
+// checkpoint) and the head's final norm.
+func (s Qwen35Spec) mtpTensors() []q35Tensor {
+	H, hd := s.Hidden, s.HeadDim
+	p := "mtp.layers.0."
+	a := p + "self_attn."
+	ts := []q35Tensor{
+		{"mtp.fc.weight", []int{H, 2 * H}, q35Matrix},
+		{"mtp.pre_fc_norm_embedding.weight", []int{H}, q35Norm},
+		{"mtp.pre_fc_norm_hidden.weight", []int{H}, q35Norm},
+		{p + "input_layernorm.weight", []int{H}, q35Norm},
+		{p + "post_attention_layernorm.weight", []int{H}, q35Norm},
+		{a + "q_proj.weight", []int{2 * s.Heads * hd, H}, q35Matrix},
+		{a + "k_proj.weight", []int{s.KVHeads * hd, H}, q35Matrix},
+		{a + "v_proj.weight", []int{s.KVHeads * hd, H}, q35Matrix},
+		{a + "o_proj.weight", []int{H, s.Heads * hd}, q35Matrix},
+		{a + "q_norm.weight", []int{hd}, q35Norm},
+		{a + "k_norm.weight", []int{hd}, q35Norm},
+		{"mtp.norm.weight", []int{H}, q35Norm},
+	}
+	if s.Experts > 0 {
+		return append(ts, s.moeTensors(p+"mlp.")...)
+	}
+	return append(ts,
+		q35Tensor{p + "mlp.gate_proj.weight", []int{s.Inter, H}, q35Matrix},
+		q35Tensor{p + "mlp.up_proj.weight", []int{s.Inter, H}, q35Matrix},
+		q35Tensor{p + "mlp.down_proj.weight", []int{H, s.Inter}, q35Matrix})
+}
+
+// storedMTPName is an MTP tensor's name (given as mtp.*) in the layout: as it is in a raw
+// HF export, under language_model. in the MLX layout.
+func (s Qwen35Spec) storedMTPName(name string) string {
+	if s.Layout == Qwen35MLX {
+		return "language_model." + name
+	}
+	return name
 }
 
 // WriteQwen35 writes the checkpoint into dir (created). The same spec in either layout
@@ -297,6 +354,10 @@ func WriteQwen35(dir string, s Qwen35Spec) error {
 		s.draw(out, s.tensors(), s.Seed, s.storedName)
 		if s.Layout == Qwen35HF {
 			s.draw(out, s.hfExtras(), s.Seed+7919, func(n string) string { return n })
+		}
+		if s.MTP {
+			// A seed of its own: the target's weights are the same with or without a head.
+			s.draw(out, s.mtpTensors(), s.Seed+104729, s.storedMTPName)
 		}
 		mlxc.SaveSafetensors(filepath.Join(dir, "model.safetensors"), out, map[string]string{"format": "mlx"})
 	})
@@ -344,7 +405,7 @@ func (s Qwen35Spec) drawOne(out map[string]*mlxc.Array, t q35Tensor, k *mlxc.Arr
 			a = mlxc.AsType(mlxc.Normal(t.shape, mlxc.Float32, 0, 3/float32(math.Sqrt(float64(s.Hidden))), k), dt)
 		}
 		for _, part := range s.expertParts(name, a) {
-			for _, key := range s.store(out, part.name, part.a, quantizable(t.kind) && !qwen35Extra(t.name)) {
+			for _, key := range s.store(out, part.name, part.a, quantizable(t.kind) && !s.unquantized(t.name)) {
 				out[key].Detach()
 			}
 		}
@@ -406,10 +467,14 @@ func (s Qwen35Spec) eightBit(name string) bool {
 	return strings.HasSuffix(name, "mlp.gate.weight") || strings.HasSuffix(name, "shared_expert_gate.weight")
 }
 
-// qwen35Extra reports whether a tensor belongs to the vision tower or the MTP head, which
-// the converter never quantizes (it drops them).
-func qwen35Extra(name string) bool {
-	return len(name) >= 4 && (name[:4] == "mtp." || (len(name) > 13 && name[:13] == "model.visual."))
+// unquantized reports whether a tensor is stored in float even in a quantized checkpoint:
+// the vision tower's and stray MTP tensors, which mlx-lm's converter drops; a whole MTP head
+// (spec.MTP) is quantized like the target, as the "-MTP-4bit" conversions store it.
+func (s Qwen35Spec) unquantized(name string) bool {
+	if strings.HasPrefix(name, "model.visual.") {
+		return true
+	}
+	return strings.HasPrefix(name, "mtp.") && !s.MTP
 }
 
 // normalIn draws N(0, std) values of shape in dtype dt. A tensor of 2^28 elements or more

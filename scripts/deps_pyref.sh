@@ -9,14 +9,17 @@ VENV="$ROOT/third_party/pyref"
 PKGS=(
   "mlx==0.32.4" "mlx-lm==0.32.2" "tokenizers==0.23.3" "transformers==5.24.0"
   "jinja2==3.1.6" "huggingface_hub==2.4.0" "openai==3.57.0" "anthropic==2.16.0" "safetensors==0.8.0"
-  "numpy==2.4.6"
+  "numpy==2.4.6" "pillow==13.0.0" "requests==2.34.2"
 )
 # The reference runs on the CPU backend on Linux (same MLX version as ours); on macOS the
 # mlx wheel brings mlx-metal.
 if [ "$(uname -s)" = Linux ]; then PKGS+=("mlx-cpu==0.32.4"); fi
 # Installed after PKGS with --no-deps: z-lab's DFlash reference (dflash.model_mlx) imports only
 # mlx, mlx-lm and huggingface_hub; its declared requirements (tqdm, datasets, requests) are not used.
-NODEPS=("dflash==0.1.0")
+# mlx-vlm's Qwen3.5 MTP drafter (the MTP head's reference, model/qwen35/testdata/mtp_ref.py)
+# needs, past mlx and transformers, only pillow and requests (in PKGS) at import; its audio,
+# video and server requirements are not used.
+NODEPS=("dflash==0.1.0" "mlx-vlm==0.7.10")
 STAMP="$VENV/.installed"
 WANT="${PKGS[*]} --no-deps ${NODEPS[*]}"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then

@@ -73,16 +73,21 @@ func (m *Model) newPass(ids *mlxc.Array, c model.Cache, opt model.ForwardOptions
 
 // layer runs decoder layer i on the residual rows h.
 func (p *pass) layer(i int, h *mlxc.Array) *mlxc.Array {
+	return p.decoder(&p.m.layers[i], p.c.kv[i], p.c.rec[i], h)
+}
+
+// decoder runs the decoder layer l on the residual rows h with its cache: kv for an
+// attention layer, rc for a GatedDeltaNet one (the MTP head's layers go through here too).
+func (p *pass) decoder(l *layer, kv *model.KVCache, rc *deltanet.Cache, h *mlxc.Array) *mlxc.Array {
 	m, eps := p.m, p.m.cfg.Eps
-	l := &m.layers[i]
 	x := model.NormOf(h, l.inputNorm, eps)
 	var post *model.Normed
 	if l.attn != nil {
-		merged, gate := p.attention(l.attn, p.c.kv[i], x)
+		merged, gate := p.attention(l.attn, kv, x)
 		// The output gate: sigmoid and product in the activation dtype, before o_proj.
 		h, post = model.OutAdd(nil, l.attn.o, mlxc.Multiply(merged, mlxc.Sigmoid(gate)), h, l.postNorm, eps)
 	} else {
-		h, post = model.OutAdd(nil, l.lin.out, p.deltaNet(l.lin, p.c.rec[i], x), h, l.postNorm, eps)
+		h, post = model.OutAdd(nil, l.lin.out, p.deltaNet(l.lin, rc, x), h, l.postNorm, eps)
 	}
 	return m.mlp(l, h, post)
 }

@@ -85,6 +85,10 @@ type Model struct {
 	// gpuExact: verify blocks round every row as a one-token step (the MoE blocks run
 	// row by row).
 	gpuExact bool
+	// mtp is the multi-token-prediction head (nil: not asked for, or not in the
+	// checkpoint); noMTP says which, for RequireMTP.
+	mtp   *MTP
+	noMTP string
 }
 
 // Load is the family's constructor (model.Family): config, sanitize, every weight checked;
@@ -112,6 +116,9 @@ func load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 	if err != nil {
 		return nil, err
 	}
+	if !w.MTP {
+		dropMTP(w)
+	}
 	if isMoE {
 		if err := splitExperts(w); err != nil {
 			return nil, err
@@ -124,9 +131,14 @@ func load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 		return nil, err
 	}
 	m := &Model{cfg: local, global: c, rope: rope, scale: float32(math.Pow(float64(c.HeadDim), -0.5)), family: family}
+	nMTP, err := m.mtpLayers(raw, w)
+	if err != nil {
+		rope.Free()
+		return nil, err
+	}
 	// The activation exists before build: the MoE blocks keep it in their config.
 	m.swiglu = model.NewSwiGLU()
-	if err := m.build(model.NewBuilder(w, q), w, q); err != nil {
+	if err := m.build(model.NewBuilder(w, q), w, q, nMTP); err != nil {
 		m.swiglu.Free()
 		return nil, err
 	}
@@ -149,9 +161,11 @@ const prefix = "language_model."
 // and value heads in each of q, k and v of the fused projection and the conv channels
 // (value head h·r … h·r+r−1 reads key head h, so ranges of both stay paired), z, a, b,
 // A_log and dt_bias by value head, and the MLP's width; o, out_proj and down all-sum.
-func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) error {
+//
+// nMTP > 0 builds the multi-token-prediction head of that many layers as well (buildMTP).
+func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig, nMTP int) error {
 	c, lc := &m.global, &m.cfg
-	H, hd, bias := c.Hidden, c.HeadDim, c.AttentionBias
+	H := c.Hidden
 	vd := c.LinValueHeads * c.LinValueDim
 	kd := c.LinKeyHeads * c.LinKeyDim
 	convParts := []int{kd, kd, vd}
@@ -180,34 +194,56 @@ func (m *Model) build(b *model.Builder, w *model.Weights, q *model.QuantConfig) 
 				},
 			}
 		} else {
-			a := p + "self_attn."
-			l.attn = &attention{
-				q:     b.SplitOut(a+"q_proj", 2*c.Heads*hd, H, bias),
-				k:     b.SplitOut(a+"k_proj", c.KVHeads*hd, H, bias),
-				v:     b.SplitOut(a+"v_proj", c.KVHeads*hd, H, bias),
-				o:     b.SplitIn(a+"o_proj", H, c.Heads*hd),
-				qNorm: b.Float(a+"q_norm.weight", hd),
-				kNorm: b.Float(a+"k_norm.weight", hd),
-			}
+			l.attn = m.buildAttention(b, p+"self_attn.")
 		}
-		if c.Experts > 0 {
-			blk, err := moe.New(b, w, q, p+"mlp", moe.Config{Hidden: H, Experts: c.Experts, TopK: c.TopK,
-				Inter: c.MoEInter, SharedInter: c.SharedInter, NormTopK: c.NormTopK, SwiGLU: m.swiglu})
-			if err != nil {
-				return b.Abandon(err)
-			}
-			l.moe = blk
-			continue
+		if err := m.buildMLP(b, w, q, p, l); err != nil {
+			return b.Abandon(err)
 		}
-		l.gate = b.SplitOut(p+"mlp.gate_proj", c.Inter, H, false)
-		l.up = b.SplitOut(p+"mlp.up_proj", c.Inter, H, false)
-		l.down = b.SplitIn(p+"mlp.down_proj", H, c.Inter)
 	}
 	m.norm = b.Float(prefix+"model.norm.weight", H)
 	if !c.Tied {
 		m.lmHead = b.Linear(prefix+"lm_head", c.Vocab, H, false)
 	}
+	if nMTP > 0 {
+		if err := m.buildMTP(b, w, q, nMTP); err != nil {
+			return b.Abandon(err)
+		}
+	}
 	return b.Finish(nil)
+}
+
+// buildAttention takes a gated full-attention layer's weights under a (…self_attn.).
+func (m *Model) buildAttention(b *model.Builder, a string) *attention {
+	c := &m.global
+	H, hd, bias := c.Hidden, c.HeadDim, c.AttentionBias
+	return &attention{
+		q:     b.SplitOut(a+"q_proj", 2*c.Heads*hd, H, bias),
+		k:     b.SplitOut(a+"k_proj", c.KVHeads*hd, H, bias),
+		v:     b.SplitOut(a+"v_proj", c.KVHeads*hd, H, bias),
+		o:     b.SplitIn(a+"o_proj", H, c.Heads*hd),
+		qNorm: b.Float(a+"q_norm.weight", hd),
+		kNorm: b.Float(a+"k_norm.weight", hd),
+	}
+}
+
+// buildMLP takes layer l's MLP under p (…layers.i.): the sparse MoE block of a
+// qwen3_5_moe checkpoint, else the dense SwiGLU.
+func (m *Model) buildMLP(b *model.Builder, w *model.Weights, q *model.QuantConfig, p string, l *layer) error {
+	c := &m.global
+	H := c.Hidden
+	if c.Experts > 0 {
+		blk, err := moe.New(b, w, q, p+"mlp", moe.Config{Hidden: H, Experts: c.Experts, TopK: c.TopK,
+			Inter: c.MoEInter, SharedInter: c.SharedInter, NormTopK: c.NormTopK, SwiGLU: m.swiglu})
+		if err != nil {
+			return err
+		}
+		l.moe = blk
+		return nil
+	}
+	l.gate = b.SplitOut(p+"mlp.gate_proj", c.Inter, H, false)
+	l.up = b.SplitOut(p+"mlp.up_proj", c.Inter, H, false)
+	l.down = b.SplitIn(p+"mlp.down_proj", H, c.Inter)
+	return nil
 }
 
 // setArch records what callers need to know, completed from the loaded weights.
@@ -249,11 +285,24 @@ func (m *Model) bindKernels(s settings.Settings) error {
 	return nil
 }
 
-// linears lists every Linear of the model.
+// allLayers lists the decoder layers: the target's, then the MTP head's.
+func (m *Model) allLayers() []*layer {
+	ls := make([]*layer, 0, len(m.layers))
+	for i := range m.layers {
+		ls = append(ls, &m.layers[i])
+	}
+	if m.mtp != nil {
+		for i := range m.mtp.layers {
+			ls = append(ls, &m.mtp.layers[i])
+		}
+	}
+	return ls
+}
+
+// linears lists every Linear of the model (the MTP head's included).
 func (m *Model) linears() []*model.Linear {
 	var ls []*model.Linear
-	for i := range m.layers {
-		l := &m.layers[i]
+	for _, l := range m.allLayers() {
 		if l.attn != nil {
 			ls = append(ls, l.attn.q, l.attn.k, l.attn.v, l.attn.o)
 		} else if l.lin != nil {
@@ -266,6 +315,9 @@ func (m *Model) linears() []*model.Linear {
 	if m.lmHead != nil {
 		ls = append(ls, m.lmHead)
 	}
+	if m.mtp != nil {
+		ls = append(ls, m.mtp.fc)
+	}
 	return ls
 }
 
@@ -273,8 +325,7 @@ func (m *Model) linears() []*model.Linear {
 // are computed from the file's.
 func (m *Model) WeightArrays() []*mlxc.Array {
 	ws := m.embed.Arrays()
-	for i := range m.layers {
-		l := &m.layers[i]
+	for _, l := range m.allLayers() {
 		ws = append(ws, l.inputNorm, l.postNorm)
 		if l.attn != nil {
 			ws = append(ws, l.attn.qNorm, l.attn.kNorm)
@@ -285,6 +336,9 @@ func (m *Model) WeightArrays() []*mlxc.Array {
 	}
 	for _, x := range m.linears() {
 		ws = append(ws, x.Arrays()...)
+	}
+	if h := m.mtp; h != nil {
+		ws = append(ws, h.preEmbed, h.preHidden, h.norm)
 	}
 	return append(ws, m.norm)
 }
@@ -298,19 +352,19 @@ func (m *Model) Prepare() {
 		x.UseSkinny(m.skinny)
 		x.UseQMM(m.qmm)
 	}
-	for i := range m.layers {
-		if l := m.layers[i].lin; l != nil {
+	for _, l := range m.allLayers() {
+		if l := l.lin; l != nil {
 			l.in = model.Merge(l.qkv, l.z, l.b, l.a)
 		}
 		// Products that read the same rows are stacked: a kernel launch each in a verify
 		// block on a GPU, whose host cost the cycle is made of.
-		if a := m.layers[i].attn; a != nil {
+		if a := l.attn; a != nil {
 			a.qkv = model.Merge(a.q, a.k, a.v)
 		}
-		if l := &m.layers[i]; l.moe == nil {
+		if l.moe == nil {
 			l.gateUp = model.Merge(l.gate, l.up)
 		}
-		if b := m.layers[i].moe; b != nil {
+		if b := l.moe; b != nil {
 			b.Prepare()
 			b.UseSkinny(m.skinny)
 			b.UseQMM(m.qmm)
@@ -359,8 +413,12 @@ func (m *Model) Free() {
 // freeLayers releases the layers' weights and the head (the Builder's partial results on a
 // failed build included: Free is safe on nil).
 func (m *Model) freeLayers() {
-	for i := range m.layers {
-		l := &m.layers[i]
+	if h := m.mtp; h != nil {
+		h.preEmbed.Free()
+		h.preHidden.Free()
+		h.norm.Free()
+	}
+	for _, l := range m.allLayers() {
 		l.inputNorm.Free()
 		l.postNorm.Free()
 		if l.attn != nil {

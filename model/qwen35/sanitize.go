@@ -9,13 +9,34 @@ import (
 )
 
 // shiftedNorms are the norm families that raw HF checkpoints store zero-centred (the
-// module computes 1+w); linear_attn.norm is not one of them.
-var shiftedNorms = []string{".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight", ".k_norm.weight"}
+// module computes 1+w); linear_attn.norm is not one of them. The last three are the MTP
+// head's own (its final norm and the two before fc); its layers' norms carry the target's
+// suffixes.
+var shiftedNorms = []string{".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight", ".k_norm.weight",
+	"mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"}
+
+// mtpPrefix is where sanitize leaves the MTP head's tensors, whether the checkpoint named
+// them mtp.* (raw HF) or language_model.mtp.* (MLX conversions that keep the head).
+const mtpPrefix = prefix + "mtp."
+
+// dropMTP removes the multi-token-prediction head's tensors (any name with "mtp." in it,
+// as mlx-lm drops them), before anything reads them: a head nobody asked for costs no
+// memory, and a broken one does not fail the load.
+func dropMTP(w *model.Weights) {
+	for _, name := range names(w) {
+		if strings.Contains(name, "mtp.") {
+			w.Drop(name)
+		}
+	}
+}
 
 // sanitize rewrites a checkpoint's tensors in place into mlx-lm's post-sanitize form, so
-// that raw HF and mlx-community checkpoints load alike: vision and MTP tensors dropped,
-// names under language_model., conv weights [C, K, 1], and (raw HF only, recognised by
-// its conv layout) the five norm families shifted by one in their stored dtype.
+// that raw HF and mlx-community checkpoints load alike: vision tensors dropped, names under
+// language_model., conv weights [C, K, 1], and (raw HF only, recognised by its conv layout)
+// the five norm families shifted by one in their stored dtype. MTP tensors still there
+// (dropMTP did not run) go under mtpPrefix and their norms are shifted by the same rule,
+// so exactly once: an MLX conversion stored them shifted already, whatever their names
+// (the double shift that the presence of mtp.* tensors used to cause elsewhere).
 func sanitize(w *model.Weights, tied bool) {
 	// Intermediate arrays (the added constant) die with this scope; the rewritten
 	// tensors are detached from it.
@@ -36,11 +57,6 @@ func sanitize(w *model.Weights, tied bool) {
 	for name, info := range w.Info {
 		if strings.Contains(name, "conv1d.weight") && len(info.Shape) > 0 && info.Shape[len(info.Shape)-1] != 1 {
 			raw = true
-		}
-	}
-	for _, name := range names(w) {
-		if strings.Contains(name, "mtp.") {
-			w.Drop(name)
 		}
 	}
 	if tied {
