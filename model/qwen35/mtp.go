@@ -2,6 +2,7 @@ package qwen35
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -61,7 +62,7 @@ func (m *Model) MTP() *MTP { return m.mtp }
 // none, for a command line to show.
 func (m *Model) RequireMTP() (*MTP, error) {
 	if m.mtp == nil {
-		return nil, fmt.Errorf("%s: %w", m.noMTP, model.ErrNoMTP)
+		return nil, fmt.Errorf("%w: %s", model.ErrNoMTP, m.noMTP)
 	}
 	return m.mtp, nil
 }
@@ -82,7 +83,7 @@ func (h *MTP) TargetHidden(last *mlxc.Array) *mlxc.Array { return h.m.FinalNorm(
 // not match.
 func (m *Model) mtpLayers(raw *model.RawConfig, w *model.Weights) (int, error) {
 	if !w.MTP {
-		m.noMTP = "the multi-token-prediction head was not asked for (model.LoadOptions.MTP)"
+		m.noMTP = "the model was loaded without its multi-token-prediction head (model.LoadOptions.MTP)"
 		return 0, nil
 	}
 	named := map[int]bool{}
@@ -100,7 +101,7 @@ func (m *Model) mtpLayers(raw *model.RawConfig, w *model.Weights) (int, error) {
 		}
 	}
 	if !found {
-		m.noMTP = raw.Path + ": no mtp.* tensors"
+		m.noMTP = filepath.Dir(raw.Path) + ": the checkpoint has no mtp.* tensors (most MLX conversions drop them; the original Hugging Face release and -MTP conversions keep them)"
 		return 0, nil
 	}
 	n, err := mtpDeclared(raw)
@@ -134,6 +135,20 @@ func mtpDeclared(raw *model.RawConfig) (int, error) {
 		return n, nil
 	}
 	return 1, nil
+}
+
+// mtpProblems says that the problems of a failed build are the MTP head's when those
+// listed all name its tensors, so that the user knows what to do about them.
+func mtpProblems(err error, nMTP int) error {
+	if nMTP == 0 {
+		return err
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !strings.Contains(line, mtpPrefix) && !strings.HasPrefix(line, "... and ") {
+			return err
+		}
+	}
+	return fmt.Errorf("the checkpoint's multi-token-prediction head is incomplete or mis-shaped (loading without model.LoadOptions.MTP ignores its tensors):\n%w", err)
 }
 
 // buildMTP takes the head's n layers and its fc and norms from b (under mtpPrefix, after

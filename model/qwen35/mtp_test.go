@@ -236,9 +236,9 @@ func TestMTPAbsent(t *testing.T) {
 		layout modelgen.Qwen35Layout
 		why    string
 	}{
-		{"mlx-no-head-asked", false, true, modelgen.Qwen35MLX, "no mtp.* tensors"},
-		{"head-not-asked", true, false, modelgen.Qwen35HF, "not asked for"},
-		{"mlx-head-not-asked", true, false, modelgen.Qwen35MLX, "not asked for"},
+		{"mlx-no-head-asked", false, true, modelgen.Qwen35MLX, "the checkpoint has no mtp.* tensors"},
+		{"head-not-asked", true, false, modelgen.Qwen35HF, "loaded without its multi-token-prediction head"},
+		{"mlx-head-not-asked", true, false, modelgen.Qwen35MLX, "loaded without its multi-token-prediction head"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,7 +277,7 @@ func TestMTPBadHead(t *testing.T) {
 		edit   func(t *testing.T, dir string)
 		want   []string
 	}{
-		{"hf-partial", modelgen.Qwen35HF, false, nil, []string{"language_model.mtp.pre_fc_norm_hidden.weight is missing"}},
+		{"hf-partial", modelgen.Qwen35HF, false, nil, []string{"multi-token-prediction head", "language_model.mtp.pre_fc_norm_hidden.weight is missing"}},
 		{"mlx-missing-fc", modelgen.Qwen35MLX, false, func(t *testing.T, dir string) {
 			drop(t, dir, "language_model.mtp.fc.weight")
 		}, []string{"language_model.mtp.fc.weight is missing"}},

@@ -4,6 +4,9 @@
 // dense SwiGLU. Its MoE sibling (model_type "qwen3_5_moe", Qwen3.5/3.6-35B-A3B) is the same
 // decoder with a sparse MoE MLP (model/moe) in every layer. The math follows mlx-lm's
 // qwen3_5.py and qwen3_5_moe.py op for op.
+//
+// Checkpoints that keep the multi-token-prediction head (mtp.*) load it with
+// model.LoadOptions.MTP: Model.MTP returns it, and MTP.Step runs one step of it (mtp.go).
 package qwen35
 
 import (
@@ -140,7 +143,7 @@ func load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 	m.swiglu = model.NewSwiGLU()
 	if err := m.build(model.NewBuilder(w, q), w, q, nMTP); err != nil {
 		m.swiglu.Free()
-		return nil, err
+		return nil, mtpProblems(err, nMTP)
 	}
 	m.setArch(w)
 	if err := m.bindKernels(s); err != nil {
