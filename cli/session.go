@@ -211,6 +211,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	}
 	err = mlxc.Do(func() error {
 		st, s.Kernels = gateKernels(st, cfg.Log)
+		decideGPUExact(&st, tm.Dir)
 		s.Settings = st
 		opt := model.LoadOptions{Settings: &st, Shard: shard}
 		if bar != nil {

@@ -199,6 +199,32 @@ type Gate struct {
 	Warn io.Writer
 }
 
+// announce says on Warn, when some wanted check has no verdict yet, that the first use
+// of this build on the device checks (and compiles) kernels, which takes a while (about a
+// minute on an H200); the returned func says when that is over.
+func (g Gate) announce(k settings.Kernels, checks []Check, applicable func(Check) bool) func() {
+	pending := 0
+	for _, c := range checks {
+		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
+			continue
+		}
+		if g.Store != nil {
+			if _, ok := g.Store.Get(Key(g.Device, c)); ok {
+				continue
+			}
+		}
+		pending++
+	}
+	if pending == 0 || g.Warn == nil {
+		return func() {}
+	}
+	start := time.Now()
+	fmt.Fprintf(g.Warn, "first use on %s: compiling and checking %d custom kernels against MLX's ops (once: the verdicts and compiled kernels are kept)…\n", g.Device.Name, pending)
+	return func() {
+		fmt.Fprintf(g.Warn, "kernel checks done in %.1fs\n", time.Since(start).Seconds())
+	}
+}
+
 // Apply returns k with the kernels whose check fails on the gate's device disabled
 // (k.Disabled), and every kernel's state. In check mode each wanted check with a source
 // for the device's backend runs unless the store has its verdict. Kernels no check
@@ -226,6 +252,7 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 		return false
 	}
 	if (k.Mode == settings.KernelsCheck || k.Mode == "") && g.Device.Backend != "" {
+		defer g.announce(k, checks, applicable)()
 		for i, c := range checks {
 			if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
 				continue

@@ -86,8 +86,8 @@ func stateOf(t *testing.T, states []State, name string) State {
 
 // The self-check's machinery, on this machine's backend: a kernel that disagrees with its
 // fallback and one that fails to build are disabled with one warning each, the answers
-// are still right, the verdicts are remembered (a second process checks nothing and warns
-// no more), and a kernel that agrees is verified. A verdict of another MLX version or of
+// are still right, the checks are announced while they run, the verdicts are remembered (a
+// second process checks nothing and says nothing), and a kernel that agrees is verified. A verdict of another MLX version or of
 // a changed source does not count.
 func TestGateDisablesWrongAndBrokenKernels(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "verdicts.json")
@@ -99,9 +99,16 @@ func TestGateDisablesWrongAndBrokenKernels(t *testing.T) {
 			var warn bytes.Buffer
 			g := Gate{Device: dev, Store: OpenStore(path, &warn), Warn: &warn}
 			k, states := g.Apply(settings.Default().Kernels, checks)
-			lines := strings.Count(warn.String(), "\n")
+			lines := strings.Count(warn.String(), "warning: ")
 			if want := []int{2, 0}[pass]; lines != want {
 				t.Errorf("pass %d: %d warning lines, want %d:\n%s", pass, lines, want, warn.String())
+			}
+			// The first pass says it checks the 3 kernels and when that is over; the second
+			// (all remembered) says nothing.
+			announced := strings.Contains(warn.String(), "first use on test GPU: compiling and checking 3 custom kernels") &&
+				strings.Contains(warn.String(), "kernel checks done in ")
+			if announced != (pass == 0) || pass == 1 && warn.Len() != 0 {
+				t.Errorf("pass %d: progress lines %v, want %v:\n%s", pass, announced, pass == 0, warn.String())
 			}
 			for name, want := range map[string]string{wrongKernel.Name: "disabled", brokenKernel.Name: "disabled", goodKernel.Name: "verified"} {
 				st := stateOf(t, states, name)

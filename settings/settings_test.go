@@ -59,6 +59,7 @@ func TestParse(t *testing.T) {
 		{name: "deltanet kernel off", env: map[string]string{"DFLASH_DELTANET_KERNEL": "0"}, want: with(func(s *Settings) { s.Kernels.DeltaNetKernel = false })},
 		{name: "bad deltanet kernel", env: map[string]string{"DFLASH_DELTANET_KERNEL": "yes"}, wantErr: `DFLASH_DELTANET_KERNEL="yes"`},
 		{name: "split keys on tensor cores", env: map[string]string{"DFLASH_SPLIT_KEYS_MMA": "1"}, want: with(func(s *Settings) { s.Kernels.SplitKeysMMA = true })},
+		{name: "split keys scalar", env: map[string]string{"DFLASH_SPLIT_KEYS_MMA": "0"}, want: with(func(s *Settings) { s.Kernels.SplitKeysMMA = false })},
 		{name: "bad split keys mma", env: map[string]string{"DFLASH_SPLIT_KEYS_MMA": "on"}, wantErr: `DFLASH_SPLIT_KEYS_MMA="on"`},
 		{name: "kernels trusted", env: map[string]string{"DFLASH_KERNELS": "trust"}, want: with(func(s *Settings) { s.Kernels.Mode = KernelsTrust })},
 		{name: "kernels off", env: map[string]string{"DFLASH_KERNELS": "OFF"}, want: with(func(s *Settings) { s.Kernels.Mode = KernelsOff })},
