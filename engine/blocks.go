@@ -11,6 +11,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
@@ -82,6 +83,16 @@ func (e *Engine) MeasureBlockCosts(ctx context.Context, prompt []int32, sizes []
 		}
 		taps := p.TapLayers()
 		staged := prompt[len(prompt)-1]
+		if tc, ok := p.(verify.TokenContext); ok {
+			// Past the prompt the probe's positions hold tokens it does not keep; the
+			// staged one stands for them (only the cycles' costs are kept).
+			tc.SetTokens(func(q int) (int32, bool) {
+				if q >= 0 && q < len(prompt) {
+					return prompt[q], true
+				}
+				return staged, true
+			})
+		}
 		// pending are the context rows the drafter takes at its next proposal (detached).
 		var pending []*mlxc.Array
 		defer func() { freeAll(pending) }()

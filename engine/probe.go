@@ -93,6 +93,16 @@ func (r *probeRun) measure(prompt []int32, res *PipelineProbe) error {
 	r.c.Reserve(len(prompt) + 2*r.B)
 	r.p.Begin()
 	defer r.p.End()
+	if tc, ok := r.p.(verify.TokenContext); ok {
+		// The probe's positions hold the prompt, then the last prompt token again (the
+		// first step); only their costs are kept.
+		tc.SetTokens(func(q int) (int32, bool) {
+			if q >= 0 && q < len(prompt) {
+				return prompt[q], true
+			}
+			return 0, false
+		})
+	}
 	if err := r.e.prefill(r.ctx, prompt, r.c, r.p); err != nil {
 		return err
 	}

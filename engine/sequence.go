@@ -6,6 +6,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/sample"
+	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
 // sequence is one request in the decoder: its tokens and output, its sampling state and
@@ -60,12 +61,31 @@ func (e *Engine) newSequence(ctx context.Context, req Request, emit func(Event) 
 	if e.Proposer != nil && !req.NoDraft {
 		if s.dr = newDrafting(e, req, fork); s.dr != nil {
 			s.st = newDFlashStats(false, len(req.Prompt), s.dr.maxW)
+			if tc, ok := s.dr.p.(verify.TokenContext); ok {
+				tc.SetTokens(s.tokenAt)
+			}
 		}
 	}
 	if req.MaxTokens == 0 {
 		s.o.end(FinishLength)
 	}
 	return s
+}
+
+// tokenAt is the committed token at position p: the prompt's, then the history's (whose
+// first token is the prompt's last).
+func (s *sequence) tokenAt(p int) (int32, bool) {
+	P := len(s.req.Prompt)
+	if p < 0 {
+		return 0, false
+	}
+	if p < P {
+		return s.req.Prompt[p], true
+	}
+	if j := p - P + 1; j < len(s.history) {
+		return s.history[j], true
+	}
+	return 0, false
 }
 
 // over reports whether the sequence has ended: its output is complete, it failed, or its

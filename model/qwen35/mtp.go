@@ -67,6 +67,10 @@ func (m *Model) RequireMTP() (*MTP, error) {
 	return m.mtp, nil
 }
 
+// TargetLayers is the target's layer count: its last layer's rows (tap TargetLayers−1)
+// are what TargetHidden takes.
+func (h *MTP) TargetLayers() int { return h.m.Arch().NumLayers }
+
 // Layers is the head's decoder layer count (mtp_num_hidden_layers).
 func (h *MTP) Layers() int { return len(h.layers) }
 
