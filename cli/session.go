@@ -35,8 +35,10 @@ type LoadConfig struct {
 	Draft  string // "" = resolve from the registry
 	// MaxBlock is the largest DFlash block the session's requests ask for (--block-size;
 	// 0: the drafter's): the start-up measurement of the adaptive block times no larger.
-	MaxBlock     int
-	NoDraft      bool
+	MaxBlock int
+	NoDraft  bool
+	// DraftKind is --draft-kind: "auto" (or ""), "dflash", "mtp" or "none".
+	DraftKind    string
 	RequireDraft bool
 	DraftsFile   string // user registry; "" = the default location
 	Revision     string
@@ -66,6 +68,8 @@ type LoadConfig struct {
 
 // Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
 type Session struct {
+	// mtp: the proposer is the target's multi-token-prediction head (--draft-kind).
+	mtp       bool
 	Engine    *engine.Engine
 	Tok       *tokenizer.Tokenizer
 	TargetRef string
@@ -104,7 +108,7 @@ type Session struct {
 // resolveDraft picks the drafter for a target per the rules: explicit flag, else registry,
 // else none (with a notice, or an error under RequireDraft).
 func resolveDraft(cfg LoadConfig) (string, error) {
-	if cfg.NoDraft {
+	if cfg.NoDraft || cfg.DraftKind == draftNone || cfg.DraftKind == draftMTP {
 		return "", nil
 	}
 	if cfg.Draft != "" {
@@ -121,7 +125,7 @@ func resolveDraft(cfg LoadConfig) (string, error) {
 	if d, ok := reg.Resolve(cfg.Target); ok {
 		return d, nil
 	}
-	if cfg.RequireDraft {
+	if cfg.RequireDraft || cfg.DraftKind == draftDFlash {
 		return "", fmt.Errorf("no DFlash draft is known for %s (known targets: %v); pass --draft-model or add it to %s", cfg.Target, reg.Known(), path)
 	}
 	return "", nil
@@ -150,11 +154,17 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 	if err := checkLoadable(ctx, client, cfg.Target, cfg.Revision); err != nil {
 		return nil, err
 	}
+	if err := checkDraftKind(&cfg); err != nil {
+		return nil, err
+	}
 	draftRef, err := resolveDraft(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if draftRef == "" && !cfg.NoDraft {
+	// An automatic choice without a DFlash drafter tries the checkpoint's MTP head
+	// (loaded with the target) before settling on plain decoding.
+	wantMTP := cfg.DraftKind == draftMTP || cfg.DraftKind == draftAuto && draftRef == "" && !cfg.NoDraft && cfg.DistBackend == ""
+	if draftRef == "" && !cfg.NoDraft && !wantMTP && cfg.DraftKind != draftNone {
 		const msg = "no DFlash draft known for the target; using plain decoding (pass --draft-model to speed it up)"
 		if cfg.Logger != nil {
 			cfg.Logger.Warn(msg, "target", cfg.Target)
@@ -213,7 +223,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		st, s.Kernels = gateKernels(st, cfg.Log)
 		decideGPUExact(&st, tm.Dir)
 		s.Settings = st
-		opt := model.LoadOptions{Settings: &st, Shard: shard}
+		opt := model.LoadOptions{Settings: &st, Shard: shard, MTP: wantMTP}
 		if bar != nil {
 			opt.Progress = bar.update
 		}
@@ -253,6 +263,12 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			s.Engine.Proposer = proposerFor(d)
 			if w, err := model.ReadWeightHeaders(dm.Dir); err == nil {
 				s.CheckpointBytes += w.Bytes
+			}
+		}
+		if wantMTP {
+			if err := s.useMTP(m, cfg); err != nil {
+				m.Free()
+				return err
 			}
 		}
 		s.CheckpointBytes += m.Arch().WeightBytes
