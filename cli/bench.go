@@ -43,6 +43,7 @@ func benchCommand() *cli.Command {
 		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed of the first run (each run adds its index)"},
 		&cli.Float64Flag{Name: "replay-drafts", Value: -1, Usage: "fix the acceptance: each draft counts as right with probability 1−ERR (0 = all right), while drafting, verification and rollback run for real; measures the engine's cycle cost at a known τ on random weights. Numbers are labelled 'replayed'"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		&cli.BoolFlag{Name: "mtp-compare", Usage: "instead: plain decoding, the DFlash drafter and the target's multi-token-prediction head side by side in this process (a Qwen3.5 target that keeps its head; --random qwen3.5 shapes have one), and one head step's cost against one target step"},
 		&cli.BoolFlag{Name: "flips", Usage: "instead: measure how often a verify block and one-token decode pick different greedy tokens (and their logit gaps)"},
 		&cli.StringFlag{Name: "context", Usage: "instead: plain and DFlash after prompts of these lengths (e.g. 512,2k,8k,32k: built-in text through the tokenizer, random ids for --random shapes), with the cycle's context-dependent part, TTFT and peak memory"},
 		&cli.IntFlag{Name: "multi-turn", Usage: "instead: a chat of N turns, each turn's time to first token without and with the prompt cache side by side (the history through the chat template; random token ids for --random shapes)"},
@@ -219,6 +220,7 @@ func median(v []float64) float64 {
 func benchAction(c *cli.Context) (err error) {
 	ctx := context.Background()
 	cfg := loadConfig(c)
+	cfg.LoadMTP = c.Bool("mtp-compare")
 	if n := c.Int("ranks"); n < 1 {
 		return cli.Exit(fmt.Sprintf("--ranks must be at least 1, got %d", n), 2)
 	} else if n > 1 && cfg.DistBackend == "" {
@@ -268,6 +270,9 @@ func benchAction(c *cli.Context) (err error) {
 	}
 	if c.Bool("flips") {
 		return benchFlips(c, s, prompts)
+	}
+	if c.Bool("mtp-compare") {
+		return benchMTP(c, s, prompts, note)
 	}
 	n, repeats := c.Int("max-new-tokens"), max(1, c.Int("repeats"))
 	rep := benchReport{Target: s.TargetRef, Draft: s.DraftRef, MaxTokens: n, Repeats: repeats, Note: note, Settings: s.Settings}
@@ -726,7 +731,12 @@ func randomIDs(r *rand.Rand, n, vocab int) []int32 {
 func writeRandomPair(dir, shape string) (string, string, error) {
 	td, dd := filepath.Join(dir, "target"), filepath.Join(dir, "draft")
 	write := func() error { return nil }
+	stampText := shape
 	if t35, d35, ok := qwen35Shape(shape); ok {
+		// Qwen3.5 targets carry their multi-token-prediction head, as the original
+		// checkpoints do (bench --mtp-compare drafts with it; other loads drop it).
+		t35.MTP = true
+		stampText = shape + " (with an MTP head)"
 		write = func() error { return writePair35(td, dd, t35, d35) }
 	} else {
 		tspec, dspec, err := pairShape(shape)
@@ -735,7 +745,7 @@ func writeRandomPair(dir, shape string) (string, string, error) {
 		}
 		write = func() error { return writePair(td, dd, tspec, dspec) }
 	}
-	if stamp, err := os.ReadFile(filepath.Join(dir, "SHAPE")); err == nil && string(stamp) == shape {
+	if stamp, err := os.ReadFile(filepath.Join(dir, "SHAPE")); err == nil && string(stamp) == stampText {
 		fmt.Fprintf(os.Stderr, "reusing the random %s pair in %s\n", shape, dir)
 		return td, dd, nil
 	}
@@ -744,7 +754,7 @@ func writeRandomPair(dir, shape string) (string, string, error) {
 		return "", "", err
 	}
 	fmt.Fprintf(os.Stderr, "wrote random %s pair to %s in %.1fs\n", shape, dir, time.Since(start).Seconds())
-	if err := os.WriteFile(filepath.Join(dir, "SHAPE"), []byte(shape), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "SHAPE"), []byte(stampText), 0o644); err != nil {
 		return "", "", err
 	}
 	return td, dd, nil

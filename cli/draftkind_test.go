@@ -65,7 +65,7 @@ func TestDraftKind(t *testing.T) {
 		if got.DraftKind != "mtp" || got.Stats.Mode != "dflash" {
 			t.Errorf("%v: draft kind %q, mode %q, want mtp speculation", args, got.DraftKind, got.Stats.Mode)
 		}
-		if i, ok := tokensEqual(got.Tokens, plain.Tokens); !ok {
+		if i, ok := sameTokens(got.Tokens, plain.Tokens); !ok {
 			t.Errorf("%v: tokens differ from plain decoding at %d:\n %v\n %v", args, i, got.Tokens, plain.Tokens)
 		}
 	}
@@ -97,11 +97,33 @@ func TestDraftKind(t *testing.T) {
 	}
 }
 
-func tokensEqual(a, b []int32) (int, bool) {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i, false
+// bench --mtp-compare runs plain decoding, the DFlash drafter and the MTP head in one
+// process: all three greedy outputs agree, and the step costs are measured.
+func TestBenchMTPCompare(t *testing.T) {
+	target := mtpCheckpoint(t, true)
+	out, errOut, code := runCLI(t, "bench", "--target-model", target, "--draft-model", filepath.Join(filepath.Dir(target), "draft"),
+		"--mtp-compare", "-n", "12", "--repeats", "1", "--warmup", "0", "--num-prompts", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r mtpReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(r.Rows) != 2 || r.MTPExactGreedy == nil || !*r.MTPExactGreedy || r.DFlashExactGreedy == nil || !*r.DFlashExactGreedy {
+		t.Errorf("report: %+v", r)
+	}
+	for _, row := range r.Rows {
+		if row.PlainTPS <= 0 || row.DFlashTPS <= 0 || row.MTPTPS <= 0 || row.MTPTau < 1 {
+			t.Errorf("row %+v: a speed missing", row)
 		}
 	}
-	return min(len(a), len(b)), len(a) == len(b)
+	if r.MTPStepMS <= 0 || r.TargetStepMS <= 0 || r.MTPBlock != 4 {
+		t.Errorf("step costs %.3f / %.3f ms, block %d", r.MTPStepMS, r.TargetStepMS, r.MTPBlock)
+	}
+	// Without a head the comparison is refused with the reason.
+	_, errOut, code = runCLI(t, "bench", "--target-model", mtpCheckpoint(t, false), "--draft-model", filepath.Join(filepath.Dir(target), "draft"), "--mtp-compare", "-n", "4")
+	if code == 0 || !strings.Contains(errOut, "no multi-token-prediction head") {
+		t.Errorf("without a head: exit %d:\n%s", code, errOut)
+	}
 }

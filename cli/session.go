@@ -19,6 +19,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	_ "github.com/dflash-mlx/dflash-mlx/model/families" // every family registers its model_type
+	"github.com/dflash-mlx/dflash-mlx/model/qwen35"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 	"github.com/dflash-mlx/dflash-mlx/tokenizer"
 )
@@ -38,7 +39,10 @@ type LoadConfig struct {
 	MaxBlock int
 	NoDraft  bool
 	// DraftKind is --draft-kind: "auto" (or ""), "dflash", "mtp" or "none".
-	DraftKind    string
+	DraftKind string
+	// LoadMTP loads the target's multi-token-prediction head beside a DFlash drafter
+	// (Session.MTPHead; bench --mtp-compare).
+	LoadMTP      bool
 	RequireDraft bool
 	DraftsFile   string // user registry; "" = the default location
 	Revision     string
@@ -69,7 +73,9 @@ type LoadConfig struct {
 // Session is a loaded target (+ drafter) with its tokenizer, ready to generate.
 type Session struct {
 	// mtp: the proposer is the target's multi-token-prediction head (--draft-kind).
-	mtp       bool
+	mtp bool
+	// MTPHead is the target's multi-token-prediction head when it was loaded (nil: none).
+	MTPHead   *qwen35.MTP
 	Engine    *engine.Engine
 	Tok       *tokenizer.Tokenizer
 	TargetRef string
@@ -223,7 +229,7 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		st, s.Kernels = gateKernels(st, cfg.Log)
 		decideGPUExact(&st, tm.Dir)
 		s.Settings = st
-		opt := model.LoadOptions{Settings: &st, Shard: shard, MTP: wantMTP}
+		opt := model.LoadOptions{Settings: &st, Shard: shard, MTP: wantMTP || cfg.LoadMTP}
 		if bar != nil {
 			opt.Progress = bar.update
 		}
@@ -264,6 +270,9 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 			if w, err := model.ReadWeightHeaders(dm.Dir); err == nil {
 				s.CheckpointBytes += w.Bytes
 			}
+		}
+		if q, ok := m.(*qwen35.Model); ok {
+			s.MTPHead = q.MTP()
 		}
 		if wantMTP {
 			if err := s.useMTP(m, cfg); err != nil {
