@@ -11,8 +11,8 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/sample"
-	"github.com/dflash-mlx/dflash-mlx/verify"
 	"github.com/dflash-mlx/dflash-mlx/settings"
+	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
 // BlockCosts are the measured costs of one DFlash cycle per block size B (the staged

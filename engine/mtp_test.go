@@ -10,6 +10,7 @@ import (
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/model/qwen35"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
+	"github.com/dflash-mlx/dflash-mlx/sample"
 	"github.com/dflash-mlx/dflash-mlx/verify"
 )
 
@@ -109,5 +110,49 @@ func TestMTPBatchedRowsEqualPlain(t *testing.T) {
 		if j, ok := eqTokens(got[i].Tokens, want[i]); !ok {
 			t.Errorf("row %d diverges from plain at %d:\n mtp   %v\n plain %v", i, j, got[i].Tokens, want[i])
 		}
+	}
+}
+
+// Sampled MTP speculation has the target's distribution: the joint of the first four
+// sampled tokens, over 1 500 runs, passes a χ² test against the target's exact joint
+// (drafts drawn from the head's own q and accepted by the speculative rule), and the same
+// test rejects an acceptance rule that takes every draft.
+func TestMTPSamplingMatchesTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("statistical test; skipped with -short")
+	}
+	spec := modelgen.TinyQwen35()
+	spec.Vocab, spec.Seed, spec.WeightStd, spec.EOS = 6, 21, 0.1, []int{-1}
+	m := mtpTarget(t, "sampling-v6", spec)
+	sp := sample.Params{Temperature: 0.9, TopP: 0.97}
+	prompt := []int32{1, 3, 5}
+	exp := exactJoint(t, m, prompt, 6, sp)
+	const N = 1500
+	wrong := &Engine{Target: m, Proposer: verify.NewMTP(m.MTP(), 4)}
+	wrong.speculative = func(lp, drafts, probs *mlxc.Array, sp sample.Params, keys *sample.Keys) verify.Verdict {
+		v := verify.Speculative(lp, drafts, probs, sp, keys)
+		v.Accept = mlxc.Equal(drafts, drafts) // accept everything: wrong
+		return v
+	}
+	for _, v := range []struct {
+		name     string
+		e        *Engine
+		wantFail bool
+	}{
+		{"mtp", &Engine{Target: m, Proposer: verify.NewMTP(m.MTP(), 4)}, false},
+		{"wrong-rule-accept-all", wrong, true},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			obs := sampleJoint(t, v.e, prompt, sp, N, 4)
+			stat, df := chiSquare(obs, exp, N)
+			crit := chiCritical(df, 3.09) // z for α = 0.001
+			t.Logf("%s: χ² = %.1f, df = %d, critical (α=0.001) = %.1f", v.name, stat, df, crit)
+			if v.wantFail && stat <= crit {
+				t.Errorf("the wrong acceptance rule was not detected (χ² %.1f ≤ %.1f)", stat, crit)
+			}
+			if !v.wantFail && stat > crit {
+				t.Errorf("distribution differs from the target's: χ² %.1f > %.1f", stat, crit)
+			}
+		})
 	}
 }
