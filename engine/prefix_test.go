@@ -41,15 +41,18 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 		// apart (its products pick kernels by row count) even in GPU-exact mode.
 		t.Skip("needs rows that round alike whatever the prefill's chunking: the CPU backend")
 	}
+	mtp := mtpTargets(t)["bf16"]
 	pairs := []struct {
 		name      string
 		p         *pair
 		recurrent bool
+		mtp       bool // draft with the target's MTP head
 	}{
-		{"qwen3", loadPair(t, "decisive-bf16", decisiveSpec(11), 2), false},
-		{"qwen35", loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2), true},
-		{"qwen3-dflash2", dflash2Pairs(t)["qwen3-bf16"], false},
-		{"qwen35-dflash2", dflash2Pairs(t)["qwen35-bf16"], true},
+		{"qwen3", loadPair(t, "decisive-bf16", decisiveSpec(11), 2), false, false},
+		{"qwen35", loadHybridPair(t, "hybrid-decisive-bf16", decisiveHybrid(31), 2), true, false},
+		{"qwen3-dflash2", dflash2Pairs(t)["qwen3-bf16"], false, false},
+		{"qwen35-dflash2", dflash2Pairs(t)["qwen35-bf16"], true, false},
+		{"qwen35-mtp", &pair{target: mtp, vocab: mtp.Arch().VocabSize}, true, true},
 	}
 	const every = 4
 	for _, pc := range pairs {
@@ -61,7 +64,10 @@ func TestPrefixCacheMatchesUncached(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					newEngine := func(pcache *prefixcache.Cache) *Engine {
 						e := &Engine{Target: pc.p.target, RunAhead: lp.ahead, Prefix: pcache}
-						if lp.draft {
+						switch {
+						case lp.draft && pc.mtp:
+							e.Proposer = verify.NewMTP(mtp.MTP(), 4)
+						case lp.draft:
 							e.Proposer = proposerOf(pc.p.drft)
 						}
 						return e

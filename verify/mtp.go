@@ -1,10 +1,12 @@
 package verify
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/model/qwen35"
 	"github.com/dflash-mlx/dflash-mlx/sample"
 )
@@ -37,6 +39,9 @@ type MTP struct {
 	// last exact slot: a proposal whose staged token was already committed when its rows
 	// came (so that slot is written) remakes that slot to draft from it.
 	last *mlxc.Array
+	// hist holds the target's final-normed rows of every position so far, in parts of
+	// [1, n, H] (the prefix cache saves them: a resume needs the row before it).
+	hist []*mlxc.Array
 }
 
 // DefaultMTPBlock is the block (staged token + drafts) an MTP proposer verifies at most:
@@ -72,6 +77,10 @@ func (p *MTP) End() {
 	p.rows.Free()
 	p.last.Free()
 	p.rows, p.last = nil, nil
+	for _, h := range p.hist {
+		h.Free()
+	}
+	p.hist = nil
 }
 
 // Context takes the target's rows of committed positions (prefill chunks, plain steps):
@@ -87,6 +96,7 @@ func (p *MTP) Context(ctx *mlxc.Array) {
 // add appends the target's tapped rows to the waiting rows (final-normed, detached).
 func (p *MTP) add(ctx *mlxc.Array) {
 	h := p.H.TargetHidden(ctx)
+	p.hist = append(p.hist, mlxc.Copy(h).Detach())
 	if p.rows != nil {
 		h = mlxc.Concatenate([]*mlxc.Array{p.rows, h}, 1)
 	}
@@ -214,4 +224,70 @@ func draw(logits *mlxc.Array, sp sample.Params, keys *sample.Keys) Proposal {
 	q := sp.Probs(sp.Filter(sample.LogProbs(logits)))
 	toks := mlxc.Categorical(mlxc.Log(q), -1, keys.Next())
 	return Proposal{Tokens: mlxc.AsType(toks, mlxc.Int32), Probs: q}
+}
+
+// mtpRowsKind names the saved target rows of a sequence's positions (SaveContext).
+const mtpRowsKind = "mtp-rows"
+
+// SaveContext keeps the head's state after the first n positions (the prefix cache): its
+// exact slots of positions 0..n−2, whose pairs lie inside those n tokens, and the target's
+// rows of positions 0..n−1, so that a resume at any m ≤ n has the row of m−1, whose pair
+// waits for the token after the resumed ones.
+func (p *MTP) SaveContext(n int) ([]cache.Saved, error) {
+	if p.c == nil {
+		return nil, errors.New("mtp proposer: no sequence begun")
+	}
+	if n < 1 || p.next < n-1 || p.histLen() < n {
+		return nil, fmt.Errorf("mtp proposer: cannot save %d positions (exact slots %d, rows %d)", n, p.next, p.histLen())
+	}
+	slots, err := p.c.Save(n - 1)
+	if err != nil {
+		return nil, err
+	}
+	rows := mlxc.SliceAxis(p.history(), 1, 0, n)
+	kept := mlxc.Copy(rows).Detach()
+	return append(slots, cache.Saved{Kind: mtpRowsKind, Offset: n, Trimmable: true, Arrays: []*mlxc.Array{kept}}), nil
+}
+
+// LoadContext makes the state of a sequence just begun that of SaveContext after its
+// first n positions (n at most the saved count).
+func (p *MTP) LoadContext(s []cache.Saved, n int) error {
+	if p.c == nil {
+		return errors.New("mtp proposer: no sequence begun")
+	}
+	last := len(s) - 1
+	if last < 0 || s[last].Kind != mtpRowsKind || n < 1 || n > s[last].Offset || len(s[last].Arrays) != 1 {
+		return fmt.Errorf("mtp proposer: saved context is not the head's after %d positions", n)
+	}
+	rows := s[last].Arrays[0]
+	p.End()
+	p.c = p.H.NewCache()
+	if err := p.c.Load(s[:last], n-1); err != nil {
+		return err
+	}
+	p.hist = []*mlxc.Array{mlxc.Copy(mlxc.SliceAxis(rows, 1, 0, n)).Detach()}
+	p.rows = mlxc.Copy(mlxc.SliceAxis(rows, 1, n-1, n)).Detach()
+	p.next = n - 1
+	return nil
+}
+
+// history is the target's rows of every position so far, [1, n, H] (a handle of the
+// caller's scope; the parts are joined into one).
+func (p *MTP) history() *mlxc.Array {
+	if len(p.hist) > 1 {
+		all := mlxc.Concatenate(p.hist, 1).Detach()
+		for _, h := range p.hist {
+			h.Free()
+		}
+		p.hist = []*mlxc.Array{all}
+	}
+	return mlxc.Reshape(p.hist[0], p.hist[0].Shape()...)
+}
+
+func (p *MTP) histLen() int {
+	n := 0
+	for _, h := range p.hist {
+		n += h.Dim(1)
+	}
+	return n
 }

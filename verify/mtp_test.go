@@ -8,6 +8,7 @@ import (
 
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
+	"github.com/dflash-mlx/dflash-mlx/model/cache"
 	"github.com/dflash-mlx/dflash-mlx/model/qwen35"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
 	"github.com/dflash-mlx/dflash-mlx/sample"
@@ -19,8 +20,9 @@ import (
 // the staged token t[pos], then one step per further draft on the head's own row. The
 // proposer is driven as the engine drives it (prefill rows, then each cycle the rows of
 // the positions the previous verify committed, with the proposal or before it), with
-// random acceptance lengths and with the staged token committed before or after its rows
-// come; float32 on the CPU, so the
+// random acceptance lengths, with the staged token committed before or after its rows
+// come, and through the prefix cache (saved, then resumed a few positions earlier in a
+// fresh proposer); float32 on the CPU, so the
 // drafts must agree exactly.
 func TestMTPDraftsEqualAFreshHead(t *testing.T) {
 	for _, c := range []struct {
@@ -72,7 +74,7 @@ func checkMTPDrafts(t *testing.T, m model.Model, head *qwen35.MTP, seed uint64) 
 
 	p := NewMTP(head, k+1)
 	p.Begin()
-	defer p.End()
+	defer func() { p.End() }()
 	committed := P // tokens the engine's record holds
 	p.SetTokens(func(q int) (int32, bool) {
 		if q >= 0 && q < committed {
@@ -87,7 +89,35 @@ func checkMTPDrafts(t *testing.T, m model.Model, head *qwen35.MTP, seed uint64) 
 			committed = pos + 1 // the staged token already in the engine's record
 		}
 		ctx := span(given, pos)
-		if rng.IntN(2) == 0 {
+		if cycle%3 == 2 {
+			// The prefix cache: the state after N ≤ pos positions saved, loaded into a
+			// fresh proposer, and the rows from N on given again.
+			p.Context(ctx)
+			N := pos - rng.IntN(min(4, pos-1))
+			saved, err := p.SaveContext(pos)
+			if err != nil {
+				t.Fatalf("seed %d cycle %d: save: %v", seed, cycle, err)
+			}
+			p.End()
+			p = NewMTP(head, k+1)
+			p.Begin()
+			p.SetTokens(func(q int) (int32, bool) {
+				if q >= 0 && q < committed {
+					return text[q], true
+				}
+				return 0, false
+			})
+			err = p.LoadContext(saved, N)
+			cache.FreeSaved(saved)
+			if err != nil {
+				t.Fatalf("seed %d cycle %d: load at %d: %v", seed, cycle, N, err)
+			}
+			ctx = nil
+			if N < pos {
+				ctx = span(N, pos)
+			}
+		}
+		if ctx != nil && rng.IntN(2) == 0 {
 			// The rows come first (as a plain step's do), the proposal without rows.
 			p.Context(ctx)
 			ctx = nil
