@@ -93,30 +93,30 @@ func benchMTP(c *cli.Context, s *Session, prompts [][]int32, note string) error 
 				}
 			}
 		}
-		var plain, dTPS, dTau, mTPS, mTau []float64
+		var plain []float64
+		var dfRuns, mtpRuns speculativeRuns
 		for r := range repeats {
 			ref, err := gen(nil, prompt, i, r)
 			if err != nil {
 				return err
 			}
 			plain = append(plain, ref.Stats.GenerationTPS)
-			if dfl != nil {
-				res, err := gen(dfl, prompt, i, r)
+			for _, run := range []struct {
+				p    verify.Proposer
+				runs *speculativeRuns
+			}{{dfl, &dfRuns}, {mtpP, &mtpRuns}} {
+				if run.p == nil {
+					continue
+				}
+				res, err := gen(run.p, prompt, i, r)
 				if err != nil {
 					return err
 				}
-				dTPS, dTau = append(dTPS, res.Stats.GenerationTPS), append(dTau, res.Stats.Tau)
-				_, same := sameTokens(res.Tokens, ref.Tokens)
-				dflExact = dflExact && same
+				run.runs.add(res, ref)
 			}
-			res, err := gen(mtpP, prompt, i, r)
-			if err != nil {
-				return err
-			}
-			mTPS, mTau = append(mTPS, res.Stats.GenerationTPS), append(mTau, res.Stats.Tau)
-			_, same := sameTokens(res.Tokens, ref.Tokens)
-			mtpExact = mtpExact && same
 		}
+		dflExact, mtpExact = dflExact && dfRuns.exact, mtpExact && mtpRuns.exact
+		dTPS, dTau, mTPS, mTau := dfRuns.tps, dfRuns.tau, mtpRuns.tps, mtpRuns.tau
 		row := mtpRow{Prompt: i, PlainTPS: median(plain), MTPTPS: median(mTPS), MTPTau: median(mTau)}
 		if dfl != nil {
 			row.DFlashTPS, row.DFlashTau = median(dTPS), median(dTau)
@@ -149,6 +149,25 @@ func benchMTP(c *cli.Context, s *Session, prompts [][]int32, note string) error 
 	}
 	printMTPReport(rep)
 	return nil
+}
+
+// speculativeRuns collects one proposer's runs of a prompt: speeds, τ, and whether
+// every run gave plain decoding's tokens.
+type speculativeRuns struct {
+	tps, tau []float64
+	exact    bool
+	n        int
+}
+
+// add records a run against plain decoding's run ref.
+func (s *speculativeRuns) add(res, ref engine.Result) {
+	if s.n == 0 {
+		s.exact = true
+	}
+	s.n++
+	s.tps, s.tau = append(s.tps, res.Stats.GenerationTPS), append(s.tau, res.Stats.Tau)
+	_, same := sameTokens(res.Tokens, ref.Tokens)
+	s.exact = s.exact && same
 }
 
 // mtpStepCost times one-row steps of the MTP head and of the target after a 64-token

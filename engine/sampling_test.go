@@ -218,17 +218,23 @@ func speculativeMatchesTarget(t *testing.T, p *pair, sp sample.Params, dflashOnl
 		if dflashOnly && !strings.HasPrefix(v.name, "dflash-") {
 			continue
 		}
-		t.Run(v.name, func(t *testing.T) {
-			obs := sampleJoint(t, v.engine, prompt, sp, N, 4)
-			stat, df := chiSquare(obs, exp, N)
-			crit := chiCritical(df, 3.09) // z for α = 0.001
-			t.Logf("%s: χ² = %.1f, df = %d, critical (α=0.001) = %.1f", v.name, stat, df, crit)
-			if v.wantFail && stat <= crit {
-				t.Errorf("the wrong acceptance rule was not detected (χ² %.1f ≤ %.1f)", stat, crit)
-			}
-			if !v.wantFail && stat > crit {
-				t.Errorf("distribution differs from the target's: χ² %.1f > %.1f", stat, crit)
-			}
-		})
+		t.Run(v.name, func(t *testing.T) { checkJoint(t, v.name, v.engine, prompt, sp, exp, N, v.wantFail) })
+	}
+}
+
+// checkJoint samples the joint of the first three tokens N times with e (blocks of 4)
+// and tests it against the target's exact joint exp (χ², α = 0.001): it must pass, or
+// with wantFail (a deliberately wrong rule) be rejected.
+func checkJoint(t *testing.T, name string, e *Engine, prompt []int32, sp sample.Params, exp map[[3]int32]float64, N int, wantFail bool) {
+	t.Helper()
+	obs := sampleJoint(t, e, prompt, sp, N, 4)
+	stat, df := chiSquare(obs, exp, N)
+	crit := chiCritical(df, 3.09) // z for α = 0.001
+	t.Logf("%s: χ² = %.1f, df = %d, critical (α=0.001) = %.1f", name, stat, df, crit)
+	if wantFail && stat <= crit {
+		t.Errorf("the wrong acceptance rule was not detected (χ² %.1f ≤ %.1f)", stat, crit)
+	}
+	if !wantFail && stat > crit {
+		t.Errorf("distribution differs from the target's: χ² %.1f > %.1f", stat, crit)
 	}
 }

@@ -8,7 +8,6 @@ import "C"
 
 import (
 	"os"
-	"path/filepath"
 	"unsafe"
 )
 
@@ -19,19 +18,7 @@ import (
 
 // compileCacheDir is where compiled kernels go: the configured folder
 // (Config.CompileCache), else the user's cache folder; "" keeps none.
-func compileCacheDir() string {
-	if d := config.CompileCache; d != "" {
-		if d == "off" {
-			return ""
-		}
-		return d
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(base, "dflash-mlx", "nvrtc")
-}
+func compileCacheDir() string { return cacheFolder(config.CompileCache, "nvrtc") }
 
 // startCompileCache points the NVRTC cache at its folder (at the runtime's start, before
 // anything compiles). The folder's parent is made here; the cache makes the folder.

@@ -23,18 +23,22 @@ import (
 // kernelFileDir is where the kernel files go: the configured folder (Config.KernelDir),
 // else the user's cache folder (per user, so no other account can plant a file there). ""
 // keeps sources inline.
-func kernelFileDir() string {
-	if d := config.KernelDir; d != "" {
-		if d == "off" {
+func kernelFileDir() string { return cacheFolder(config.KernelDir, "cuda-kernels") }
+
+// cacheFolder is a configured folder ("off": none), else name in the user's cache
+// folder ("" where there is none).
+func cacheFolder(configured, name string) string {
+	if configured != "" {
+		if configured == "off" {
 			return ""
 		}
-		return d
+		return configured
 	}
 	base, err := os.UserCacheDir()
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(base, "dflash-mlx", "cuda-kernels")
+	return filepath.Join(base, "dflash-mlx", name)
 }
 
 // shapeTokens lists the <input>_shape, _strides and _ndim names that body mentions: MLX
