@@ -3,13 +3,16 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,7 +29,7 @@ const launchGrace = 5 * time.Second
 func launchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "launch",
-		Usage:     "start run or bench as several ranks of a tensor-parallel target on this machine",
+		Usage:     "start run or bench as the ranks of a tensor-parallel target, on this machine or over ssh",
 		ArgsUsage: "-- COMMAND [FLAGS…]",
 		Description: `Starts N copies of COMMAND (run or bench) as the ranks of MLX's ring
 backend over loopback, each with the variables MLX's launcher sets (MLX_RANK, MLX_HOSTFILE)
@@ -35,16 +38,23 @@ decode in lockstep. Rank 0's output is the command's; the other ranks' notices a
 with a "[rank N]" prefix. When a rank fails, the others are stopped within seconds and the
 error names it.
 
-Machines joined otherwise (several Macs over Thunderbolt, MPI, NCCL) start the same command
-on each through MLX's own launcher, which sets the same variables:
-  mlx.launch --hostfile hosts.json -- dflash-mlx run --dist-backend ring …
+With --hostfile (mlx.launch's format) each rank starts over ssh on its host, the ring on
+the host's first address; this program must sit at the same path on every host, and ssh
+passes no environment (give variables with --env). Other backends (JACCL, MPI, NCCL) start
+the same command on each machine through MLX's own launcher, which sets their variables:
+  mlx.launch --backend jaccl --hostfile hosts.json -- dflash-mlx run --dist-backend jaccl …
 
 Examples:
   dflash-mlx launch -n 2 -- run --target-model mlx-community/Qwen3-8B-bf16 --prompt "Hello"
   dflash-mlx launch -n 2 -- run --target-model ./my-model --draft-model ./my-draft --prompt "Hi" --json
-  dflash-mlx launch -n 2 -- bench --random qwen3-4b --replay-drafts 0.14 -n 64   # = bench --ranks 2`,
+  dflash-mlx launch -n 2 -- bench --random qwen3-4b --replay-drafts 0.14 -n 64   # = bench --ranks 2
+  dflash-mlx launch --hostfile hosts.json --env HF_HOME=/Volumes/models -- run --target-model mlx-community/Qwen3.5-27B-bf16 --prompt "Hi"`,
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "ranks", Aliases: []string{"n"}, Value: 2, Usage: "ranks to start"},
+			&cli.IntFlag{Name: "ranks", Aliases: []string{"n"}, Value: 2, Usage: "ranks to start (with --hostfile: one per host)"},
+			&cli.StringFlag{Name: "hostfile", Usage: "start the ranks over ssh on the hosts of an mlx.launch hostfile ([{\"ssh\": \"mac1\", \"ips\": [\"10.0.0.1\"]}, …]): rank i on host i, the ring on its first ip; this program's path and working folder must be the same on every host"},
+			&cli.IntFlag{Name: "starting-port", Value: 5000, Usage: "with --hostfile: rank i's ring port is this + i"},
+			&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "with --hostfile: the ssh command (it is given the host and one shell command)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "with --hostfile: K=V set on every rank (ssh passes no environment; repeatable)"},
 		},
 		Action: launchAction,
 	}
@@ -64,8 +74,107 @@ func launchAction(c *cli.Context) error {
 	default:
 		return cli.Exit(fmt.Sprintf("launch runs run or bench (the commands that split a target today), not %q", args[0]), 2)
 	}
+	if path := c.String("hostfile"); path != "" {
+		hosts, err := readLauncherHostfile(path)
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		if c.IsSet("ranks") && n != len(hosts) {
+			return cli.Exit(fmt.Sprintf("--ranks %d but %s lists %d hosts (one rank per host)", n, path, len(hosts)), 2)
+		}
+		cmds, err := sshRankCmds(hosts, args, c.Int("starting-port"), c.String("ssh"), c.StringSlice("env"))
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return superviseRanks(ctx, cmds)
+	}
 	return launchRanks(args, n)
 }
+
+// launcherHost is one host of an mlx.launch hostfile.
+type launcherHost struct {
+	SSH string   `json:"ssh"`
+	IPs []string `json:"ips"`
+}
+
+// readLauncherHostfile reads an mlx.launch hostfile: a JSON list of hosts, each with the
+// name ssh reaches it by and the addresses the ring uses (the first; the ssh name when
+// none is given).
+func readLauncherHostfile(path string) ([]launcherHost, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--hostfile: %w", err)
+	}
+	var hosts []launcherHost
+	if err := json.Unmarshal(b, &hosts); err != nil {
+		return nil, fmt.Errorf("--hostfile %s: not an mlx.launch hostfile (a JSON list of {\"ssh\": …, \"ips\": […]}): %w", path, err)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("--hostfile %s lists no host", path)
+	}
+	for i, h := range hosts {
+		if h.SSH == "" {
+			return nil, fmt.Errorf("--hostfile %s: host %d has no \"ssh\" name", path, i)
+		}
+	}
+	return hosts, nil
+}
+
+// sshRankCmds makes the ssh commands of the hosts' ranks: each writes the ring's hostfile
+// (rank i at its host's first address, port startPort+i) to a temporary file there and
+// runs this program with args as rank i, with the variables MLX's launcher sets and env.
+func sshRankCmds(hosts []launcherHost, args []string, startPort int, ssh string, env []string) ([]*exec.Cmd, error) {
+	if startPort < 1 || startPort+len(hosts) > 65536 {
+		return nil, fmt.Errorf("--starting-port %d: the ports must lie in 1–65535", startPort)
+	}
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " '\"$;") {
+			return nil, fmt.Errorf("--env %q: want NAME=value", kv)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	ring := make([][]string, len(hosts))
+	for i, h := range hosts {
+		ip := h.SSH
+		if len(h.IPs) > 0 {
+			ip = h.IPs[0]
+		}
+		ring[i] = []string{net.JoinHostPort(ip, strconv.Itoa(startPort+i))}
+	}
+	ringJSON, err := json.Marshal(ring)
+	if err != nil {
+		return nil, err
+	}
+	cmds := make([]*exec.Cmd, len(hosts))
+	for r, h := range hosts {
+		var sh strings.Builder
+		fmt.Fprintf(&sh, "cd %s 2>/dev/null; f=$(mktemp) && printf '%%s' %s > \"$f\" || exit 1; ", shellQuote(wd), shellQuote(string(ringJSON)))
+		fmt.Fprintf(&sh, "MLX_RANK=%d MLX_HOSTFILE=\"$f\" DFLASH_DIST_BACKEND=ring", r)
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			fmt.Fprintf(&sh, " %s=%s", k, shellQuote(v))
+		}
+		sh.WriteString(" " + shellQuote(exe))
+		for _, a := range args {
+			sh.WriteString(" " + shellQuote(a))
+		}
+		sh.WriteString(`; s=$?; rm -f "$f"; exit $s`)
+		cmds[r] = exec.Command(ssh, h.SSH, sh.String())
+	}
+	return cmds, nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // launchRanks runs this program with args as n ranks of the ring backend over loopback
 // and supervises them (superviseRanks).
@@ -83,9 +192,14 @@ func launchRanks(args []string, n int) error {
 	if err != nil {
 		return err
 	}
+	cmds := make([]*exec.Cmd, n)
+	for r := range cmds {
+		cmds[r] = exec.Command(exe, args...)
+		cmds[r].Env = append(os.Environ(), "MLX_RANK="+strconv.Itoa(r), "MLX_HOSTFILE="+hostfile, "DFLASH_DIST_BACKEND=ring")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return superviseRanks(ctx, exe, args, n, hostfile)
+	return superviseRanks(ctx, cmds)
 }
 
 // rankExit is how one rank ended.
@@ -94,10 +208,13 @@ type rankExit struct {
 	err  error
 }
 
-// superviseRanks starts the n ranks and waits for them: the first rank to fail (or rank
-// 0 ending) ends the run; the others get launchGrace to finish, then are stopped.
-func superviseRanks(ctx context.Context, exe string, args []string, n int, hostfile string) error {
-	cmds := make([]*exec.Cmd, n)
+// superviseRanks starts the ranks' commands (rank i: cmds[i]) and waits for them: the
+// first rank to fail (or rank 0 ending) ends the run; the others get launchGrace to
+// finish, then are stopped. Rank 0 has this process's stdio; the others' stdout is
+// dropped and their stderr prefixed.
+func superviseRanks(ctx context.Context, cmds []*exec.Cmd) error {
+	n := len(cmds)
+	started := make([]*exec.Cmd, n)
 	exits := make(chan rankExit, n)
 	var out sync.WaitGroup
 	var pipes []*io.PipeWriter
@@ -107,9 +224,7 @@ func superviseRanks(ctx context.Context, exe string, args []string, n int, hostf
 		}
 		out.Wait()
 	}()
-	for r := range n {
-		cmd := exec.Command(exe, args...)
-		cmd.Env = append(os.Environ(), "MLX_RANK="+strconv.Itoa(r), "MLX_HOSTFILE="+hostfile, "DFLASH_DIST_BACKEND=ring")
+	for r, cmd := range cmds {
 		cmd.Stdin = nil
 		if r == 0 {
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -128,10 +243,10 @@ func superviseRanks(ctx context.Context, exe string, args []string, n int, hostf
 			pipes = append(pipes, pw)
 		}
 		if err := cmd.Start(); err != nil {
-			stopRanks(cmds[:r])
+			stopRanks(started[:r])
 			return fmt.Errorf("starting rank %d: %w", r, err)
 		}
-		cmds[r] = cmd
+		started[r] = cmd
 		go func() { exits <- rankExit{r, cmd.Wait()} }()
 	}
 	var first *rankExit
@@ -146,10 +261,10 @@ func superviseRanks(ctx context.Context, exe string, args []string, n int, hostf
 				deadline = time.After(launchGrace)
 			}
 		case <-deadline:
-			stopRanks(cmds)
+			stopRanks(started)
 			deadline = nil
 		case <-ctx.Done():
-			for _, c := range cmds {
+			for _, c := range started {
 				_ = c.Process.Signal(os.Interrupt)
 			}
 			if deadline == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -178,5 +179,68 @@ func TestLaunchReportsAFailedRank(t *testing.T) {
 	}
 	if _, stderr, code := runCLI(t, "launch", "-n", "2", "--", "download", "x"); code != 2 || !strings.Contains(stderr, "not \"download\"") {
 		t.Errorf("launch of download: exit %d\n%s", code, stderr)
+	}
+}
+
+// launch --hostfile starts each rank through ssh with the ring's hostfile written on its
+// host, only the variables given with --env, this program's path and working folder: a
+// stand-in ssh that runs the command in a clean environment here gives the single
+// process's tokens; a hostfile that is not one is refused.
+func TestLaunchHostfile(t *testing.T) {
+	td, _ := float32Pair(t, 9)
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	dir := t.TempDir()
+	ssh := filepath.Join(dir, "ssh")
+	// The stand-in: $1 is the host (recorded), $2 the shell command, run with no inherited
+	// environment but PATH, as a login on another machine would be.
+	script := "#!/bin/sh\necho \"$1\" >> " + filepath.Join(dir, "hosts.log") + "\nexec env -i PATH=\"$PATH\" sh -c \"$2\"\n"
+	if err := os.WriteFile(ssh, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := distest.Hostfile(t.TempDir(), 1) // a free port to start from
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(ports)
+	var ring [][]string
+	if err := json.Unmarshal(b, &ring); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(ring[0][0], ":")
+	hosts := filepath.Join(dir, "hosts.json")
+	if err := os.WriteFile(hosts, []byte(`[{"ssh": "mac-a", "ips": ["127.0.0.1"]}, {"ssh": "mac-b", "ips": ["127.0.0.1"]}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "--target-model", td, "--no-draft", "--prompt", "Write a Go function that reverses a slice.", "-n", "16", "--ignore-eos", "--json"}
+	stdout, stderr, code := runCLI(t, args...)
+	want := tokensOf(t, "single process", stdout, stderr, code)
+	var env []string
+	for _, k := range []string{"DFLASH_TOKENIZER_DIR", "XDG_CACHE_HOME"} {
+		env = append(env, "--env", k+"="+os.Getenv(k))
+	}
+	env = append(env, "--env", "DFLASH_CLI_MAIN=1", "--env", "HF_HUB_OFFLINE=1", "--env", "HF_HOME="+t.TempDir(), "--env", "HOME="+t.TempDir())
+	launch := append(append([]string{"launch", "--hostfile", hosts, "--ssh", ssh, "--starting-port", port}, env...), "--")
+	stdout, stderr, code = runCLI(t, append(launch, args...)...)
+	got := tokensOf(t, "launch --hostfile", stdout, stderr, code)
+	if at, ok := sameTokens(got, want); !ok {
+		t.Errorf("tokens depart from the single process's at %d\ngot  %v\nwant %v", at, got, want)
+	}
+	if log, _ := os.ReadFile(filepath.Join(dir, "hosts.log")); string(log) != "mac-a\nmac-b\n" && string(log) != "mac-b\nmac-a\n" {
+		t.Errorf("ssh reached %q, want mac-a and mac-b", log)
+	}
+	for _, c := range []struct{ hostfile, want string }{
+		{`{"ssh": "a"}`, "not an mlx.launch hostfile"},
+		{`[]`, "lists no host"},
+		{`[{"ips": ["10.0.0.1"]}]`, `has no "ssh" name`},
+	} {
+		bad := filepath.Join(t.TempDir(), "bad.json")
+		if err := os.WriteFile(bad, []byte(c.hostfile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := runCLI(t, "launch", "--hostfile", bad, "--", "run", "--prompt", "hi")
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("hostfile %s: exit %d, want 2 and %q:\n%s", c.hostfile, code, c.want, stderr)
+		}
 	}
 }

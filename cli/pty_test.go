@@ -86,5 +86,3 @@ func TestChatInPseudoTerminal(t *testing.T) {
 		t.Errorf("second prompt lacks the first exchange:\n%s", second)
 	}
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
