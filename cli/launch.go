@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -202,6 +203,24 @@ func launchRanks(args []string, n int) error {
 	return superviseRanks(ctx, cmds)
 }
 
+// stopPoll is how often the supervisor looks for stopped ranks; stopLimit how long one
+// may stay stopped before the run ends (with launchGrace, under 10 s in all).
+const (
+	stopPoll  = 500 * time.Millisecond
+	stopLimit = 3 * time.Second
+)
+
+// processStopped reports whether the process is stopped (state T in /proc; false where
+// there is no /proc or the process is gone).
+func processStopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+}
+
 // rankExit is how one rank ended.
 type rankExit struct {
 	rank int
@@ -252,13 +271,34 @@ func superviseRanks(ctx context.Context, cmds []*exec.Cmd) error {
 	var first *rankExit
 	left := n
 	deadline := (<-chan time.Time)(nil)
+	watch := time.NewTicker(stopPoll)
+	defer watch.Stop()
+	stoppedSince := make([]time.Time, n)
+	ended := make([]bool, n)
 	for left > 0 {
 		select {
 		case e := <-exits:
 			left--
+			ended[e.rank] = true
 			if first == nil && (e.err != nil || e.rank == 0) {
 				first = &e
 				deadline = time.After(launchGrace)
+			}
+		case now := <-watch.C:
+			// A stopped rank (SIGSTOP, a debugger) never answers the others' collectives:
+			// past stopLimit it counts as failed, so that the run ends instead of hanging.
+			for r, c := range started {
+				if ended[r] || !processStopped(c.Process.Pid) {
+					stoppedSince[r] = time.Time{}
+					continue
+				}
+				if stoppedSince[r].IsZero() {
+					stoppedSince[r] = now
+				} else if first == nil && now.Sub(stoppedSince[r]) >= stopLimit {
+					first = &rankExit{r, fmt.Errorf("stopped for %s and not answering", stopLimit)}
+					deadline = time.After(launchGrace)
+					_ = c.Process.Kill()
+				}
 			}
 		case <-deadline:
 			stopRanks(started)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -242,5 +243,70 @@ func TestLaunchHostfile(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, c.want) {
 			t.Errorf("hostfile %s: exit %d, want 2 and %q:\n%s", c.hostfile, code, c.want, stderr)
 		}
+	}
+}
+
+// A rank that stops (SIGSTOP) without dying ends the run too: launch reports it within
+// 10 s instead of leaving the others waiting on it.
+func TestStoppedRankEndsTheRun(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc: stopped ranks are not detected here")
+	}
+	td, _ := float32Pair(t, 7)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	cmd := cliCmd(t, "launch", "-n", "2", "--", "run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000",
+		"--ignore-eos", "--no-chat-template", "--context-length", "40000")
+	var out syncBuffer
+	var errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var ranks []int
+	defer func() {
+		_ = cmd.Process.Kill()
+		for _, pid := range ranks {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	for start := time.Now(); len(out.String()) < 64; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", errOut.String())
+		}
+	}
+	// The launcher's children, from every thread's list (Go starts them from any thread);
+	// rank 1 is the one whose environment says MLX_RANK=1.
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/task/*/children")
+	rank1 := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			ranks = append(ranks, pid)
+			if env, err := os.ReadFile("/proc/" + f + "/environ"); err == nil && slices.Contains(strings.Split(string(env), "\x00"), "MLX_RANK=1") {
+				rank1 = pid
+			}
+		}
+	}
+	if len(ranks) != 2 || rank1 == 0 {
+		t.Fatalf("launcher's children %v (rank 1: %d), want its 2 ranks", ranks, rank1)
+	}
+	if err := syscall.Kill(rank1, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Logf("launch ended %v after rank 1 stopped: %v", time.Since(stopped).Round(time.Millisecond), err)
+		if err == nil || !strings.Contains(errOut.String(), "rank 1 of 2 ended: stopped") {
+			t.Errorf("launch ended with %v; stderr does not name the stopped rank:\n%s", err, errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("launch still running 10 s after rank 1 stopped")
 	}
 }
