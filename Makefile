@@ -65,7 +65,7 @@ build: lib third_party/tokenizers/libtokenizers.a third_party/llguidance/libllgu
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/dflash-mlx
 
 test: deps build
-	DFLASH_REQUIRE_REFERENCE=$${DFLASH_REQUIRE_REFERENCE:-$${CI:+1}} $(GO) test -count=1 -timeout 30m ./...
+	DFLASH_REQUIRE_REFERENCE=$${DFLASH_REQUIRE_REFERENCE:-$${CI:+1}} $(GO) test -count=1 -timeout 45m ./...
 	@bash scripts/test_install.sh
 
 # Installs into a temporary PREFIX and checks which libmlx the installed and the checkout's
