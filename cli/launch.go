@@ -197,6 +197,7 @@ func launchRanks(args []string, n int) error {
 	for r := range cmds {
 		cmds[r] = exec.Command(exe, args...)
 		cmds[r].Env = append(os.Environ(), "MLX_RANK="+strconv.Itoa(r), "MLX_HOSTFILE="+hostfile, "DFLASH_DIST_BACKEND=ring")
+		cmds[r].SysProcAttr = rankProcAttr()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

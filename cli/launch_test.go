@@ -274,23 +274,8 @@ func TestStoppedRankEndsTheRun(t *testing.T) {
 			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", errOut.String())
 		}
 	}
-	// The launcher's children, from every thread's list (Go starts them from any thread);
-	// rank 1 is the one whose environment says MLX_RANK=1.
-	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/task/*/children")
-	rank1 := 0
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(f)
-			ranks = append(ranks, pid)
-			if env, err := os.ReadFile("/proc/" + f + "/environ"); err == nil && slices.Contains(strings.Split(string(env), "\x00"), "MLX_RANK=1") {
-				rank1 = pid
-			}
-		}
-	}
+	var rank1 int
+	ranks, rank1 = launchedRanks(cmd.Process.Pid)
 	if len(ranks) != 2 || rank1 == 0 {
 		t.Fatalf("launcher's children %v (rank 1: %d), want its 2 ranks", ranks, rank1)
 	}
@@ -308,5 +293,83 @@ func TestStoppedRankEndsTheRun(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("launch still running 10 s after rank 1 stopped")
+	}
+}
+
+// launchedRanks lists a launcher's children, from every thread's list (Go starts them from
+// any thread), and which of them is rank 1 (its environment says MLX_RANK=1).
+func launchedRanks(launcher int) (ranks []int, rank1 int) {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(launcher) + "/task/*/children")
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			ranks = append(ranks, pid)
+			if env, err := os.ReadFile("/proc/" + f + "/environ"); err == nil && slices.Contains(strings.Split(string(env), "\x00"), "MLX_RANK=1") {
+				rank1 = pid
+			}
+		}
+	}
+	return ranks, rank1
+}
+
+// A launcher killed outright (SIGKILL: it cannot stop its ranks itself) takes its local
+// ranks with it.
+func TestKilledLauncherTakesItsRanks(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	td, _ := float32Pair(t, 7)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	cmd := cliCmd(t, "launch", "-n", "2", "--", "run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000",
+		"--ignore-eos", "--no-chat-template", "--context-length", "40000")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	// Ranks that outlive the launcher hold its output pipes: Wait gives up on them after a
+	// second instead of waiting for the ranks.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var ranks []int
+	defer func() {
+		_ = cmd.Process.Kill()
+		for _, pid := range ranks {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	for start := time.Now(); len(out.String()) < 64; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", errOut.String())
+		}
+	}
+	ranks, _ = launchedRanks(cmd.Process.Pid)
+	if len(ranks) != 2 {
+		t.Fatalf("launcher's children %v, want its 2 ranks", ranks)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		alive := 0
+		for _, pid := range ranks {
+			// A rank that ended but was not reaped yet (its parent is gone: init reaps it)
+			// shows as a zombie, state Z.
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+				if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'Z' {
+					alive++
+				}
+			}
+		}
+		if alive == 0 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("%d of the ranks still running 5 s after their launcher was killed", alive)
+		}
 	}
 }
