@@ -252,30 +252,7 @@ func TestStoppedRankEndsTheRun(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc: stopped ranks are not detected here")
 	}
-	td, _ := float32Pair(t, 7)
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	cmd := cliCmd(t, "launch", "-n", "2", "--", "run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000",
-		"--ignore-eos", "--no-chat-template", "--context-length", "40000")
-	var out syncBuffer
-	var errOut syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var ranks []int
-	defer func() {
-		_ = cmd.Process.Kill()
-		for _, pid := range ranks {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}()
-	for start := time.Now(); len(out.String()) < 64; time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", errOut.String())
-		}
-	}
-	var rank1 int
-	ranks, rank1 = launchedRanks(cmd.Process.Pid)
+	cmd, errOut, ranks, rank1 := startLongLaunch(t)
 	if len(ranks) != 2 || rank1 == 0 {
 		t.Fatalf("launcher's children %v (rank 1: %d), want its 2 ranks", ranks, rank1)
 	}
@@ -294,6 +271,38 @@ func TestStoppedRankEndsTheRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("launch still running 10 s after rank 1 stopped")
 	}
+}
+
+// startLongLaunch starts `launch -n 2` on a long generation and returns once rank 0 has
+// printed, with the launcher's ranks (rank1: the one with MLX_RANK=1). The launcher and
+// the ranks are killed when the test ends; ranks that outlive the launcher hold its
+// output pipes, so Wait gives up on them after a second.
+func startLongLaunch(t *testing.T) (cmd *exec.Cmd, errOut *syncBuffer, ranks []int, rank1 int) {
+	t.Helper()
+	td, _ := float32Pair(t, 7)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	cmd = cliCmd(t, "launch", "-n", "2", "--", "run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000",
+		"--ignore-eos", "--no-chat-template", "--context-length", "40000")
+	var out syncBuffer
+	errOut = &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = &out, errOut
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for _, pid := range ranks {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	for start := time.Now(); len(out.String()) < 64; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", errOut.String())
+		}
+	}
+	ranks, rank1 = launchedRanks(cmd.Process.Pid)
+	return cmd, errOut, ranks, rank1
 }
 
 // launchedRanks lists a launcher's children, from every thread's list (Go starts them from
@@ -322,31 +331,7 @@ func TestKilledLauncherTakesItsRanks(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc here")
 	}
-	td, _ := float32Pair(t, 7)
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	cmd := cliCmd(t, "launch", "-n", "2", "--", "run", "--target-model", td, "--no-draft", "--prompt", "hello", "-n", "30000",
-		"--ignore-eos", "--no-chat-template", "--context-length", "40000")
-	var out, errOut syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	// Ranks that outlive the launcher hold its output pipes: Wait gives up on them after a
-	// second instead of waiting for the ranks.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var ranks []int
-	defer func() {
-		_ = cmd.Process.Kill()
-		for _, pid := range ranks {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}()
-	for start := time.Now(); len(out.String()) < 64; time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", errOut.String())
-		}
-	}
-	ranks, _ = launchedRanks(cmd.Process.Pid)
+	cmd, _, ranks, _ := startLongLaunch(t)
 	if len(ranks) != 2 {
 		t.Fatalf("launcher's children %v, want its 2 ranks", ranks)
 	}
