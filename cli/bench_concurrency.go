@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dflash-mlx/dflash-mlx/engine"
+	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
 )
 
@@ -38,6 +39,40 @@ type levelStats struct {
 	// width policy chose).
 	Tau          float64 `json:"tau,omitempty"`
 	DraftedShare float64 `json:"drafted_cycles,omitempty"`
+	// Builds are what the pass built on first use (zero where nothing is built: the CPU).
+	Builds kernelBuilds `json:"builds"`
+}
+
+// kernelBuilds counts what one pass built for shapes it met first: the kernels NVRTC
+// compiled and those the compiled-kernel cache answered (mlxc.CompileCache: our custom
+// kernels and MLX's JIT kernels, on CUDA), and the multi-query attention shapes not
+// attended before (mlxc.AttentionShapes: on CUDA each is a cuDNN plan MLX builds). A
+// loop whose steps meet new shapes pays for these during its timed run.
+type kernelBuilds struct {
+	Compiles        int64 `json:"nvrtc_compiles"`
+	CacheHits       int64 `json:"compile_cache_hits"`
+	AttentionShapes int64 `json:"new_attention_shapes"`
+}
+
+// buildCounts reads the process's counts so far (on the MLX thread).
+func buildCounts() kernelBuilds {
+	var b kernelBuilds
+	_ = mlxc.Do(func() error {
+		cc := mlxc.CompileCache()
+		b = kernelBuilds{Compiles: cc.Compiles, CacheHits: cc.Hits, AttentionShapes: mlxc.AttentionShapes()}
+		return nil
+	})
+	return b
+}
+
+// since is what was built between then and b.
+func (b kernelBuilds) since(then kernelBuilds) kernelBuilds {
+	return kernelBuilds{Compiles: b.Compiles - then.Compiles, CacheHits: b.CacheHits - then.CacheHits,
+		AttentionShapes: b.AttentionShapes - then.AttentionShapes}
+}
+
+func (b kernelBuilds) String() string {
+	return fmt.Sprintf("%d/%d/%d", b.Compiles, b.CacheHits, b.AttentionShapes)
 }
 
 // concurrencyRow is one level of --concurrency.
@@ -117,7 +152,10 @@ func benchConcurrency(c *cli.Context, s *Session, prompts [][]int32, levels []in
 		if replay >= 0 {
 			s.Engine.ReplayAccept = replayAccept(replay, uint64(clients))
 		}
-		return runClients(ctx, s.Engine, clients, perClient, maxBatch, draft, prompts, rep.MaxTokens)
+		before := buildCounts()
+		lr, err := runClients(ctx, s.Engine, clients, perClient, maxBatch, draft, prompts, rep.MaxTokens)
+		lr.builds = buildCounts().since(before)
+		return lr, err
 	}
 	// Untimed passes first: each row count compiles its own kernels on first use.
 	for w := 0; w < warm; w++ {
@@ -185,6 +223,7 @@ type levelRun struct {
 	wall     time.Duration
 	batch    float64
 	maxBatch int
+	builds   kernelBuilds // what the pass built (benchConcurrency's pass)
 }
 
 // runClients runs clients goroutines, each sending perClient greedy requests in turn
@@ -257,7 +296,7 @@ func (lr levelRun) summary() levelStats {
 	}
 	st := levelStats{WallS: lr.wall.Seconds(), RequestTPS: median(tps), BatchSize: lr.batch,
 		TTFTP50MS: percentile(ttft, 50), TTFTP95MS: percentile(ttft, 95),
-		LatencyP50MS: percentile(lat, 50), LatencyP95MS: percentile(lat, 95)}
+		LatencyP50MS: percentile(lat, 50), LatencyP95MS: percentile(lat, 95), Builds: lr.builds}
 	if lr.wall > 0 {
 		st.TPS = float64(tokens) / lr.wall.Seconds()
 	}
@@ -344,6 +383,7 @@ func printConcurrency(r concurrencyReport) {
 			fmt.Printf(" %d clients %.2f;", x.Concurrency, x.Serial.Tau)
 		}
 		fmt.Println()
+		printBuilds(r)
 		return
 	}
 	fmt.Println("batched: one scheduler decoding up to c requests per forward; serial: the same requests one at a time")
@@ -359,5 +399,18 @@ func printConcurrency(r concurrencyReport) {
 		s := x.Serial
 		fmt.Printf("%7d %9.1f %9.1f %17s %19s\n", x.Concurrency, s.TPS, s.RequestTPS,
 			fmt.Sprintf("%.0f/%.0f", s.TTFTP50MS, s.TTFTP95MS), fmt.Sprintf("%.0f/%.0f", s.LatencyP50MS, s.LatencyP95MS))
+	}
+	printBuilds(r)
+}
+
+// printBuilds prints what each level's passes built (kernelBuilds), timed runs only.
+func printBuilds(r concurrencyReport) {
+	fmt.Println("built during the timed runs (NVRTC compiles/compile-cache hits/new multi-query attention shapes):")
+	for _, x := range r.Rows {
+		fmt.Printf("%7d clients: batched %s, serial %s", x.Concurrency, x.Batched.Builds, x.Serial.Builds)
+		if x.Plain != nil {
+			fmt.Printf(", plain %s", x.Plain.Builds)
+		}
+		fmt.Println()
 	}
 }

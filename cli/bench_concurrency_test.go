@@ -47,6 +47,21 @@ func TestBenchConcurrency(t *testing.T) {
 		if x.Serial.BatchSize != 1 {
 			t.Errorf("%d clients: serial mean batch %.2f, want 1", x.Concurrency, x.Serial.BatchSize)
 		}
+		// What each pass built: no NVRTC on the CPU, and the serial pass's prefills and
+		// verify blocks attend with several queries at lengths no earlier pass met
+		// (exact key lengths on the CPU).
+		passes := []levelStats{x.Batched, x.Serial}
+		if x.Plain != nil {
+			passes = append(passes, *x.Plain)
+		}
+		for _, st := range passes {
+			if b := st.Builds; b.Compiles != 0 || b.CacheHits != 0 || b.AttentionShapes < 0 {
+				t.Errorf("%d clients: builds %+v", x.Concurrency, b)
+			}
+		}
+		if i == 0 && x.Serial.Builds.AttentionShapes == 0 {
+			t.Errorf("%d clients: the serial pass attended no new multi-query shape", x.Concurrency)
+		}
 		for _, st := range []levelStats{x.Batched, x.Serial} {
 			if st.TTFTP50MS <= 0 || st.TTFTP95MS < st.TTFTP50MS || st.LatencyP95MS < st.LatencyP50MS || st.LatencyP50MS < st.TTFTP50MS {
 				t.Errorf("%d clients: %+v", x.Concurrency, st)

@@ -5,6 +5,11 @@ package mlxc
 */
 import "C"
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // RMSNorm is MLX's fused rms_norm; weight may be nil.
 func RMSNorm(x, weight *Array, eps float32) *Array {
 	var h C.mlxc_array
@@ -46,9 +51,54 @@ const (
 // ScaledDotProductAttention is MLX's fused SDPA over [B, H, L, D] inputs (GQA allowed).
 // mask is used only with MaskArray (bool: true = keep, or additive); sinks may be nil.
 func ScaledDotProductAttention(q, k, v *Array, scale float32, maskMode string, mask, sinks *Array) *Array {
+	if q.Ndim() == 4 && q.Dim(2) > 1 {
+		attentionShapes.see(q, k, mask, maskMode)
+	}
 	var h C.mlxc_array
 	m, free := cstr(maskMode)
 	defer free()
 	check("sdpa", C.mlxc_sdpa(&h, q.handle("sdpa"), k.handle("sdpa"), v.handle("sdpa"), C.float(scale), m, optHandle("sdpa", mask), optHandle("sdpa", sinks), curStream.c))
 	return newArray(h)
+}
+
+// AttentionShapes counts the multi-query attention calls (ScaledDotProductAttention with
+// more than one query row) of a shape this process had not attended before: the query's,
+// key's and mask's shapes and the mask mode. MLX's CUDA backend builds a cuDNN plan the
+// first time it meets each such shape (it keys its plans by the strides too, so this
+// is a lower bound there), which costs milliseconds; a loop whose attention shapes change
+// every step pays one each step. The shapes seen are forgotten every 65 536 of them.
+func AttentionShapes() int64 { return attentionShapes.fresh.Load() }
+
+var attentionShapes shapeSet
+
+// shapeSet is the attention shapes seen (see AttentionShapes).
+type shapeSet struct {
+	mu    sync.Mutex
+	seen  map[attentionShape]struct{}
+	fresh atomic.Int64
+}
+
+type attentionShape struct {
+	q, k, m [4]int
+	mode    string
+}
+
+func (s *shapeSet) see(q, k, mask *Array, mode string) {
+	var key attentionShape
+	key.mode = mode
+	copy(key.q[:], q.dims())
+	copy(key.k[:], k.dims())
+	if mask != nil {
+		copy(key.m[:], mask.dims())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[key]; ok {
+		return
+	}
+	if s.seen == nil || len(s.seen) >= 1<<16 {
+		s.seen = map[attentionShape]struct{}{}
+	}
+	s.seen[key] = struct{}{}
+	s.fresh.Add(1)
 }

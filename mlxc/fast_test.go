@@ -310,3 +310,30 @@ func TestSDPA(t *testing.T) {
 		}
 	})
 }
+
+// AttentionShapes counts a multi-query attention's shape once, whatever its values; a new
+// key length or mask mode is a new shape, one-query attentions are not counted.
+func TestAttentionShapes(t *testing.T) {
+	onMLX(t, func() {
+		s := NewScope()
+		defer s.Close()
+		attend := func(L, K int, mode string) {
+			q := Zeros([]int{1, 2, L, 8}, Float32)
+			kv := Zeros([]int{1, 2, K, 8}, Float32)
+			Eval(ScaledDotProductAttention(q, kv, kv, 0.35, mode, nil, nil))
+		}
+		// Shapes no other test in this package attends.
+		n0 := AttentionShapes()
+		attend(3, 37, MaskCausal)
+		attend(3, 37, MaskCausal)
+		if n := AttentionShapes() - n0; n != 1 {
+			t.Fatalf("one shape twice: %d new shapes, want 1", n)
+		}
+		attend(3, 38, MaskCausal)
+		attend(3, 37, MaskNone)
+		attend(1, 39, MaskNone)
+		if n := AttentionShapes() - n0; n != 3 {
+			t.Fatalf("a new key length and a new mode: %d new shapes, want 3 (a one-query attention not counted)", n)
+		}
+	})
+}
