@@ -468,7 +468,7 @@ func (d *decoder) speculate(rows []*sequence, widths []int, loss float64) error 
 			w[r] = parts[r].w
 		}
 		out = d.bm.ForwardBatch(in, d.batch, model.BatchOptions{Widths: w, Taps: taps, Tentative: true,
-			PaddedKeys: paddedPays(lens)})
+			PaddedKeys: paddedPays(lens), KeyBucket: d.e.KeyBucket})
 	}
 	logits := mlxc.Reshape(out.Logits, T, -1)
 	if slices.ContainsFunc(rows, func(q *sequence) bool { return q.cons != nil }) {

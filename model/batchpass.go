@@ -51,6 +51,13 @@ type BatchOptions struct {
 	// every change until cache.Batch.Commit(keep) keeps row r's first keep[r] of them
 	// (the accepted prefix of a verified draft block); the others leave no trace.
 	Tentative bool
+	// KeyBucket > 0 pads the keys of MLX's attention in a step whose widest row takes 2..64
+	// tokens to a multiple of it under a mask (ForwardOptions.KeyBucket): each such row's
+	// own keys, or on the PaddedKeys path the longest row's. The CUDA backend builds a
+	// cuDNN plan per shape of a multi-query attention, and exact lengths change every
+	// step. 0: exact lengths. Rows the few-query kernel attends (BatchPass.UseKernel) need
+	// none: the kernel takes the lengths at run time.
+	KeyBucket int
 }
 
 // BatchKVCaches is a stack of batched KV layers: the batch of a pure-attention model.
@@ -96,6 +103,15 @@ type BatchPass struct {
 	longestSeen int // the keys of the longest row after the step, padding included
 	taps        []*mlxc.Array
 	tapAt       map[int]int // tap layer → its index in taps
+	// fqa, when set (UseKernel), attends each row of a step wider than one token whose
+	// block it fits (FewQueryAttention.Fits) through the few-query kernel; scaleArr is the
+	// model's 1/√D as its 0-d array. rowPos and rowMask are per row, made by the first
+	// layer that needs them: the kernel's position of the row's first token, and a padded
+	// row's mask (KeyBucket).
+	fqa      *FewQueryAttention
+	scaleArr *mlxc.Array
+	rowPos   []*mlxc.Array
+	rowMask  []*mlxc.Array
 }
 
 // NewBatchPass checks a step of ids over rows of the given lengths (the batch's Lens) for
@@ -186,6 +202,20 @@ func NewBatchPass(op string, lens []int, layers int, ids *mlxc.Array, opt BatchO
 	return p
 }
 
+// UseKernel lets the step attend through the few-query kernel a (nil: never) where a row's
+// block fits it, in steps whose widest row takes more than one token; scale is the
+// model's 1/√D as a 0-d float32 array. The kernel reads each row's keys up to its length
+// given at run time, so it builds nothing per step, where MLX's multi-query attention on
+// CUDA builds a cuDNN plan for every new pair of block width and key length (a new one
+// almost every step of a batch). It is the kernel a row run alone (Forward) attends with.
+func (p *BatchPass) UseKernel(a *FewQueryAttention, scale *mlxc.Array) {
+	if a == nil || scale == nil {
+		return
+	}
+	p.fqa, p.scaleArr = a, scale
+	p.rowPos, p.rowMask = make([]*mlxc.Array, p.B), make([]*mlxc.Array, p.B)
+}
+
 // Positions are the rows' positions, int32 [B], for RoPE (Rope.ApplyAt): row r's W
 // unpacked tokens sit at Positions[r]+i.
 func (p *BatchPass) Positions() *mlxc.Array { return p.pos }
@@ -228,22 +258,28 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 	}
 	lc.write(k, v, p.at)
 	p.written = append(p.written, lc)
-	if p.Opt.PaddedKeys {
+	if p.Opt.PaddedKeys && (p.W == 1 || p.fqa == nil) {
 		// One attention for all rows, queries unpacked [B, nH, W, hd]: a masked key adds an
 		// exact zero to the row's softmax sums, so on the CPU each row's rows are still its
 		// own attention's bits (batchtest checks it for W = 1 and verify blocks alike).
+		keysLen := p.longestSeen
+		if b := p.Opt.KeyBucket; b > 0 && p.W > 1 && p.W <= MaxBucketedQueries {
+			keysLen = min(roundUp(keysLen, b), lc.capacity())
+		}
 		if p.mask == nil {
-			j := mlxc.Reshape(mlxc.Arange(0, float64(p.longestSeen), 1, mlxc.Int32), 1, 1, 1, p.longestSeen)
+			j := mlxc.Reshape(mlxc.Arange(0, float64(keysLen), 1, mlxc.Int32), 1, 1, 1, keysLen)
 			p.mask = mlxc.LessEqual(j, p.at) // key j of row r is visible to query i iff j ≤ Lens[r]+i
 		}
-		keys := mlxc.SliceAxis(lc.keys, 2, 0, p.longestSeen)
-		values := mlxc.SliceAxis(lc.values, 2, 0, p.longestSeen)
+		keys := mlxc.SliceAxis(lc.keys, 2, 0, keysLen)
+		values := mlxc.SliceAxis(lc.values, 2, 0, keysLen)
 		o := mlxc.ScaledDotProductAttention(q, keys, values, scale, mlxc.MaskArray, p.mask, nil)
 		return p.Pack(mergeHeads(o, p.B*p.W))
 	}
 	// One attention per row over exactly its keys, with the mask mode the single-sequence
 	// Forward gives a block of w tokens (KVPass: causal for w > 1): the row's own
-	// computation.
+	// computation. With the kernel (UseKernel) a row it fits goes through it, over the
+	// row's whole buffer up to its length; with KeyBucket a wider row's keys are padded
+	// under a mask, as a block run alone pads them.
 	nH, nKV, hd, vd := q.Dim(1), lc.keys.Dim(1), lc.keys.Dim(3), lc.values.Dim(3)
 	outs := make([]*mlxc.Array, 0, p.B)
 	for r, n := range p.lens {
@@ -251,23 +287,48 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 		if w == 0 {
 			continue
 		}
-		keys := mlxc.Slice(lc.keys, []int{r, 0, 0, 0}, []int{r + 1, nKV, n + w, hd})
-		values := mlxc.Slice(lc.values, []int{r, 0, 0, 0}, []int{r + 1, nKV, n + w, vd})
 		qr := q
 		if p.B > 1 || w < p.W {
 			qr = mlxc.Slice(q, []int{r, 0, 0, 0}, []int{r + 1, nH, w, q.Dim(3)})
 		}
-		mode := mlxc.MaskNone
+		if p.fqa != nil && p.W > 1 {
+			// The row's buffer [1, nKV, capacity, hd] is one contiguous piece of the batch's.
+			keys, values := mlxc.SliceAxis(lc.keys, 0, r, r+1), mlxc.SliceAxis(lc.values, 0, r, r+1)
+			if p.fqa.Fits(qr, keys) {
+				if p.rowPos[r] == nil {
+					p.rowPos[r] = OnDevice(Visible(n))
+				}
+				outs = append(outs, p.fqa.Apply(qr, keys, values, p.scaleArr, p.rowPos[r], true, n+w))
+				continue
+			}
+		}
+		K, mode := n+w, mlxc.MaskNone
+		var mask *mlxc.Array
 		if w > 1 {
 			mode = mlxc.MaskCausal
+			if b := p.Opt.KeyBucket; b > 0 && w <= MaxBucketedQueries {
+				K, mode = min(roundUp(n+w, b), lc.capacity()), mlxc.MaskArray
+				if p.rowMask == nil {
+					p.rowMask = make([]*mlxc.Array, p.B)
+				}
+				if p.rowMask[r] == nil {
+					p.rowMask[r] = PrefixMask(w, K, func(i int) int { return n + i + 1 }, q.Dtype())
+				}
+				mask = p.rowMask[r]
+			}
 		}
-		outs = append(outs, mergeHeads(mlxc.ScaledDotProductAttention(qr, keys, values, scale, mode, nil, nil), w))
+		keys := mlxc.Slice(lc.keys, []int{r, 0, 0, 0}, []int{r + 1, nKV, K, hd})
+		values := mlxc.Slice(lc.values, []int{r, 0, 0, 0}, []int{r + 1, nKV, K, vd})
+		outs = append(outs, mergeHeads(mlxc.ScaledDotProductAttention(qr, keys, values, scale, mode, mask, nil), w))
 	}
 	if len(outs) == 1 {
 		return outs[0]
 	}
 	return mlxc.Concatenate(outs, 0)
 }
+
+// roundUp is n rounded up to a multiple of b.
+func roundUp(n, b int) int { return (n + b - 1) / b * b }
 
 // Tap keeps the residual rows h [N, H] after layer i when the step taps it.
 func (p *BatchPass) Tap(i int, h *mlxc.Array) {

@@ -103,6 +103,13 @@ type Kernels struct {
 	// cores (CUDA; elsewhere the scalar kernel runs). On: on an H200 a Qwen3-4B DFlash
 	// cycle at 32k keys took 13.2 ms against the scalar pass's 36.7 (docs/perf/attention.md).
 	SplitKeysMMA bool `json:"split_keys_mma"`
+	// BatchFQA (DFLASH_BATCH_FQA): a batched step whose rows take several tokens (batched
+	// speculation) attends each row the few-query kernel fits through it (FQA on), as the
+	// row run alone does, instead of MLX's attention per row, which on CUDA builds a cuDNN
+	// plan for every new pair of block width and key length: one almost every step of a
+	// batch (docs/perf/batched-speculation.md). Off: MLX's attention, its keys padded to
+	// KVBucket. Speed only.
+	BatchFQA bool `json:"batch_fqa"`
 	// Fused (DFLASH_FUSED): the fused head-prep and activation kernels in the target.
 	Fused bool `json:"fused"`
 	// FusedDraft (DFLASH_FUSED_DRAFT): the same kernels in the drafter's block rows.
@@ -202,7 +209,7 @@ func (s Switch) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 func Default() Settings {
 	return Settings{
 		Kernels: Kernels{
-			Mode: KernelsCheck, SkinnyGEMM: true, FQA: true, FQAWarps: 4, SplitKeysFrom: DefaultSplitKeysFrom, SplitKeysMMA: true, Fused: true, FusedDraft: true, FusedContext: true,
+			Mode: KernelsCheck, SkinnyGEMM: true, FQA: true, FQAWarps: 4, SplitKeysFrom: DefaultSplitKeysFrom, SplitKeysMMA: true, BatchFQA: true, Fused: true, FusedDraft: true, FusedContext: true,
 			FuseProducts: true, FuseAct: true, FuseNorm: true, FusePrepAttn: true, ArgmaxKernel: true,
 			DeltaNetKernel: true, KVBucket: KVBucketAuto,
 		},
@@ -336,6 +343,7 @@ var variables = []variable{
 	{"DFLASH_ARGMAX_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.ArgmaxKernel })},
 	{"DFLASH_DELTANET_KERNEL", boolVar(func(s *Settings) *bool { return &s.Kernels.DeltaNetKernel })},
 	{"DFLASH_SPLIT_KEYS_MMA", boolVar(func(s *Settings) *bool { return &s.Kernels.SplitKeysMMA })},
+	{"DFLASH_BATCH_FQA", boolVar(func(s *Settings) *bool { return &s.Kernels.BatchFQA })},
 	{"DFLASH_QMM_KERNEL", switchVar(func(s *Settings) *Switch { return &s.Kernels.QMMKernel },
 		"want 0 (MLX's quantized_matmul), 1 or unset (the small-M kernel on CUDA and Metal)")},
 	{"DFLASH_KV_BUCKET", func(s *Settings, v string) error {

@@ -50,6 +50,9 @@ type VerifyScenario struct {
 	Taps   []int
 	Seed   uint32
 	Padded bool // model.BatchOptions.PaddedKeys
+	// KeyBucket is model.BatchOptions.KeyBucket of the verify steps: their keys padded
+	// under a mask, which must not change a row's bits on the CPU.
+	KeyBucket int
 }
 
 // VerifyScenarios are the verify runs every family is checked with (vocab: the model's;
@@ -139,19 +142,26 @@ func RunVerify(t *testing.T, m model.BatchModel, sc VerifyScenario, tol float64)
 }
 
 // RunVerifyScenarios runs every verify scenario of a model with the given vocabulary and
-// taps (VerifyScenarios), each with per-row attention and with padded keys, as subtests:
-// bit for bit on the CPU, within GPUVerifyTol on a GPU.
+// taps (VerifyScenarios), each with per-row attention and with padded keys, and the first
+// one also with its verify steps' keys padded to a bucket (KeyBucket), as subtests: bit for
+// bit on the CPU, within GPUVerifyTol on a GPU.
 func RunVerifyScenarios(t *testing.T, m model.BatchModel, vocab int, taps []int) {
 	t.Helper()
 	tol := 0.0
 	if testenv.GPU() {
 		tol = GPUVerifyTol
 	}
-	for _, sc := range VerifyScenarios(vocab, taps) {
+	for i, sc := range VerifyScenarios(vocab, taps) {
 		bothPaddings(t, sc.Name, func(t *testing.T, padded bool) float64 {
 			sc.Padded = padded
 			return RunVerify(t, m, sc, tol)
 		})
+		if i == 0 {
+			bothPaddings(t, sc.Name+"-key-bucket", func(t *testing.T, padded bool) float64 {
+				sc.Padded, sc.KeyBucket = padded, 8
+				return RunVerify(t, m, sc, tol)
+			})
+		}
 	}
 }
 
@@ -279,6 +289,9 @@ func verifyStep(m model.BatchModel, b cache.Batch, sc VerifyScenario, st Step, r
 	toks := make([][]int32, B)
 	var ids []int32
 	opt := model.BatchOptions{PaddedKeys: sc.Padded, Taps: sc.Taps, Tentative: st.Kind == Verify}
+	if st.Kind != Decode {
+		opt.KeyBucket = sc.KeyBucket
+	}
 	for j, a := range rows {
 		w := 1
 		if st.Kind != Decode {

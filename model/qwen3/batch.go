@@ -29,6 +29,9 @@ func (m *Qwen3) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 		panic(&mlxc.Error{Op: op, Msg: err.Error()})
 	}
 	p := model.NewBatchPass(op, bc.Lens(), len(m.layers), ids, opt)
+	if m.batchFQA {
+		p.UseKernel(m.fqa, m.scaleArr)
+	}
 	a := &m.arch
 	B, W := p.B, p.W
 	h := m.embed.Lookup(mlxc.Reshape(ids, p.N))

@@ -49,6 +49,9 @@ type Qwen3 struct {
 	// float32 array for it.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
+	// batchFQA: batched steps attend their multi-token rows through fqa too
+	// (settings.Kernels.BatchFQA, model.BatchPass.UseKernel).
+	batchFQA bool
 	fused    *model.Fused // on CUDA: per-layer kernels for head prep and the MLP gate
 	// gpuExact: verify blocks round every row as a one-token step (the MoE blocks run
 	// row by row).
@@ -237,6 +240,7 @@ func (m *Qwen3) bindKernels(s settings.Settings) error {
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
+	m.batchFQA = s.Kernels.BatchFQA
 	return nil
 }
 

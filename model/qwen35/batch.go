@@ -52,6 +52,9 @@ func (m *Model) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 		fail("%v", err)
 	}
 	p := model.NewBatchPass("qwen3_5.forward_batch", bc.Lens(), len(m.layers), ids, opt)
+	if m.batchFQA {
+		p.UseKernel(m.fqa, m.scaleArr)
+	}
 	B, W, N, eps := p.B, p.W, p.N, m.cfg.Eps
 	counts := p.Counts()
 	h := m.embed.Lookup(mlxc.Reshape(ids, N))

@@ -79,6 +79,9 @@ type Model struct {
 	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
 	fqa      *model.FewQueryAttention
 	scaleArr *mlxc.Array
+	// batchFQA: batched steps attend their multi-token rows through fqa too
+	// (settings.Kernels.BatchFQA, model.BatchPass.UseKernel).
+	batchFQA bool
 	// delta (on a GPU) runs the GatedDeltaNet layers' recurrence and replays, deltaFused
 	// their element-wise steps (everywhere).
 	delta      *deltanet.Kernels
@@ -277,6 +280,7 @@ func (m *Model) bindKernels(s settings.Settings) error {
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
 	}
+	m.batchFQA = s.Kernels.BatchFQA
 	m.delta = deltanet.NewKernels(s.Kernels)
 	m.deltaFused = deltanet.NewFused(m.cfg.LinKeyDim)
 	m.qmm = model.NewSmallMQuantMatmul(s.Kernels)
