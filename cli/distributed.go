@@ -20,12 +20,9 @@ import (
 // distBackends are --dist-backend's values: MLX's distributed backends.
 var distBackends = []string{mlxc.BackendRing, mlxc.BackendJACCL, mlxc.BackendMPI, mlxc.BackendNCCL, mlxc.BackendAny}
 
-// serve and chat do not split a target yet: every rank would have to follow rank 0's
-// requests (or its user's turns) in lockstep, and only run and bench do that today.
-const (
-	noSplitServe = "serve cannot split a target over ranks yet (--dist-backend): split targets run with `run` and `bench` (dflash-mlx launch -n N -- run …)"
-	noSplitChat  = "chat cannot split a target over ranks yet (--dist-backend): split targets run with `run` and `bench` (dflash-mlx launch -n N -- run …)"
-)
+// chat does not split a target yet: every rank would have to follow its user's turns in
+// lockstep, as a split server's ranks follow rank 0's requests.
+const noSplitChat = "chat cannot split a target over ranks yet (--dist-backend): split targets run with `run`, `bench` and `serve` (dflash-mlx launch -n N -- serve …)"
 
 // checkDistBackend refuses an unknown --dist-backend ("" is none).
 func checkDistBackend(b string) error {
@@ -83,7 +80,7 @@ func loadFingerprint(cfg LoadConfig, st settings.Settings, tm, dm *hub.Model) ([
 	if err != nil {
 		return [32]byte{}, err
 	}
-	fmt.Fprintf(h, "settings %s\nblock %d context %d window %d\n", stJSON, cfg.MaxBlock, cfg.ContextLength, cfg.DraftWindow)
+	fmt.Fprintf(h, "settings %s\nblock %d context %d window %d prompt cache %d\n", stJSON, cfg.MaxBlock, cfg.ContextLength, cfg.DraftWindow, cfg.PromptCache.Bytes)
 	dirs := []string{tm.Dir}
 	if dm != nil {
 		dirs = append(dirs, dm.Dir)

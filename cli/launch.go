@@ -30,13 +30,14 @@ const launchGrace = 5 * time.Second
 func launchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "launch",
-		Usage:     "start run or bench as the ranks of a tensor-parallel target, on this machine or over ssh",
+		Usage:     "start run, bench or serve as the ranks of a tensor-parallel target, on this machine or over ssh",
 		ArgsUsage: "-- COMMAND [FLAGS…]",
-		Description: `Starts N copies of COMMAND (run or bench) as the ranks of MLX's ring
+		Description: `Starts N copies of COMMAND (run, bench or serve) as the ranks of MLX's ring
 backend over loopback, each with the variables MLX's launcher sets (MLX_RANK, MLX_HOSTFILE)
 and --dist-backend ring: each rank loads its share of the target's heads and MLP and they
 decode in lockstep. Rank 0's output is the command's; the other ranks' notices appear
-with a "[rank N]" prefix. When a rank fails, the others are stopped within seconds and the
+with a "[rank N]" prefix. A split server listens on rank 0 only; the other ranks run the
+requests rank 0 admits, step for step, and end when it does. When a rank fails, the others are stopped within seconds and the
 error names it.
 
 With --hostfile (mlx.launch's format) each rank starts over ssh on its host, the ring on
@@ -49,6 +50,7 @@ Examples:
   dflash-mlx launch -n 2 -- run --target-model mlx-community/Qwen3-8B-bf16 --prompt "Hello"
   dflash-mlx launch -n 2 -- run --target-model ./my-model --draft-model ./my-draft --prompt "Hi" --json
   dflash-mlx launch -n 2 -- bench --random qwen3-4b --replay-drafts 0.14 -n 64   # = bench --ranks 2
+  dflash-mlx launch -n 2 -- serve --target-model mlx-community/Qwen3-8B-bf16 --port 8000
   dflash-mlx launch --hostfile hosts.json --env HF_HOME=/Volumes/models -- run --target-model mlx-community/Qwen3.5-27B-bf16 --prompt "Hi"`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "ranks", Aliases: []string{"n"}, Value: 2, Usage: "ranks to start (with --hostfile: one per host)"},
@@ -71,9 +73,9 @@ func launchAction(c *cli.Context) error {
 		return cli.Exit("give the command to run after --, e.g. dflash-mlx launch -n 2 -- run --prompt hi", 2)
 	}
 	switch args[0] {
-	case "run", "bench":
+	case "run", "bench", "serve":
 	default:
-		return cli.Exit(fmt.Sprintf("launch runs run or bench (the commands that split a target today), not %q", args[0]), 2)
+		return cli.Exit(fmt.Sprintf("launch runs run, bench or serve (the commands that split a target today), not %q", args[0]), 2)
 	}
 	if path := c.String("hostfile"); path != "" {
 		hosts, err := readLauncherHostfile(path)

@@ -136,22 +136,28 @@ func TestMismatchedRanksRefused(t *testing.T) {
 	td, dd := float32Pair(t, 7)
 	other, _ := float32Pair(t, 8) // the same shape and files, other values
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	run := []string{"run", "--prompt", "hi", "-n", "4", "--json"}
 	for _, tc := range []struct {
 		name  string
+		base  []string
 		extra func(rank int) []string
 	}{
-		{"checkpoint", func(r int) []string {
+		{"checkpoint", run, func(r int) []string {
 			if r == 1 {
 				return []string{"--target-model", other, "--no-draft"}
 			}
 			return []string{"--target-model", td, "--no-draft"}
 		}},
-		{"flags", func(r int) []string {
+		{"flags", run, func(r int) []string {
 			return []string{"--target-model", td, "--draft-model", dd, "--block-size", strconv.Itoa(4 + 4*r)}
+		}},
+		// A split server's ranks keep the same prompt-cache entries only with one budget.
+		{"prompt cache", []string{"serve", "--port", "0"}, func(r int) []string {
+			return []string{"--target-model", td, "--no-draft", "--prompt-cache-bytes", strconv.Itoa(1<<20 + r)}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmds := rankCmds(t, 2, []string{"run", "--prompt", "hi", "-n", "4", "--json"}, tc.extra)
+			cmds := rankCmds(t, 2, tc.base, tc.extra)
 			errs := make([]bytes.Buffer, len(cmds))
 			for r, c := range cmds {
 				c.Stderr = &errs[r]

@@ -83,11 +83,13 @@ func serveAction(c *cli.Context) error {
 	defer stop()
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 	lc := loadConfig(c)
-	if lc.DistBackend != "" {
-		return cli.Exit(noSplitServe, 2)
-	}
 	if lc.PromptCache, err = promptCacheConfig(c); err != nil {
 		return err
+	}
+	if lc.DistBackend != "" && lc.PromptCache.Dir != "" {
+		// Each rank's directory would answer from its own entries: ranks that resumed
+		// different lengths would run different steps.
+		return cli.Exit("--prompt-cache-dir cannot be used with a split target (--dist-backend): each rank keeps its part of the prompt cache in memory only", 2)
 	}
 	if c.Bool("log-json") {
 		handler = slog.NewJSONHandler(os.Stderr, nil)
@@ -101,6 +103,27 @@ func serveAction(c *cli.Context) error {
 	}
 	defer s.Close()
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
+	b := &backend{s: s, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok),
+		grammars: newGrammars(s), ctx: ctx}
+	defer b.grammars.close()
+	var ex *rankExchange
+	if s.Shard.Split() {
+		ex = &rankExchange{sh: s.Shard}
+		if s.Shard.Rank != 0 {
+			// Rank 0 serves HTTP; this rank runs its schedule. A signal does not end it:
+			// rank 0 drains and then closes the schedule, and a rank 0 that dies ends the
+			// exchange with an error.
+			stop()
+			signal.Ignore(os.Interrupt, syscall.SIGTERM)
+			s.Notice(fmt.Sprintf("rank %d of %d: following rank 0's requests", s.Shard.Rank, s.Shard.Size))
+			b.ctx = context.Background()
+			if err := b.follow(ex); err != nil {
+				return err
+			}
+			s.AwaitRanks()
+			return nil
+		}
+	}
 	id := c.String("model-id")
 	if id == "" {
 		id = s.TargetRef
@@ -110,10 +133,28 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	s.Notice(fmt.Sprintf("batching up to %d requests (%s)", maxBatch, why))
-	b := &backend{s: s, id: id, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok),
-		grammars: newGrammars(s)}
-	defer b.grammars.close()
-	b.sched = s.Engine.NewScheduler(engine.SchedulerConfig{MaxBatch: maxBatch, PrefillSlice: time.Duration(s.Settings.Loop.PrefillSliceMS) * time.Millisecond, OnStep: b.onStep})
+	b.id = id
+	sc := engine.SchedulerConfig{MaxBatch: maxBatch, PrefillSlice: time.Duration(s.Settings.Loop.PrefillSliceMS) * time.Millisecond, OnStep: b.onStep}
+	if ex != nil {
+		sc.Lockstep = ex
+		b.split = true
+	}
+	b.sched = s.Engine.NewScheduler(sc)
+	if ex != nil {
+		// A rank that fails ends the server: its requests get the rank's error, and the
+		// command exits with it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-b.sched.Failed():
+				logger.Error("a rank of the split target failed; stopping", "err", b.s.rankError(b.sched.Err()))
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	cfg := server.Config{
 		Host: c.String("host"), Port: c.Int("port"), MaxQueue: maxQueue, APIKey: c.String("api-key"),
 		MaxTokensLimit: c.Int("max-tokens-limit"), DefaultMaxTokens: c.Int("default-max-tokens"),
@@ -143,7 +184,15 @@ func serveAction(c *cli.Context) error {
 	} else {
 		fmt.Fprintf(os.Stderr, "serving %s with %s on %s\n", id, mode, url)
 	}
-	return srv.ListenAndServe(ctx)
+	err = srv.ListenAndServe(ctx)
+	if ex != nil {
+		b.sched.Close()
+		if ferr := b.sched.Err(); ferr != nil {
+			return s.rankError(ferr)
+		}
+		s.AwaitRanks()
+	}
+	return err
 }
 
 // queueFlag turns --max-queue into server.Config.MaxQueue, where 0 would mean the default:
@@ -170,6 +219,10 @@ type backend struct {
 	grammars *grammars
 	// steps is the server's observer of decode steps (ObserveSteps), nil until set.
 	steps atomic.Pointer[func(rows int)]
+	// split: the target is split over ranks, whose schedulers run in lockstep (every
+	// request carries its wire form); ctx ends a following rank.
+	split bool
+	ctx   context.Context
 }
 
 // MaxConcurrent is how many generations the scheduler runs at once.
@@ -292,25 +345,17 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 	if req.Seed != nil {
 		seed = uint64(*req.Seed)
 	}
-	er := engine.Request{
-		Prompt:      req.Prompt,
-		PrefixMarks: b.s.PrefixMarks(req.Prompt),
-		MaxTokens:   req.MaxTokens,
-		Sampling: sample.Params{Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP,
-			Seed: seed},
-		Stop:       req.Stop,
-		StopTokens: b.s.StopTokens(),
-		BlockSize:  b.blockSize,
-		Detok:      b.s.Tok.NewStreamDecoder(true),
-		Profile:    b.profile,
+	rr := rankRequest{Prompt: req.Prompt, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
+		TopK: req.TopK, MinP: req.MinP, Seed: seed, Stop: req.Stop, Constraint: req.Constraint}
+	er, done, err := b.engineRequest(rr)
+	if err != nil {
+		return server.GenerateResult{}, err
 	}
-	if req.Constraint != nil {
-		m, err := b.grammars.matcher(serverGrammar(*req.Constraint))
-		if err != nil {
-			return server.GenerateResult{}, fmt.Errorf("constrained decoding: %w", err)
+	defer done()
+	if b.split {
+		if er.Wire, err = json.Marshal(rr); err != nil {
+			return server.GenerateResult{}, err
 		}
-		defer m.Close()
-		er.Constraint = m
 	}
 	res, err := b.sched.Generate(ctx, er, func(ev engine.Event) error {
 		if ev.Text == "" && len(ev.Tokens) == 0 {
@@ -318,6 +363,9 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		}
 		return emit(server.Delta{Text: ev.Text, Tokens: len(ev.Tokens)})
 	})
+	if b.split {
+		err = b.s.rankError(err)
+	}
 	st := res.Stats
 	out := server.GenerateResult{
 		FinishReason: server.FinishReason(res.FinishReason), PromptTokens: len(req.Prompt),
@@ -332,6 +380,33 @@ func (b *backend) Generate(ctx context.Context, req server.GenerateRequest, emit
 		out.FinishReason = server.FinishCancelled
 	}
 	return out, err
+}
+
+// engineRequest makes the engine's request of a generation (on every rank of a split
+// target alike); done frees what it holds (its constraint's matcher).
+func (b *backend) engineRequest(rr rankRequest) (engine.Request, func(), error) {
+	er := engine.Request{
+		Prompt:      rr.Prompt,
+		PrefixMarks: b.s.PrefixMarks(rr.Prompt),
+		MaxTokens:   rr.MaxTokens,
+		Sampling: sample.Params{Temperature: rr.Temperature, TopP: rr.TopP, TopK: rr.TopK, MinP: rr.MinP,
+			Seed: rr.Seed},
+		Stop:       rr.Stop,
+		StopTokens: b.s.StopTokens(),
+		BlockSize:  b.blockSize,
+		Detok:      b.s.Tok.NewStreamDecoder(true),
+		Profile:    b.profile,
+	}
+	done := func() {}
+	if rr.Constraint != nil {
+		m, err := b.grammars.matcher(serverGrammar(*rr.Constraint))
+		if err != nil {
+			return engine.Request{}, nil, fmt.Errorf("constrained decoding: %w", err)
+		}
+		er.Constraint = m
+		done = func() { m.Close() }
+	}
+	return er, done, nil
 }
 
 // DeviceMemory reports MLX's active and cached memory to /metrics.

@@ -36,6 +36,32 @@ func startServe(t *testing.T, extra ...string) (string, *exec.Cmd, *syncBuffer) 
 	cmd := cliCmd(t, args...)
 	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
+	base := serveUp(t, cmd, port, &logs)
+	t.Cleanup(func() { drainServer(t, cmd, &logs) })
+	return base, cmd, &logs
+}
+
+// drainServer sends SIGTERM to a server and expects it to exit cleanly within 30 s.
+func drainServer(t *testing.T, cmd *exec.Cmd, logs *syncBuffer) {
+	t.Helper()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve did not exit cleanly on SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Errorf("serve did not drain within 30 s")
+	}
+}
+
+// serveUp starts cmd, a server on port, and waits for its /health (60 s); it returns the
+// server's base URL.
+func serveUp(t *testing.T, cmd *exec.Cmd, port int, logs *syncBuffer) string {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -55,21 +81,7 @@ func startServe(t *testing.T, extra ...string) (string, *exec.Cmd, *syncBuffer) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve did not exit cleanly on SIGTERM: %v\n%s", err, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("serve did not drain within 30 s")
-		}
-	})
-	return base, cmd, &logs
+	return base
 }
 
 func postJSON(t *testing.T, url string, body any) (int, map[string]any) {

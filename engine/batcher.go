@@ -32,6 +32,9 @@ type batcher struct {
 	// slice is the most time a prefill may hold the decoding rows per tick (0: whole
 	// prompts, the rows waiting).
 	slice time.Duration
+	// fixedChunk, when set, is the prefill chunk while rows decode, in positions, in place
+	// of the slice's measured one (ranks in lockstep must chunk alike).
+	fixedChunk int
 	// prefilling are the admitted sequences still prefilling, in arrival order; ready
 	// those prefilled that join at the next tick.
 	prefilling, ready []*sequence
@@ -158,6 +161,12 @@ func (b *batcher) prefillSome() {
 // within the slice, else the largest power of two that it runs within the slice (at
 // least minPrefillChunk). Before any prefill was timed, minPrefillChunk·4.
 func (b *batcher) chunkLimit(left int) int {
+	if b.fixedChunk > 0 {
+		if left <= b.fixedChunk {
+			return 0
+		}
+		return b.fixedChunk
+	}
 	if b.slice == 0 {
 		return 0
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ type SchedulerConfig struct {
 	// OnStep, when set, is called on the MLX thread after each decode step with the rows
 	// it decoded and the requests still waiting for admission (metrics).
 	OnStep func(rows, waiting int)
+	// Lockstep, when set, makes this scheduler rank 0 of a split target: it runs for the
+	// scheduler's life (Close ends it), shares each iteration's admissions and ends with
+	// the other ranks (Engine.Follow), and every Request needs its Wire form.
+	Lockstep Lockstep
 }
 
 // Scheduler runs many requests at once on one engine: they decode together, joining and
@@ -38,6 +43,16 @@ type Scheduler struct {
 	mu      sync.Mutex
 	waiting []*scheduled // submitted, not yet admitted (FIFO)
 	running bool         // a loop holds the MLX thread
+
+	// Under Lockstep: wake tells the loop that a request is waiting; quit (closing closed)
+	// that Close was called; stopped is closed when the loop has returned; fatal is the
+	// ranks' failure (failedCh closed with it); nextID numbers the requests.
+	wake             chan struct{}
+	quit             bool
+	closing, stopped chan struct{}
+	failedCh         chan struct{}
+	fatal            error
+	nextID           uint64
 }
 
 // scheduled is a sequence handed to the Scheduler with its mailbox.
@@ -48,12 +63,21 @@ type scheduled struct {
 	done chan struct{}
 	res  Result
 	err  error
+	// ls is the request's lockstep state (nil without Lockstep).
+	ls *lockstepJob
 }
 
 // NewScheduler makes a scheduler over e.
 func (e *Engine) NewScheduler(cfg SchedulerConfig) *Scheduler {
 	cfg.MaxBatch = min(max(cfg.MaxBatch, 1), e.newDecoder().maxRows())
-	return &Scheduler{e: e, cfg: cfg}
+	s := &Scheduler{e: e, cfg: cfg}
+	if cfg.Lockstep != nil {
+		s.wake = make(chan struct{}, 1)
+		s.closing, s.stopped, s.failedCh = make(chan struct{}), make(chan struct{}), make(chan struct{})
+		s.running = true
+		go s.driveLockstep()
+	}
+	return s
 }
 
 // MaxBatch is the most sequences decoded at once.
@@ -75,14 +99,47 @@ func (s *Scheduler) Generate(ctx context.Context, req Request, emit func(Event) 
 	}
 	j := &scheduled{done: make(chan struct{})}
 	j.mb.wake = make(chan struct{}, 1)
-	j.q = s.e.newSequence(ctx, req, j.mb.post, time.Now(), true)
+	qctx := ctx
+	if s.cfg.Lockstep != nil {
+		if req.Wire == nil {
+			return Result{}, errors.New("a split target's request needs its wire form (Request.Wire)")
+		}
+		// The sequence ends when the loop says so, on every rank at once; the caller's
+		// context and reader only tell the loop.
+		var cancel context.CancelFunc
+		qctx, cancel = context.WithCancel(context.Background())
+		j.ls = &lockstepJob{caller: ctx, cancel: cancel}
+		j.mb.lockstep = true
+	}
+	j.q = s.e.newSequence(qctx, req, j.mb.post, time.Now(), true)
 	s.mu.Lock()
+	if s.cfg.Lockstep != nil {
+		switch {
+		case s.fatal != nil:
+			err := s.fatal
+			s.mu.Unlock()
+			j.ls.cancel()
+			return Result{}, err
+		case s.quit:
+			s.mu.Unlock()
+			j.ls.cancel()
+			return Result{}, ErrSchedulerClosed
+		}
+		s.nextID++
+		j.ls.id = s.nextID
+	}
 	s.waiting = append(s.waiting, j)
 	start := !s.running
 	s.running = true
 	s.mu.Unlock()
 	if start {
 		go s.drive()
+	}
+	if s.wake != nil {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	for {
 		select {
@@ -185,13 +242,23 @@ type mailbox struct {
 	// the sequence.
 	stop error
 	wake chan struct{} // capacity 1: "events are waiting"
+	// lockstep: post never fails (a split target's sequences end only when the scheduler
+	// ends them on every rank); the scheduler reads stop through failed instead.
+	lockstep bool
+}
+
+// failed is the caller's emit error, nil while it has not failed.
+func (m *mailbox) failed() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stop
 }
 
 // post queues ev (MLX thread); it fails once the caller's emit has.
 func (m *mailbox) post(ev Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stop != nil {
+	if m.stop != nil && !m.lockstep {
 		return m.stop
 	}
 	m.events = append(m.events, ev)

@@ -44,6 +44,9 @@ type Request struct {
 	// their positions' masks), and its stop ends the generation. The caller makes it for
 	// this request and closes it after the request ends.
 	Constraint Constraint
+	// Wire is the request as the other ranks of a split target rebuild it (their
+	// RequestBuilder reads it): needed by a Lockstep scheduler, unused otherwise.
+	Wire []byte
 }
 
 // Event is what one step or cycle commits.
