@@ -276,6 +276,7 @@ func superviseRanks(ctx context.Context, cmds []*exec.Cmd) error {
 	deadline := (<-chan time.Time)(nil)
 	watch := time.NewTicker(stopPoll)
 	defer watch.Stop()
+	interrupted := ctx.Done()
 	stoppedSince := make([]time.Time, n)
 	ended := make([]bool, n)
 	for left > 0 {
@@ -306,7 +307,10 @@ func superviseRanks(ctx context.Context, cmds []*exec.Cmd) error {
 		case <-deadline:
 			stopRanks(started)
 			deadline = nil
-		case <-ctx.Done():
+		case <-interrupted:
+			// Once: a rank that has handled the first interrupt (a server draining) and is
+			// ending must not get another, which would kill it mid-exit.
+			interrupted = nil
 			for _, c := range started {
 				_ = c.Process.Signal(os.Interrupt)
 			}

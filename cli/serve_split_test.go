@@ -20,8 +20,8 @@ func splitServeArgs(td, dd string, port int) []string {
 }
 
 // A split target behind `serve`: rank 0 serves HTTP and the other rank follows its
-// schedule. Requests sent at once (greedy and seeded sampling, DFlash, rows joining and
-// leaving) get the answers a single process gives them one at a time; a client that
+// schedule. Requests sent at once (greedy and seeded sampling, a grammar, a stop string,
+// DFlash, rows joining and leaving) get the answers a single process gives them one at a time; a client that
 // leaves mid-stream costs only itself; SIGTERM to the launcher drains and ends every rank
 // cleanly.
 func TestLaunchServesASplitTarget(t *testing.T) {
@@ -33,6 +33,9 @@ func TestLaunchServesASplitTarget(t *testing.T) {
 		chatReq(strings.Repeat("Explain slices and maps in Go. ", 12), 16, nil),
 		chatReq("Count to five.", 24, map[string]any{"temperature": 0.8, "top_p": 0.9, "seed": 42}),
 		chatReq("Say hi.", 8, map[string]any{"temperature": 1.0, "top_k": 20, "seed": 7}),
+		// A grammar and a stop string: every rank builds the matcher and the detokenizer.
+		chatReq("Describe a colour as JSON.", 40, map[string]any{"response_format": map[string]any{"type": "json_object"}}),
+		chatReq("Spell the alphabet.", 40, map[string]any{"stop": []string{"e"}}),
 	}
 
 	port := freePort(t)
