@@ -109,6 +109,14 @@ func TestRankDeathEndsTheOthers(t *testing.T) {
 			t.Fatalf("rank 0 printed nothing in 2 minutes: %s", err0.String())
 		}
 	}
+	killRankOne(t, cmds, err0.String)
+	_ = cmds[1].Wait()
+}
+
+// killRankOne kills rank 1 and expects rank 0 to end within 10 s with an error exit whose
+// message (stderr() once it ended) says that rank 0 of 2 saw a neighbour stop.
+func killRankOne(t *testing.T, cmds []*exec.Cmd, stderr func() string) {
+	t.Helper()
 	if err := cmds[1].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +130,11 @@ func TestRankDeathEndsTheOthers(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() <= 0 {
 			t.Errorf("rank 0 ended with %v; want an error exit (not a signal)", err)
 		}
-		if msg := err0.String(); !strings.Contains(msg, "rank 0 of 2") || !strings.Contains(msg, "stopped") {
+		if msg := stderr(); !strings.Contains(msg, "rank 0 of 2") || !strings.Contains(msg, "stopped") {
 			t.Errorf("rank 0's error does not say what happened:\n%s", msg)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("rank 0 still running 10 s after rank 1 was killed")
+		t.Fatalf("rank 0 still running 10 s after rank 1 was killed:\n%s", stderr())
 	}
 	_ = cmds[1].Wait()
 }

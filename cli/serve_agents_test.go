@@ -2,10 +2,8 @@ package cli
 
 import (
 	"fmt"
-	"net/http"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,35 +42,7 @@ func startServeArgs(t *testing.T, args ...string) (string, *syncBuffer) {
 	cmd := cliCmd(t, append([]string{"serve", "--port", fmt.Sprint(port)}, args...)...)
 	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve did not exit cleanly on SIGTERM: %v\n%s", err, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("serve did not drain within 30 s")
-		}
-	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if resp, err := http.Get(base + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base, &logs
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not come up: %s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	base := serveUp(t, cmd, port, &logs)
+	t.Cleanup(func() { drainServer(t, cmd, &logs) })
+	return base, &logs
 }

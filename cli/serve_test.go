@@ -58,7 +58,7 @@ func drainServer(t *testing.T, cmd *exec.Cmd, logs *syncBuffer) {
 	}
 }
 
-// serveUp starts cmd, a server on port, and waits for its /health (60 s); it returns the
+// serveUp starts cmd, a server on port, and waits for its /health (90 s); it returns the
 // server's base URL.
 func serveUp(t *testing.T, cmd *exec.Cmd, port int, logs *syncBuffer) string {
 	t.Helper()
@@ -66,7 +66,7 @@ func serveUp(t *testing.T, cmd *exec.Cmd, port int, logs *syncBuffer) string {
 		t.Fatal(err)
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get(base + "/health")
 		if err == nil {
