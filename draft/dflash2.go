@@ -228,7 +228,7 @@ func (d *Drafter) windowLayers(x *mlxc.Array, L int, rows []windowRow) *mlxc.Arr
 					if kc != nil {
 						n = kc.Dim(2)
 					}
-					w.mask = w.makeMask(n)
+					w.mask = d.padKeysMask(w.makeMask(n))
 				}
 				outs[r] = d.attend2(q, kc, vc, kb, vb, w.mask, L)
 			}
@@ -326,13 +326,41 @@ func (d *Drafter) blockHeads(l *layer, qp, kp, vp *mlxc.Array, rotate func(*mlxc
 // attend2 is the block's attention over the window's context keys kc, vc (nil: none) and
 // its own keys kb, vb, visible as mask [1, 1, L, ctx+L] says: its heads as rows [L, nH·hd].
 func (d *Drafter) attend2(q, kc, vc, kb, vb, mask *mlxc.Array, L int) *mlxc.Array {
-	keys, values := kb, vb
+	parts := []*mlxc.Array{kb}
+	vparts := []*mlxc.Array{vb}
 	if kc != nil {
-		keys = mlxc.Concatenate([]*mlxc.Array{kc, kb}, 2)
-		values = mlxc.Concatenate([]*mlxc.Array{vc, vb}, 2)
+		parts, vparts = []*mlxc.Array{kc, kb}, []*mlxc.Array{vc, vb}
+	}
+	n := L
+	if kc != nil {
+		n += kc.Dim(2)
+	}
+	if pad := mask.Dim(3) - n; pad > 0 {
+		// Masked zero keys up to the padded mask's length (padKeysMask).
+		z := mlxc.Zeros([]int{1, kb.Dim(1), pad, kb.Dim(3)}, kb.Dtype())
+		parts, vparts = append(parts, z), append(vparts, z)
+	}
+	keys, values := parts[0], vparts[0]
+	if len(parts) > 1 {
+		keys, values = mlxc.Concatenate(parts, 2), mlxc.Concatenate(vparts, 2)
 	}
 	o := mlxc.ScaledDotProductAttention(q, keys, values, d.scale, mlxc.MaskArray, mask, nil)
 	return mlxc.Reshape(mlxc.Transpose(o, 0, 2, 1, 3), L, -1)
+}
+
+// padKeysMask pads a block's mask [1, 1, L, n] with hidden columns to a multiple of
+// KeyBucket (unchanged when KeyBucket is 0): attend2 then appends as many zero keys. The
+// window's rows grow by the committed tokens every cycle, and MLX's CUDA backend builds a
+// new attention plan for each new key length (milliseconds each, every cycle); padded,
+// the length changes once per KeyBucket rows. The padded keys weigh exp(−inf) = 0.
+func (d *Drafter) padKeysMask(mask *mlxc.Array) *mlxc.Array {
+	n := mask.Dim(3)
+	if d.KeyBucket <= 0 || n%d.KeyBucket == 0 {
+		return mask
+	}
+	pad := d.KeyBucket - n%d.KeyBucket
+	hidden := mlxc.Zeros([]int{1, 1, mask.Dim(2), pad}, mlxc.Bool)
+	return mlxc.Concatenate([]*mlxc.Array{mask, hidden}, 3)
 }
 
 // windowMask is the block's mask over R context rows (positions start…start+R−1) and its

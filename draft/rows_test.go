@@ -3,12 +3,14 @@ package draft_test
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dflash-mlx/dflash-mlx/draft"
+	"github.com/dflash-mlx/dflash-mlx/internal/testenv"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/model"
 	"github.com/dflash-mlx/dflash-mlx/modelgen"
@@ -215,6 +217,77 @@ func TestForwardWindowRowsMatchesForwardWindow(t *testing.T) {
 		_, err = d.ForwardWindowRows([]*mlxc.Array{maskBlock(1, L, ds.MaskTokenID), maskBlock(2, L-1, ds.MaskTokenID)}, make([]*mlxc.Array, 2), rows[:2])
 		if err == nil || !strings.Contains(err.Error(), "share the trained block") {
 			return fmt.Errorf("blocks of %d and %d tokens: err = %v", L, L-1, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A DFlash2 block over keys padded to KeyBucket (hidden zero keys after the window and the
+// block) drafts what the exact keys do, over cycles whose window grows across bucket
+// boundaries and then slides; one row alone and three rows at once.
+func TestDFlash2PaddedKeysMatchExact(t *testing.T) {
+	dir := t.TempDir()
+	spec := modelgen.TinyQwen3()
+	target := loadTarget(t, dir, spec)
+	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
+	err := mlxc.Do(func() error {
+		dd := filepath.Join(dir, "d")
+		if err := modelgen.WriteDrafter(dd, ds); err != nil {
+			return err
+		}
+		d, err := draft.Load(dd, target, draft.LoadOptions{})
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		taps := len(d.TapLayers()) * spec.Hidden
+		L, keep := d.Cfg.BlockSize, d.Cfg.SlidingWindow-1
+		for _, R := range []int{1, 3} {
+			exact, padded := make([]*draft.WindowCache, R), make([]*draft.WindowCache, R)
+			for r := range R {
+				exact[r], padded[r] = draft.NewWindowCache(d.Cfg.NumLayers, keep), draft.NewWindowCache(d.Cfg.NumLayers, keep)
+				defer exact[r].Free()
+				defer padded[r].Free()
+			}
+			rng := rand.New(rand.NewPCG(uint64(R), 5))
+			for cycle := range 24 {
+				s := mlxc.NewScope()
+				blocks, ctxs := make([]*mlxc.Array, R), make([]*mlxc.Array, R)
+				for r := range R {
+					blocks[r] = maskBlock(int32(rng.IntN(spec.Vocab)), L, ds.MaskTokenID)
+					n := 1 + rng.IntN(L)
+					if cycle == 0 {
+						n = 5 + 7*r // prompts of different lengths
+					}
+					ctxs[r] = mlxc.Normal([]int{1, n, taps}, mlxc.BFloat16, 0, 1, mlxc.RandomKey(uint64(1000*R+10*cycle+r)))
+				}
+				d.KeyBucket = 0
+				want, err := d.ForwardWindowRows(blocks, ctxs, exact)
+				if err != nil {
+					return err
+				}
+				d.KeyBucket = 8
+				got, err := d.ForwardWindowRows(blocks, ctxs, padded)
+				d.KeyBucket = 0
+				if err != nil {
+					return err
+				}
+				for r := range R {
+					diff, scale, wa, ga := compareDrafts(want[r].Logits, got[r].Logits)
+					if diff > 1e-2*scale || !sameDrafts(want[r].Logits, wa, ga, 1e-2*scale, testenv.ShapeExact()) {
+						s.Close()
+						return fmt.Errorf("rows %d cycle %d row %d: logits differ by %g (scale %g), drafts %v want %v", R, cycle, r, diff, scale, ga, wa)
+					}
+					if exact[r].Offset() != padded[r].Offset() {
+						s.Close()
+						return fmt.Errorf("rows %d row %d: offsets %d vs %d", R, r, padded[r].Offset(), exact[r].Offset())
+					}
+				}
+				s.Close()
+			}
 		}
 		return nil
 	})
