@@ -284,12 +284,14 @@ func newBlockPolicy(costs *BlockCosts, maxB int) *blockPolicy {
 		}
 	}
 	p.sizes, p.ms = append(p.sizes, maxB), append(p.ms, costAt(costs, maxB))
-	// A larger block never costs less than a smaller one: measured costs that say so are
-	// noise (flat costs, as a host-bound cycle has, measure a few percent up and down), and
-	// taken literally they would make a middle size look cheap. Each cost is raised to the
-	// largest before it.
-	for i := 1; i < len(p.ms); i++ {
-		p.ms[i] = max(p.ms[i], p.ms[i-1])
+	// A smaller block never costs more than a larger one: measured costs that say so are
+	// noise, and a host's noise adds time (flat costs, as a host-bound cycle has, measure
+	// a few percent up and down; one size's cycles met a stall). Each cost is lowered to
+	// the smallest after it. Raising the larger ones instead let one slow size price every
+	// larger block out (a 27B hybrid on a GPU: block 2 timed at 60 ms, blocks 3–8 at 41–43,
+	// all taken as 60, and a fresh request ran one-token steps for its first 20 cycles).
+	for i := len(p.ms) - 2; i >= 0; i-- {
+		p.ms[i] = min(p.ms[i], p.ms[i+1])
 	}
 	for _, B := range p.sizes {
 		p.sizeTries = append(p.sizeTries, make([]float64, B-1))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -161,5 +162,59 @@ func TestBatchPolicyLearnsWhereDraftsPay(t *testing.T) {
 				t.Errorf("exploring lost %.1f of %.1f ms, more than its share", d.explored, d.spent)
 			}
 		})
+	}
+}
+
+// hybridCosts are the cycle costs the start-up probe measured for a 27B hybrid target with
+// a DFlash2 drafter on an H200 (bench/results/h200-2026-12-04-dflash2-27b, f5): a block of 8
+// costs 1.9 one-token steps, and block 2 was timed slow (60 ms against 41–43 for 3–8).
+var hybridCosts = &BlockCosts{Sizes: []int{1, 2, 3, 4, 6, 8}, MS: []float64{22.5, 60.4, 41.4, 41.4, 42.9, 43.2}}
+
+// Short requests (20 and 60 cycles: 128 tokens at τ 6) from a fresh policy, over 200
+// acceptance streams each: one size timed slow must not price the larger blocks out, so
+// the policy drafts from the first cycles where the acceptance pays. (When each cost was
+// raised to the largest before it, every block of 3–8 counted 60 ms and the 20-cycle
+// requests never drafted: 0.32 of the best fixed block's rate at acceptance 0.92.)
+func TestBlockPolicyShortRequests(t *testing.T) {
+	cases := []struct {
+		acc    float64
+		cycles int
+		least  float64
+	}{
+		{0.5, 20, 0.9}, {0.8, 20, 0.8}, {0.92, 20, 0.85}, {0.8, 60, 0.9}, {0.92, 60, 0.92},
+	}
+	for _, c := range cases {
+		got, best := 0.0, 0.0
+		blocks := map[int]int{}
+		for seed := range 200 {
+			p := newBlockPolicy(hybridCosts, 8)
+			s := &acceptStream{r: rand.New(rand.NewPCG(uint64(seed), 9)), acc: c.acc}
+			ms, tokens := 0.0, 0
+			for range c.cycles {
+				B := p.size(8)
+				blocks[B]++
+				a := s.draw(B - 1)
+				ms += p.costOf(B)
+				tokens += a + 1
+				p.observe(B-1, a)
+			}
+			got += float64(tokens) / ms
+			best += fixedBest(hybridCosts, c.acc)
+		}
+		if r := got / best; r < c.least {
+			t.Errorf("acceptance %.2f, %d cycles: %.2f of the best fixed block's rate, want ≥ %.2f (blocks %v)", c.acc, c.cycles, r, c.least, blocks)
+		}
+	}
+}
+
+// A measured cost above a larger block's is lowered to it; costs that grow are kept.
+func TestBlockPolicyCostsNeverFall(t *testing.T) {
+	p := newBlockPolicy(hybridCosts, 8)
+	want := []float64{22.5, 41.4, 41.4, 41.4, 42.9, 43.2}
+	if !slices.Equal(p.ms, want) {
+		t.Errorf("costs %v, want %v", p.ms, want)
+	}
+	if p := newBlockPolicy(cpuCosts, 16); !slices.Equal(p.ms, cpuCosts.MS) {
+		t.Errorf("growing costs changed: %v, want %v", p.ms, cpuCosts.MS)
 	}
 }
