@@ -140,6 +140,7 @@ func serveAction(c *cli.Context) error {
 		b.split = true
 	}
 	b.sched = s.Engine.NewScheduler(sc)
+	defer b.sched.Close() // a split target's other ranks end with rank 0's scheduler
 	if ex != nil {
 		// A rank that fails ends the server: its requests get the rank's error, and the
 		// command exits with it.
