@@ -208,16 +208,7 @@ func TestSelectorWalkCompiledMatchesOps(t *testing.T) {
 	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
 	ds.Dtype = mlxc.Float32
 	var fail error
-	err := mlxc.Do(func() error {
-		dd := filepath.Join(dir, "d")
-		if err := modelgen.WriteDrafter(dd, ds); err != nil {
-			return err
-		}
-		d, err := draft.Load(dd, target, draft.LoadOptions{})
-		if err != nil {
-			return err
-		}
-		defer d.Free()
+	err := withDrafter(dir, target, ds, func(d *draft.Drafter) error {
 		return mlxc.Catch(func() {
 			s := mlxc.NewScope()
 			defer s.Close()

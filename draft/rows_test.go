@@ -145,16 +145,7 @@ func TestForwardWindowRowsMatchesForwardWindow(t *testing.T) {
 	spec := modelgen.TinyQwen3()
 	target := loadTarget(t, dir, spec)
 	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
-	err := mlxc.Do(func() error {
-		dd := filepath.Join(dir, "d")
-		if err := modelgen.WriteDrafter(dd, ds); err != nil {
-			return err
-		}
-		d, err := draft.Load(dd, target, draft.LoadOptions{})
-		if err != nil {
-			return err
-		}
-		defer d.Free()
+	err := withDrafter(dir, target, ds, func(d *draft.Drafter) error {
 		taps := len(d.TapLayers()) * spec.Hidden
 		L, keep := d.Cfg.BlockSize, d.Cfg.SlidingWindow-1
 		prompts := []int{80, 2, 40}
@@ -214,7 +205,7 @@ func TestForwardWindowRowsMatchesForwardWindow(t *testing.T) {
 		}
 		s := mlxc.NewScope()
 		defer s.Close()
-		_, err = d.ForwardWindowRows([]*mlxc.Array{maskBlock(1, L, ds.MaskTokenID), maskBlock(2, L-1, ds.MaskTokenID)}, make([]*mlxc.Array, 2), rows[:2])
+		_, err := d.ForwardWindowRows([]*mlxc.Array{maskBlock(1, L, ds.MaskTokenID), maskBlock(2, L-1, ds.MaskTokenID)}, make([]*mlxc.Array, 2), rows[:2])
 		if err == nil || !strings.Contains(err.Error(), "share the trained block") {
 			return fmt.Errorf("blocks of %d and %d tokens: err = %v", L, L-1, err)
 		}
@@ -233,16 +224,7 @@ func TestDFlash2PaddedKeysMatchExact(t *testing.T) {
 	spec := modelgen.TinyQwen3()
 	target := loadTarget(t, dir, spec)
 	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
-	err := mlxc.Do(func() error {
-		dd := filepath.Join(dir, "d")
-		if err := modelgen.WriteDrafter(dd, ds); err != nil {
-			return err
-		}
-		d, err := draft.Load(dd, target, draft.LoadOptions{})
-		if err != nil {
-			return err
-		}
-		defer d.Free()
+	err := withDrafter(dir, target, ds, func(d *draft.Drafter) error {
 		taps := len(d.TapLayers()) * spec.Hidden
 		L, keep := d.Cfg.BlockSize, d.Cfg.SlidingWindow-1
 		for _, R := range []int{1, 3} {
@@ -294,4 +276,21 @@ func TestDFlash2PaddedKeysMatchExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// withDrafter writes the drafter ds under dir/d for target, loads it and runs f with it
+// on the MLX thread, freeing it after.
+func withDrafter(dir string, target model.Model, ds modelgen.DrafterSpec, f func(d *draft.Drafter) error) error {
+	return mlxc.Do(func() error {
+		dd := filepath.Join(dir, "d")
+		if err := modelgen.WriteDrafter(dd, ds); err != nil {
+			return err
+		}
+		d, err := draft.Load(dd, target, draft.LoadOptions{})
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		return f(d)
+	})
 }
