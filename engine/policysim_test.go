@@ -99,7 +99,8 @@ func TestBlockPolicyRecoversFromABadStart(t *testing.T) {
 // A simulated batch of 8 fresh rows in one decoder, each rejecting its first three
 // cycles' drafts and then accepting each draft with probability 0.9: where a step's cost
 // grows slowly with the tokens it verifies (a GPU), the rows end up drafting wide and the
-// batch commits several times plain batching's tokens per millisecond; where it grows
+// batch commits several times plain batching's tokens per millisecond; where drafting
+// costs a step a large fixed amount, every row drafts wide or none does; where it grows
 // with every token (a CPU), the rows step plainly and exploring costs the batch little.
 func TestBatchPolicyLearnsWhereDraftsPay(t *testing.T) {
 	cases := []struct {
@@ -110,6 +111,11 @@ func TestBatchPolicyLearnsWhereDraftsPay(t *testing.T) {
 	}{
 		{"gpu", gpuCosts, func(R int) float64 { return 5.3 + 0.05*float64(R) }, func(T int) float64 { return 7 + 0.03*float64(T) }, 3, 100},
 		{"cpu", cpuCosts, func(R int) float64 { return 12.3 * (0.6 + 0.4*float64(R)) }, func(T int) float64 { return 11 * float64(T) }, 0.93, 1.01},
+		// A step that drafts at all costs twice a plain one and more (a synchronous read,
+		// the verify's fixed cost, as an H200's batched steps measure): one wide row loses,
+		// every row wide wins (8 rows at block 16: 1.39x). Raising one row at a time stayed
+		// at plain steps (1.00x).
+		{"gpu-valley", gpuCosts, func(R int) float64 { return 5 + float64(R) }, func(T int) float64 { return 25 + 0.4*float64(T) }, 1.25, 1.6},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

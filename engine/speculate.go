@@ -291,6 +291,22 @@ func (d *decoder) plan(rows []*sequence) (w []int, loss float64) {
 		T += bestW - w[bestRow]
 		w[bestRow] = bestW
 	}
+	// Raising one row at a time cannot cross a valley: where a step that drafts at all
+	// costs much more than a plain one (a GPU's batched verify: synchronous, its fixed cost
+	// paid for a few tokens), one wide row loses while every row wide wins. So the step
+	// with every drafting row at its own best block is weighed too.
+	all, allTotal, allT := make([]int, len(rows)), 0.0, 0
+	for r, q := range rows {
+		all[r] = 1
+		if q.dr != nil {
+			all[r] = max(min(q.dr.policy.best(), cap[r]), 1)
+		}
+		allTotal += expected(q, all[r])
+		allT += all[r]
+	}
+	if allT > T && rate(allTotal, allT) > rate(total, T)*(1+policyTie) {
+		w, total, T = all, allTotal, allT
+	}
 	// Exploring keeps each row's acceptance past its planned width measured: at most one
 	// row a step, and only while what the steps that explored lost against their plans
 	// (this one included) is no more than policyExploreShare of all steps' cost. A step's
