@@ -141,11 +141,8 @@ func TestForwardRowsMatchesForward(t *testing.T) {
 // different lengths (one overflowing its keep), rows with and without new context, cycle
 // after cycle. Rows of different block lengths are refused.
 func TestForwardWindowRowsMatchesForwardWindow(t *testing.T) {
-	dir := t.TempDir()
-	spec := modelgen.TinyQwen3()
-	target := loadTarget(t, dir, spec)
-	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
-	err := withDrafter(dir, target, ds, func(d *draft.Drafter) error {
+	spec, ds := tinyDFlash2()
+	err := withDrafter(t.TempDir(), loadTarget(t, t.TempDir(), spec), ds, func(d *draft.Drafter) error {
 		taps := len(d.TapLayers()) * spec.Hidden
 		L, keep := d.Cfg.BlockSize, d.Cfg.SlidingWindow-1
 		prompts := []int{80, 2, 40}
@@ -220,11 +217,8 @@ func TestForwardWindowRowsMatchesForwardWindow(t *testing.T) {
 // block) drafts what the exact keys do, over cycles whose window grows across bucket
 // boundaries and then slides; one row alone and three rows at once.
 func TestDFlash2PaddedKeysMatchExact(t *testing.T) {
-	dir := t.TempDir()
-	spec := modelgen.TinyQwen3()
-	target := loadTarget(t, dir, spec)
-	ds := modelgen.DrafterFor(spec, 2).DFlash2For()
-	err := withDrafter(dir, target, ds, func(d *draft.Drafter) error {
+	spec, ds := tinyDFlash2()
+	err := withDrafter(t.TempDir(), loadTarget(t, t.TempDir(), spec), ds, func(d *draft.Drafter) error {
 		taps := len(d.TapLayers()) * spec.Hidden
 		L, keep := d.Cfg.BlockSize, d.Cfg.SlidingWindow-1
 		for _, R := range []int{1, 3} {
@@ -293,4 +287,10 @@ func withDrafter(dir string, target model.Model, ds modelgen.DrafterSpec, f func
 		defer d.Free()
 		return f(d)
 	})
+}
+
+// tinyDFlash2 is the tiny Qwen3 target's spec and a 2-layer DFlash2 drafter's for it.
+func tinyDFlash2() (modelgen.Qwen3Spec, modelgen.DrafterSpec) {
+	spec := modelgen.TinyQwen3()
+	return spec, modelgen.DrafterFor(spec, 2).DFlash2For()
 }
