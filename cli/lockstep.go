@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -18,8 +19,6 @@ import (
 // costs one 8-byte all-sum.
 type rankExchange struct {
 	sh *model.Shard
-	// exchanges and bytes count what was shared (bench and tests).
-	exchanges, bytes int64
 }
 
 // lockstepCheck marks a header as rank 0's: a header summed from ranks that disagree on
@@ -48,7 +47,6 @@ func (x *rankExchange) Exchange(mine engine.Decisions) (engine.Decisions, error)
 		if h[1] != lockstepCheck || h[0] < 0 {
 			panic(&mlxc.Error{Op: "lockstep exchange", Msg: fmt.Sprintf("a malformed header %v from rank 0", h)})
 		}
-		x.exchanges++
 		n := int(h[0])
 		if n == 0 {
 			return
@@ -66,7 +64,6 @@ func (x *rankExchange) Exchange(mine engine.Decisions) (engine.Decisions, error)
 		for i, w := range sum {
 			binary.LittleEndian.PutUint32(buf[4*i:], uint32(w))
 		}
-		x.bytes += int64(8 + len(buf))
 		if err := json.Unmarshal(buf[:n], &got); err != nil {
 			panic(&mlxc.Error{Op: "lockstep exchange", Msg: "rank 0's decisions: " + err.Error()})
 		}
@@ -93,9 +90,10 @@ type rankRequest struct {
 }
 
 // follow runs a following rank of a split target's server: it builds what rank 0 admits
-// and steps with it until rank 0 closes (nil) or a rank fails.
+// and steps with it until rank 0 closes (nil) or a rank fails; no signal ends it (rank 0
+// drains, then closes the schedule).
 func (b *backend) follow(ex *rankExchange) error {
-	return b.s.rankError(b.s.Engine.Follow(b.ctx, ex, func(wire []byte) (engine.Request, func(), error) {
+	return b.s.rankError(b.s.Engine.Follow(context.Background(), ex, func(wire []byte) (engine.Request, func(), error) {
 		var rr rankRequest
 		if err := json.Unmarshal(wire, &rr); err != nil {
 			return engine.Request{}, nil, err

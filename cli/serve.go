@@ -104,7 +104,7 @@ func serveAction(c *cli.Context) error {
 	defer s.Close()
 	s.Notice(s.BlockSizeNote(c.Int("block-size")))
 	b := &backend{s: s, blockSize: c.Int("block-size"), profile: c.Bool("profile"), toolFormat: templateToolFormat(s.Tok),
-		grammars: newGrammars(s), ctx: ctx}
+		grammars: newGrammars(s)}
 	defer b.grammars.close()
 	var ex *rankExchange
 	if s.Shard.Split() {
@@ -116,7 +116,6 @@ func serveAction(c *cli.Context) error {
 			stop()
 			signal.Ignore(os.Interrupt, syscall.SIGTERM)
 			s.Notice(fmt.Sprintf("rank %d of %d: following rank 0's requests", s.Shard.Rank, s.Shard.Size))
-			b.ctx = context.Background()
 			if err := b.follow(ex); err != nil {
 				return err
 			}
@@ -221,9 +220,8 @@ type backend struct {
 	// steps is the server's observer of decode steps (ObserveSteps), nil until set.
 	steps atomic.Pointer[func(rows int)]
 	// split: the target is split over ranks, whose schedulers run in lockstep (every
-	// request carries its wire form); ctx ends a following rank.
+	// request carries its wire form).
 	split bool
-	ctx   context.Context
 }
 
 // MaxConcurrent is how many generations the scheduler runs at once.

@@ -326,14 +326,9 @@ func (d *Drafter) blockHeads(l *layer, qp, kp, vp *mlxc.Array, rotate func(*mlxc
 // attend2 is the block's attention over the window's context keys kc, vc (nil: none) and
 // its own keys kb, vb, visible as mask [1, 1, L, ctx+L] says: its heads as rows [L, nH·hd].
 func (d *Drafter) attend2(q, kc, vc, kb, vb, mask *mlxc.Array, L int) *mlxc.Array {
-	parts := []*mlxc.Array{kb}
-	vparts := []*mlxc.Array{vb}
+	parts, vparts, n := []*mlxc.Array{kb}, []*mlxc.Array{vb}, L
 	if kc != nil {
-		parts, vparts = []*mlxc.Array{kc, kb}, []*mlxc.Array{vc, vb}
-	}
-	n := L
-	if kc != nil {
-		n += kc.Dim(2)
+		parts, vparts, n = []*mlxc.Array{kc, kb}, []*mlxc.Array{vc, vb}, n+kc.Dim(2)
 	}
 	if pad := mask.Dim(3) - n; pad > 0 {
 		// Masked zero keys up to the padded mask's length (padKeysMask).

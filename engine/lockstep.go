@@ -66,32 +66,21 @@ type RequestBuilder func(wire []byte) (req Request, done func(), err error)
 // between exchanges; a follower in an exchange ends when the exchange fails.
 func (e *Engine) Follow(ctx context.Context, ls Lockstep, build RequestBuilder) error {
 	return mlxc.Do(func() error {
-		b := e.newBatcher(int(^uint(0)>>1), 0)
-		b.fixedChunk = lockstepChunk
-		type followed struct {
-			cancel context.CancelFunc
-			done   func()
-		}
+		b := e.newLockstepBatcher(int(^uint(0) >> 1))
 		live := map[uint64]followed{}
 		ids := map[*sequence]uint64{}
 		b.finished = func(q *sequence) {
 			id := ids[q]
 			delete(ids, q)
 			if f, ok := live[id]; ok {
-				f.cancel()
-				if f.done != nil {
-					f.done()
-				}
+				f.release()
 				delete(live, id)
 			}
 		}
 		defer func() {
 			b.free()
 			for _, f := range live {
-				f.cancel()
-				if f.done != nil {
-					f.done()
-				}
+				f.release()
 			}
 		}()
 		for {
@@ -136,6 +125,29 @@ func (e *Engine) Follow(ctx context.Context, ls Lockstep, build RequestBuilder) 
 	})
 }
 
+// newLockstepBatcher is a batcher of up to maxRows sequences that chunks prefills by
+// lockstepChunk positions, alike on every rank.
+func (e *Engine) newLockstepBatcher(maxRows int) *batcher {
+	b := e.newBatcher(maxRows, 0)
+	b.fixedChunk = lockstepChunk
+	return b
+}
+
+// followed is a request a following rank runs: cancel ends its sequence, done frees what
+// its builder made (nil: nothing).
+type followed struct {
+	cancel context.CancelFunc
+	done   func()
+}
+
+// release ends the request and frees what it holds.
+func (f followed) release() {
+	f.cancel()
+	if f.done != nil {
+		f.done()
+	}
+}
+
 // lockstepJob is rank 0's side of an admitted request under Lockstep: its sequence runs
 // under a context the scheduler ends (on every rank in the same iteration) when the
 // caller's ends or the caller's reader fails.
@@ -157,14 +169,9 @@ func (s *Scheduler) driveLockstep() {
 	fail := func(err error) {
 		s.mu.Lock()
 		s.fatal = err
-		w := s.waiting
-		s.waiting = nil
 		s.mu.Unlock()
 		close(s.failedCh)
-		for _, j := range w {
-			j.err = err
-			close(j.done)
-		}
+		s.refuseWaiting(err)
 		for q, j := range jobs {
 			if q.err == nil {
 				q.err = err
@@ -175,8 +182,7 @@ func (s *Scheduler) driveLockstep() {
 		}
 	}
 	if err := mlxc.Do(func() error {
-		b = s.e.newBatcher(s.cfg.MaxBatch, 0)
-		b.fixedChunk = lockstepChunk
+		b = s.e.newLockstepBatcher(s.cfg.MaxBatch)
 		b.finished = func(q *sequence) {
 			j := jobs[q]
 			delete(jobs, q)
@@ -232,14 +238,7 @@ func (s *Scheduler) driveLockstep() {
 			return
 		}
 		if quit {
-			s.mu.Lock()
-			w := s.waiting
-			s.waiting = nil
-			s.mu.Unlock()
-			for _, j := range w {
-				j.err = ErrSchedulerClosed
-				close(j.done)
-			}
+			s.refuseWaiting(ErrSchedulerClosed)
 			return
 		}
 		select {
@@ -293,6 +292,28 @@ func (s *Scheduler) lockstepIterate(b *batcher, jobs map[*sequence]*scheduled) (
 		return quit, nil
 	}
 	return false, b.iterate()
+}
+
+// refuseWaiting ends every request still waiting for admission with err (a lockstep
+// scheduler that failed or closed; its loop runs no more).
+func (s *Scheduler) refuseWaiting(err error) {
+	s.mu.Lock()
+	w := s.waiting
+	s.waiting = nil
+	s.mu.Unlock()
+	for _, j := range w {
+		j.err = err
+		close(j.done)
+	}
+}
+
+// refusal is why a lockstep scheduler takes no more requests (its ranks failed, or it
+// was closed), nil while it takes them. s.mu held.
+func (s *Scheduler) refusal() error {
+	if s.fatal == nil && s.quit {
+		return ErrSchedulerClosed
+	}
+	return s.fatal
 }
 
 // Close ends a lockstep scheduler: the requests still running end cancelled, those

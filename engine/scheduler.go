@@ -114,16 +114,10 @@ func (s *Scheduler) Generate(ctx context.Context, req Request, emit func(Event) 
 	j.q = s.e.newSequence(qctx, req, j.mb.post, time.Now(), true)
 	s.mu.Lock()
 	if s.cfg.Lockstep != nil {
-		switch {
-		case s.fatal != nil:
-			err := s.fatal
+		if err := s.refusal(); err != nil {
 			s.mu.Unlock()
 			j.ls.cancel()
 			return Result{}, err
-		case s.quit:
-			s.mu.Unlock()
-			j.ls.cancel()
-			return Result{}, ErrSchedulerClosed
 		}
 		s.nextID++
 		j.ls.id = s.nextID

@@ -299,7 +299,7 @@ func (d *decoder) plan(rows []*sequence) (w []int, loss float64) {
 	for r, q := range rows {
 		all[r] = 1
 		if q.dr != nil {
-			all[r] = max(min(q.dr.policy.best(), cap[r]), 1)
+			all[r] = min(q.dr.policy.best(), cap[r])
 		}
 		allTotal += expected(q, all[r])
 		allT += all[r]

@@ -213,7 +213,7 @@ func (p *BatchPass) UseKernel(a *FewQueryAttention, scale *mlxc.Array) {
 		return
 	}
 	p.fqa, p.scaleArr = a, scale
-	p.rowPos, p.rowMask = make([]*mlxc.Array, p.B), make([]*mlxc.Array, p.B)
+	p.rowPos = make([]*mlxc.Array, p.B)
 }
 
 // Positions are the rows' positions, int32 [B], for RoPE (Rope.ApplyAt): row r's W
@@ -264,7 +264,7 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 		// own attention's bits (batchtest checks it for W = 1 and verify blocks alike).
 		keysLen := p.longestSeen
 		if b := p.Opt.KeyBucket; b > 0 && p.W > 1 && p.W <= MaxBucketedQueries {
-			keysLen = min(roundUp(keysLen, b), lc.capacity())
+			keysLen = bucketRows(keysLen, b, lc.capacity())
 		}
 		if p.mask == nil {
 			j := mlxc.Reshape(mlxc.Arange(0, float64(keysLen), 1, mlxc.Int32), 1, 1, 1, keysLen)
@@ -307,7 +307,7 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 		if w > 1 {
 			mode = mlxc.MaskCausal
 			if b := p.Opt.KeyBucket; b > 0 && w <= MaxBucketedQueries {
-				K, mode = min(roundUp(n+w, b), lc.capacity()), mlxc.MaskArray
+				K, mode = bucketRows(n+w, b, lc.capacity()), mlxc.MaskArray
 				if p.rowMask == nil {
 					p.rowMask = make([]*mlxc.Array, p.B)
 				}
@@ -326,9 +326,6 @@ func (p *BatchPass) Attend(lc *BatchKVCache, q, k, v *mlxc.Array, scale float32)
 	}
 	return mlxc.Concatenate(outs, 0)
 }
-
-// roundUp is n rounded up to a multiple of b.
-func roundUp(n, b int) int { return (n + b - 1) / b * b }
 
 // Tap keeps the residual rows h [N, H] after layer i when the step taps it.
 func (p *BatchPass) Tap(i int, h *mlxc.Array) {

@@ -89,10 +89,17 @@ func (c *KVCache) Scratch(k, v *mlxc.Array, bucket int) (*mlxc.Array, *mlxc.Arra
 // padded returns views of the first n rows rounded up to a multiple of bucket (capped at
 // the buffer size) and that row count.
 func (c *KVCache) padded(n, bucket int) (*mlxc.Array, *mlxc.Array, int) {
-	if bucket > 0 {
-		n = min((n+bucket-1)/bucket*bucket, c.keys.Dim(2))
-	}
+	n = bucketRows(n, bucket, c.keys.Dim(2))
 	return mlxc.SliceAxis(c.keys, 2, 0, n), mlxc.SliceAxis(c.values, 2, 0, n), n
+}
+
+// bucketRows is n rounded up to a multiple of bucket, at most limit (n itself when bucket
+// is 0): a padded key count, which changes only every bucket rows.
+func bucketRows(n, bucket, limit int) int {
+	if bucket <= 0 {
+		return n
+	}
+	return min((n+bucket-1)/bucket*bucket, limit)
 }
 
 // write stores k, v at rows [offset, offset+L), growing the buffers first when needed.
