@@ -234,7 +234,7 @@ func printRunStats(w io.Writer, o runOutput) {
 	}
 	fmt.Fprintf(w, "\nmemory:     peak %s\n", human(int64(st.PeakMemory)))
 	if cc := o.CompileCache; cc.Hits+cc.Compiles > 0 {
-		fmt.Fprintf(w, "kernels:    %d compiled, %d from the cache %s\n", cc.Compiles, cc.Hits, cc.Dir)
+		fmt.Fprintf(w, "kernels:    %d compiled (NVRTC %.1f s), %d from the cache %s\n", cc.Compiles, cc.CompileSeconds, cc.Hits, cc.Dir)
 	}
 }
 

@@ -46,12 +46,15 @@ type CompileCacheStats struct {
 	Compiles      int64  `json:"compiles"`
 	Writes        int64  `json:"writes"`
 	WriteFailures int64  `json:"write_failures"`
+	// CompileSeconds is the time NVRTC spent compiling in this process (every program,
+	// cached or not: MLX's own too).
+	CompileSeconds float64 `json:"compile_seconds"`
 }
 
 // CompileCache returns the NVRTC cache's counts so far.
 func CompileCache() CompileCacheStats {
-	var h, c, w, f C.longlong
-	C.mlxc_nvrtc_cache_stats(&h, &c, &w, &f)
+	var h, c, w, f, ns C.longlong
+	C.mlxc_nvrtc_cache_stats(&h, &c, &w, &f, &ns)
 	return CompileCacheStats{Active: C.mlxc_nvrtc_cache_active() != 0, Dir: compileCacheDir(),
-		Hits: int64(h), Compiles: int64(c), Writes: int64(w), WriteFailures: int64(f)}
+		Hits: int64(h), Compiles: int64(c), Writes: int64(w), WriteFailures: int64(f), CompileSeconds: float64(ns) / 1e9}
 }

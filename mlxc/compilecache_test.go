@@ -62,10 +62,11 @@ type jitResult struct {
 	out                              string // the caller's line: lowered name and code, or the error
 	active                           bool
 	hits, compiles, writes, failures int
+	compileNS                        int // time counted in NVRTC's compile
 	realCompiles                     int // compiles the stand-in NVRTC counted over the whole test
 }
 
-var statsLine = regexp.MustCompile(`active=(\d) hits=(\d+) compiles=(\d+) writes=(\d+) failures=(\d+)`)
+var statsLine = regexp.MustCompile(`active=(\d) hits=(\d+) compiles=(\d+) writes=(\d+) failures=(\d+) compile_ns=(\d+)`)
 
 func (r nvrtcRig) jit(t *testing.T, cacheDir, source, header, option, kind string) jitResult {
 	t.Helper()
@@ -87,7 +88,7 @@ func (r nvrtcRig) jit(t *testing.T, cacheDir, source, header, option, kind strin
 		}
 		return v
 	}
-	res := jitResult{out: lines[0], active: m[1] == "1", hits: n(m[2]), compiles: n(m[3]), writes: n(m[4]), failures: n(m[5])}
+	res := jitResult{out: lines[0], active: m[1] == "1", hits: n(m[2]), compiles: n(m[3]), writes: n(m[4]), failures: n(m[5]), compileNS: n(m[6])}
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(r.driver), "compiles")); err == nil {
 		res.realCompiles = strings.Count(string(b), "compile\n")
 	}
@@ -109,8 +110,8 @@ func TestCompileCacheAnswersTheNextProcess(t *testing.T) {
 	src := "#include \"" + body + "\" kernel A" // one line: the driver prints it on one
 	first := rig.jit(t, cache, src, "h1", "-arch=sm_90", "cubin")
 	wantOut := "lowered=_Z10ns::kernel code=cubin:code(" + src + "|-arch=sm_90)"
-	if first.out != wantOut || !first.active || first.compiles != 1 || first.hits != 0 || first.writes != 1 {
-		t.Fatalf("first process: %+v, want out %q, one compile and one write", first, wantOut)
+	if first.out != wantOut || !first.active || first.compiles != 1 || first.hits != 0 || first.writes != 1 || first.compileNS <= 0 {
+		t.Fatalf("first process: %+v, want out %q, one compile (timed) and one write", first, wantOut)
 	}
 	steps := []struct {
 		name                     string
@@ -154,6 +155,9 @@ func TestCompileCacheAnswersTheNextProcess(t *testing.T) {
 		}
 		if real != wantReal {
 			t.Errorf("%s: NVRTC compiled %d times, want %d", s.name, real, wantReal)
+		}
+		if (got.compileNS > 0) != (real > 0) {
+			t.Errorf("%s: %d ns counted in NVRTC's compile for %d compiles", s.name, got.compileNS, real)
 		}
 	}
 	failed := rig.jit(t, cache, "#error broken", "h1", "-arch=sm_90", "cubin")

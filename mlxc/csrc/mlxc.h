@@ -181,7 +181,8 @@ int mlxc_metal_available(void);
 /* A disk cache in front of NVRTC (nvrtc_cache.cpp): "" turns it off. */
 void mlxc_nvrtc_cache_set_dir(const char* dir);
 int mlxc_nvrtc_cache_active(void); /* 1: libmlx's NVRTC calls reach the cache */
-void mlxc_nvrtc_cache_stats(long long* hits, long long* compiles, long long* writes, long long* write_failures);
+void mlxc_nvrtc_cache_stats(long long* hits, long long* compiles, long long* writes, long long* write_failures,
+                            long long* compile_ns);
 /* backend: 1 cuda, 2 metal. names are NUL-separated lists with counts. */
 int mlxc_kernel_new(mlxc_kernel* out, int backend, const char* name, const char* const* inputs, int nin,
                     const char* const* outputs, int nout, const char* source, const char* header,
