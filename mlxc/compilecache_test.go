@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // nvrtcRig is the NVRTC cache built into a small program (testdata/nvrtcfake/driver.c)
@@ -17,7 +20,9 @@ import (
 // the program as our binaries export them.
 type nvrtcRig struct {
 	driver string
-	env    []string
+	// ahead is testdata/nvrtcfake/ahead_driver.c built the same way.
+	ahead string
+	env   []string
 }
 
 func buildNVRTCRig(t *testing.T, nvrtcLib string) nvrtcRig {
@@ -53,9 +58,12 @@ func buildNVRTCRig(t *testing.T, nvrtcLib string) nvrtcRig {
 	run("c++", "-std=c++20", "-O1", "-c", "-I"+csrc, "-o", "nvrtc_cache.o", filepath.Join(csrc, "nvrtc_cache.cpp"))
 	run("c++", "-o", "driver", "driver.o", "nvrtc_cache.o", "-L"+dir, "-lcaller", "-ldl",
 		"-Wl,--export-dynamic-symbol=nvrtc*", "-Wl,-rpath,"+dir+":"+libDir)
+	run("cc", "-c", "-o", "ahead_driver.o", filepath.Join(src, "ahead_driver.c"))
+	run("c++", "-o", "ahead_driver", "ahead_driver.o", "nvrtc_cache.o", "-L"+dir, "-lcaller", "-ldl", "-lpthread",
+		"-Wl,--export-dynamic-symbol=nvrtc*", "-Wl,-rpath,"+dir+":"+libDir)
 	// NVRTC opens its builtins library by name: LD_LIBRARY_PATH finds it.
 	env := append(os.Environ(), "FAKE_NVRTC_COUNT="+filepath.Join(dir, "compiles"), "LD_LIBRARY_PATH="+libDir)
-	return nvrtcRig{driver: filepath.Join(dir, "driver"), env: env}
+	return nvrtcRig{driver: filepath.Join(dir, "driver"), ahead: filepath.Join(dir, "ahead_driver"), env: env}
 }
 
 type jitResult struct {
@@ -222,5 +230,63 @@ func TestCompileCacheExported(t *testing.T) {
 	}
 	if st := CompileCache(); !st.Active {
 		t.Fatalf("NVRTC entry points not exported: %+v", st)
+	}
+}
+
+// TestAheadCompilesAnswerMLX: custom kernels submitted ahead compile on threads of their own
+// with the recipe learned from MLX's first custom-kernel compile (file name, headers,
+// options, name expressions, outputs), and MLX's later compile of each is answered from the
+// cache with the same lowered name and code a compile of its own gives; one submitted
+// before the recipe is known waits for it; one whose source MLX builds differently counts
+// as a mismatch and compiles as usual; the next process finds the entries present.
+func TestAheadCompilesAnswerMLX(t *testing.T) {
+	rig := buildNVRTCRig(t, "")
+	src := func(fn string) string { return "__global__ void " + fn + "(int* x) { x[0] = 1; }" }
+	cache := filepath.Join(t.TempDir(), "cache")
+	run := func(steps ...string) []string {
+		t.Helper()
+		cmd := exec.Command(rig.ahead, append([]string{cache}, steps...)...)
+		cmd.Env = rig.env
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ahead driver: %v\n%s", err, b)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	want := func(fn, source string) string {
+		return "lowered=_Z" + strconv.Itoa(len("ns::"+fn)) + "ns::" + fn + " code=cubin:code(" + source + "|-arch=sm_90)"
+	}
+	got := run(
+		"ahead:custom_kernel_d:"+src("custom_kernel_d"), // before the recipe: kept until it is known
+		"mlx:custom_kernel_a:"+src("custom_kernel_a"),   // MLX's first: compiled, recipe learned
+		"ahead:custom_kernel_b:"+src("custom_kernel_b"),
+		"mlx:custom_kernel_b:"+src("custom_kernel_b"),
+		"mlx:custom_kernel_d:"+src("custom_kernel_d"),
+		"ahead:custom_kernel_c:"+src("custom_kernel_c"),
+		"mlx:custom_kernel_c:"+src("custom_kernel_c")+" ", // MLX's source differs from the submitted one
+	)
+	wantLines := []string{
+		want("custom_kernel_a", src("custom_kernel_a")),
+		want("custom_kernel_b", src("custom_kernel_b")),
+		want("custom_kernel_d", src("custom_kernel_d")),
+		want("custom_kernel_c", src("custom_kernel_c")+" "),
+		"hits=2 compiles=2 submitted=3 ahead=3 present=0 failed=0 answered=2 mismatched=1",
+	}
+	if diff := cmp.Diff(wantLines, got); diff != "" {
+		t.Errorf("first process (-want +got):\n%s", diff)
+	}
+	b, _ := os.ReadFile(filepath.Join(filepath.Dir(rig.driver), "compiles"))
+	if n := strings.Count(string(b), "compile\n"); n != 5 {
+		t.Errorf("NVRTC compiled %d times, want 5 (a and the changed c by MLX, b, c and d ahead)", n)
+	}
+	got = run("mlx:custom_kernel_a:"+src("custom_kernel_a"), "ahead:custom_kernel_b:"+src("custom_kernel_b"),
+		"mlx:custom_kernel_b:"+src("custom_kernel_b"))
+	wantLines = []string{
+		want("custom_kernel_a", src("custom_kernel_a")),
+		want("custom_kernel_b", src("custom_kernel_b")),
+		"hits=2 compiles=0 submitted=1 ahead=0 present=1 failed=0 answered=1 mismatched=0",
+	}
+	if diff := cmp.Diff(wantLines, got); diff != "" {
+		t.Errorf("next process (-want +got):\n%s", diff)
 	}
 }

@@ -183,6 +183,11 @@ void mlxc_nvrtc_cache_set_dir(const char* dir);
 int mlxc_nvrtc_cache_active(void); /* 1: libmlx's NVRTC calls reach the cache */
 void mlxc_nvrtc_cache_stats(long long* hits, long long* compiles, long long* writes, long long* write_failures,
                             long long* compile_ns);
+/* Compiles a custom kernel's program ahead of MLX's own compile of it (nvrtc_cache.cpp). */
+void mlxc_nvrtc_ahead(const char* func, const char* source);
+int mlxc_nvrtc_ahead_idle(void); /* 1: no ahead compile queued or running */
+void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
+                            long long* answered, long long* mismatched, long long* wait_ns);
 /* backend: 1 cuda, 2 metal. names are NUL-separated lists with counts. */
 int mlxc_kernel_new(mlxc_kernel* out, int backend, const char* name, const char* const* inputs, int nin,
                     const char* const* outputs, int nout, const char* source, const char* header,

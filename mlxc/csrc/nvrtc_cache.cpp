@@ -27,8 +27,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -105,6 +110,9 @@ struct Outputs {
 // A program the cache follows.
 struct Program {
   std::string source;
+  // What the program was created with (kept to learn MLX's custom-kernel recipe).
+  std::string file_name;
+  std::vector<std::string> headers, include_names;
   std::string key;        // source, headers and names so far; the options join at compile
   std::vector<std::string> names;
   bool keyed = false;     // the compile was asked for: key is whole
@@ -115,6 +123,40 @@ struct Program {
   std::vector<std::string> compile_options;
 };
 
+// kFunc stands for a custom kernel's function name in a learned recipe.
+constexpr const char* kFunc = "\x01func\x01";
+
+// KernelRecipe is how MLX compiles a custom kernel (fast::cuda_kernel), learned from the
+// first one this process sees compile: the program's file name, in-memory headers, options,
+// name expressions and the outputs it takes, with the kernel's function name replaced by
+// kFunc where it appears. Every custom kernel compiles with the same recipe (one MLX build,
+// one device), so any other kernel's source can be compiled ahead the same way.
+struct KernelRecipe {
+  bool known = false;
+  std::string file_name;
+  std::vector<std::string> headers, include_names, options, names;
+  std::vector<uint8_t> kinds;
+};
+
+// An ahead compile: a custom kernel's source, queued before MLX asks for it.
+struct AheadJob {
+  std::string func, source, key;
+};
+
+// Ahead holds compiles started before MLX asks for them (mlxc_nvrtc_ahead), on threads
+// of their own: MLX compiles one program at a time as it meets them, so a graph with ten
+// new kernels waited for ten compiles in a row.
+struct Ahead {
+  KernelRecipe recipe;
+  std::deque<AheadJob> queue;                   // waiting for a thread
+  std::vector<AheadJob> deferred;               // submitted before the recipe was known
+  std::map<std::string, int> inflight;          // keys being compiled
+  std::map<std::string, std::string> submitted;  // function name → the key compiled ahead
+  std::condition_variable work, done;
+  int threads = 0;
+  std::atomic<long long> submitted_n{0}, compiled{0}, present{0}, failed{0}, answered{0}, mismatched{0}, wait_ns{0};
+};
+
 struct Cache {
   std::mutex mu;
   std::string dir;  // "" = off
@@ -122,11 +164,14 @@ struct Cache {
   std::atomic<long long> hits{0}, compiles{0}, writes{0}, write_failures{0};
   // compile_ns is the wall time spent in NVRTC's own compile, every program's.
   std::atomic<long long> compile_ns{0};
+  Ahead ahead;
 };
 
+// The cache is never destroyed: ahead-compile threads may still run while the process
+// exits, and must not meet a destroyed mutex.
 Cache& cache() {
-  static Cache c;
-  return c;
+  static Cache* c = new Cache;
+  return *c;
 }
 
 void put_u64(std::string& s, uint64_t v) {
@@ -136,6 +181,33 @@ void put_u64(std::string& s, uint64_t v) {
 void put_bytes(std::string& s, const std::string& b) {
   put_u64(s, b.size());
   s += b;
+}
+
+// create_key is the part of a program's key known at its creation: source, file name and
+// in-memory headers with their include names.
+std::string create_key(const std::string& src, const std::string& name, const std::vector<std::string>& headers,
+                       const std::vector<std::string>& include_names) {
+  std::string k;
+  put_bytes(k, src);
+  put_bytes(k, name);
+  put_u64(k, uint64_t(headers.size()));
+  for (size_t i = 0; i < headers.size(); i++) {
+    put_bytes(k, headers[i]);
+    put_bytes(k, i < include_names.size() ? include_names[i] : "");
+  }
+  return k;
+}
+
+// full_key is a program's whole key at its compile: NVRTC's version, the options, the
+// name expressions, the creation's part and the absolutely included files' text.
+std::string full_key(int major, int minor, const std::vector<std::string>& options,
+                     const std::vector<std::string>& names, const std::string& created, const std::string& included) {
+  std::string key = "nvrtc " + std::to_string(major) + "." + std::to_string(minor) + "\n";
+  put_u64(key, uint64_t(options.size()));
+  for (auto& o : options) put_bytes(key, o);
+  put_u64(key, names.size());
+  for (auto& n : names) put_bytes(key, n);
+  return key + created + included;
 }
 
 struct Reader {
@@ -325,6 +397,163 @@ nvrtc_result get_code(nvrtc_program p, Kind kind, size_t* size, char* dst) {
   return e;
 }
 
+// kernel_function is the name of the custom kernel a source defines (MLX names them
+// custom_kernel_…), "" for any other program.
+std::string kernel_function(const std::string& src) {
+  const std::string mark = "__global__ void custom_kernel_";
+  size_t at = src.find(mark);
+  if (at == std::string::npos) return "";
+  size_t start = at + std::strlen("__global__ void "), end = start;
+  while (end < src.size() && (std::isalnum(static_cast<unsigned char>(src[end])) || src[end] == '_')) end++;
+  return src.substr(start, end - start);
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
+  return s;
+}
+
+// learn_recipe takes MLX's custom-kernel recipe from a program it compiled (c.mu held),
+// once, and queues what was submitted before it was known.
+void enqueue_locked(AheadJob job);
+
+void learn_recipe(const Program& rec) {
+  auto& a = cache().ahead;
+  std::string func = kernel_function(rec.source);
+  if (a.recipe.known || func.empty() || rec.out.code.empty()) return;
+  KernelRecipe k;
+  k.file_name = replace_all(rec.file_name, func, kFunc);
+  k.headers = rec.headers;
+  k.include_names = rec.include_names;
+  k.options = rec.compile_options;
+  for (auto& n : rec.names) k.names.push_back(replace_all(n, func, kFunc));
+  for (auto& [kind, code] : rec.out.code) k.kinds.push_back(kind);
+  k.known = true;
+  a.recipe = std::move(k);
+  std::vector<AheadJob> deferred;
+  deferred.swap(a.deferred);
+  for (auto& j : deferred) enqueue_locked(std::move(j));
+}
+
+// compile_ahead compiles one job with the recipe on the real NVRTC and writes its entry.
+bool compile_ahead(const AheadJob& job, const KernelRecipe& k, const std::string& dir) {
+  auto& r = real();
+  if (!r.create || !r.add_name || !r.compile || !r.lowered || !r.destroy) return false;
+  std::vector<const char*> hs, ins, opts;
+  for (auto& h : k.headers) hs.push_back(h.c_str());
+  for (auto& n : k.include_names) ins.push_back(n.c_str());
+  for (auto& o : k.options) opts.push_back(o.c_str());
+  std::string file = replace_all(k.file_name, kFunc, job.func);
+  nvrtc_program p = nullptr;
+  if (r.create(&p, job.source.c_str(), file.c_str(), int(hs.size()), hs.empty() ? nullptr : hs.data(),
+               ins.empty() ? nullptr : ins.data()) != kSuccess) {
+    return false;
+  }
+  std::vector<std::string> names;
+  for (auto& n : k.names) names.push_back(replace_all(n, kFunc, job.func));
+  bool ok = true;
+  for (auto& n : names) ok = ok && r.add_name(p, n.c_str()) == kSuccess;
+  if (ok) {
+    auto start = std::chrono::steady_clock::now();
+    ok = r.compile(p, int(opts.size()), opts.empty() ? nullptr : opts.data()) == kSuccess;
+    cache().compile_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  Outputs out;
+  for (auto& n : names) {
+    const char* low = nullptr;
+    ok = ok && r.lowered(p, n.c_str(), &low) == kSuccess && low;
+    if (ok) out.lowered[n] = low;
+  }
+  for (uint8_t kind : k.kinds) {
+    auto size_fn = kind == kPTX ? r.ptx_size : r.cubin_size;
+    auto get_fn = kind == kPTX ? r.ptx : r.cubin;
+    size_t n = 0;
+    ok = ok && size_fn && get_fn && size_fn(p, &n) == kSuccess;
+    if (!ok) break;
+    std::string code(n, '\0');
+    ok = get_fn(p, code.data()) == kSuccess;
+    out.code[kind] = std::move(code);
+  }
+  r.destroy(&p);
+  return ok && write_entry(entry_path(dir, job.key), encode(job.key, out));
+}
+
+// ahead_thread runs queued jobs until the process ends.
+void ahead_thread() {
+  auto& c = cache();
+  auto& a = c.ahead;
+  std::unique_lock<std::mutex> lock(c.mu);
+  for (;;) {
+    a.work.wait(lock, [&] { return !a.queue.empty(); });
+    AheadJob job = std::move(a.queue.front());
+    a.queue.pop_front();
+    KernelRecipe k = a.recipe;
+    std::string dir = c.dir;
+    lock.unlock();
+    bool ok = !dir.empty() && compile_ahead(job, k, dir);
+    lock.lock();
+    (ok ? a.compiled : a.failed)++;
+    a.inflight.erase(job.key);
+    a.done.notify_all();
+  }
+}
+
+// enqueue_locked keys a job with the recipe and queues it unless its entry is on disk or
+// it is queued already (c.mu held, recipe known).
+void enqueue_locked(AheadJob job) {
+  auto& c = cache();
+  auto& a = c.ahead;
+  if (c.dir.empty() || a.submitted.count(job.func)) return;
+  std::string included;
+  if (!included_files(job.source, included)) return;
+  auto& r = real();
+  int major = 0, minor = 0;
+  if (r.version) r.version(&major, &minor);
+  std::vector<std::string> names;
+  for (auto& n : a.recipe.names) names.push_back(replace_all(n, kFunc, job.func));
+  std::string created = create_key(job.source, replace_all(a.recipe.file_name, kFunc, job.func), a.recipe.headers,
+                                   a.recipe.include_names);
+  job.key = full_key(major, minor, a.recipe.options, names, created, included);
+  a.submitted[job.func] = job.key;
+  if (a.inflight.count(job.key)) return;
+  if (access(entry_path(c.dir, job.key).c_str(), R_OK) == 0) {
+    a.present++;
+    return;
+  }
+  a.inflight[job.key] = 1;
+  a.queue.push_back(std::move(job));
+  int want = int(std::min(8u, std::max(1u, std::thread::hardware_concurrency() - 1)));
+  if (a.threads < want) {
+    a.threads++;
+    std::thread(ahead_thread).detach();
+  }
+  a.work.notify_one();
+}
+
+// await_ahead waits (c.mu held through lock) while the program MLX now compiles is being
+// compiled ahead, and reports whether it was submitted ahead with this very key; a kernel
+// submitted under another key counts as a mismatch (the recipe or the source's form
+// differs from MLX's: the ahead compile is then wasted, never used).
+bool await_ahead(std::unique_lock<std::mutex>& lock, const Program& rec) {
+  auto& a = cache().ahead;
+  std::string func = kernel_function(rec.source);
+  if (func.empty()) return false;
+  auto it = a.submitted.find(func);
+  if (it == a.submitted.end()) return false;
+  if (it->second != rec.key) {
+    a.mismatched++;
+    return false;
+  }
+  if (a.inflight.count(rec.key)) {
+    auto start = std::chrono::steady_clock::now();
+    a.done.wait(lock, [&] { return a.inflight.count(rec.key) == 0; });
+    a.wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" {
@@ -355,6 +584,41 @@ void mlxc_nvrtc_cache_stats(long long* hits, long long* compiles, long long* wri
   *write_failures = c.write_failures;
 }
 
+// mlxc_nvrtc_ahead starts compiling a custom kernel's program (the source MLX will build
+// for it, function name func) on a thread of its own, so that MLX's compile of it is
+// answered from the cache; before MLX's first custom-kernel compile it is kept until then.
+void mlxc_nvrtc_ahead(const char* func, const char* source) {
+  auto& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.dir.empty() || !func || !source) return;
+  c.ahead.submitted_n++;
+  AheadJob job{func, source, ""};
+  if (!c.ahead.recipe.known) {
+    c.ahead.deferred.push_back(std::move(job));
+    return;
+  }
+  enqueue_locked(std::move(job));
+}
+
+// mlxc_nvrtc_ahead_idle reports whether no ahead compile is queued or running.
+int mlxc_nvrtc_ahead_idle(void) {
+  auto& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.ahead.queue.empty() && c.ahead.inflight.empty() ? 1 : 0;
+}
+
+void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
+                            long long* answered, long long* mismatched, long long* wait_ns) {
+  auto& a = cache().ahead;
+  *submitted = a.submitted_n;
+  *compiled = a.compiled;
+  *present = a.present;
+  *failed = a.failed;
+  *answered = a.answered;
+  *mismatched = a.mismatched;
+  *wait_ns = a.wait_ns;
+}
+
 nvrtc_result nvrtcCreateProgram(nvrtc_program* prog, const char* src, const char* name, int num_headers,
                                 const char* const* headers, const char* const* include_names) {
   if (!real().create) return kInternalError;
@@ -365,13 +629,12 @@ nvrtc_result nvrtcCreateProgram(nvrtc_program* prog, const char* src, const char
   if (c.dir.empty()) return e;
   auto rec = std::make_unique<Program>();
   rec->source = src;
-  put_bytes(rec->key, src);
-  put_bytes(rec->key, name ? name : "");
-  put_u64(rec->key, uint64_t(num_headers));
+  rec->file_name = name ? name : "";
   for (int i = 0; i < num_headers; i++) {
-    put_bytes(rec->key, headers && headers[i] ? headers[i] : "");
-    put_bytes(rec->key, include_names && include_names[i] ? include_names[i] : "");
+    rec->headers.push_back(headers && headers[i] ? headers[i] : "");
+    rec->include_names.push_back(include_names && include_names[i] ? include_names[i] : "");
   }
+  rec->key = create_key(rec->source, rec->file_name, rec->headers, rec->include_names);
   c.programs[*prog] = std::move(rec);
   return e;
 }
@@ -402,21 +665,16 @@ nvrtc_result nvrtcCompileProgram(nvrtc_program prog, int num_options, const char
   }
   int major = 0, minor = 0;
   if (r.version) r.version(&major, &minor);
-  std::string key = "nvrtc " + std::to_string(major) + "." + std::to_string(minor) + "\n";
-  put_u64(key, uint64_t(num_options));
-  for (int i = 0; i < num_options; i++) {
-    rec->compile_options.push_back(options[i] ? options[i] : "");
-    put_bytes(key, rec->compile_options.back());
-  }
-  put_u64(key, rec->names.size());
-  for (auto& n : rec->names) put_bytes(key, n);
-  rec->key = key + rec->key + included;
+  for (int i = 0; i < num_options; i++) rec->compile_options.push_back(options[i] ? options[i] : "");
+  rec->key = full_key(major, minor, rec->compile_options, rec->names, rec->key, included);
   rec->keyed = true;
+  bool ahead = await_ahead(lock, *rec);
   Outputs out;
   if (read_entry(entry_path(c.dir, rec->key), rec->key, out)) {
     rec->out = std::move(out);
     rec->answered = true;
     c.hits++;
+    if (ahead) c.ahead.answered++;
     return kSuccess;
   }
   lock.unlock();
@@ -514,6 +772,7 @@ nvrtc_result nvrtcDestroyProgram(nvrtc_program* prog) {
       c.programs.erase(it);
     }
     dir = c.dir;
+    if (rec && rec->keyed && (rec->compiled || rec->answered)) learn_recipe(*rec);
   }
   if (rec && rec->compiled && rec->recorded && !dir.empty()) {
     if (write_entry(entry_path(dir, rec->key), encode(rec->key, rec->out))) {
@@ -532,6 +791,12 @@ nvrtc_result nvrtcDestroyProgram(nvrtc_program* prog) {
 extern "C" {
 void mlxc_nvrtc_cache_set_dir(const char*) {}
 int mlxc_nvrtc_cache_active(void) { return 0; }
+void mlxc_nvrtc_ahead(const char*, const char*) {}
+int mlxc_nvrtc_ahead_idle(void) { return 1; }
+void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
+                            long long* answered, long long* mismatched, long long* wait_ns) {
+  *submitted = *compiled = *present = *failed = *answered = *mismatched = *wait_ns = 0;
+}
 void mlxc_nvrtc_cache_stats(long long* hits, long long* compiles, long long* writes, long long* write_failures,
                             long long* compile_ns) {
   *hits = *compiles = *writes = *write_failures = *compile_ns = 0;

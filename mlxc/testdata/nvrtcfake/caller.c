@@ -19,13 +19,15 @@ int nvrtcGetProgramLogSize(struct prog *, size_t *);
 int nvrtcGetProgramLog(struct prog *, char *);
 int nvrtcDestroyProgram(struct prog **);
 
-/* jit writes "lowered=<name> code=<bytes>" or "error=<step> <code> log=<log>" to out. */
-int jit(const char *src, const char *header, const char *option, int cubin, char *out, size_t cap) {
+/* jit_named compiles src as file with one name expression, as MLX's JIT module does, and
+ * writes "lowered=<name> code=<bytes>" or "error=<step> <code> log=<log>" to out. */
+int jit_named(const char *src, const char *header, const char *option, int cubin, const char *file,
+              const char *expr, char *out, size_t cap) {
   struct prog *p;
   const char *headers[1] = {header}, *names[1] = {"utils.cuh"}, *opts[1] = {option};
-  int e = nvrtcCreateProgram(&p, src, "kernel.cu", 1, headers, names);
+  int e = nvrtcCreateProgram(&p, src, file, 1, headers, names);
   if (e) return snprintf(out, cap, "error=create %d", e), 1;
-  nvrtcAddNameExpression(p, "ns::kernel");
+  nvrtcAddNameExpression(p, expr);
   e = nvrtcCompileProgram(p, 1, opts);
   if (e) {
     size_t n = 0;
@@ -38,7 +40,7 @@ int jit(const char *src, const char *header, const char *option, int cubin, char
     return 1;
   }
   const char *low = NULL;
-  e = nvrtcGetLoweredName(p, "ns::kernel", &low);
+  e = nvrtcGetLoweredName(p, expr, &low);
   if (e) return snprintf(out, cap, "error=lowered %d", e), 1;
   size_t n = 0;
   e = cubin ? nvrtcGetCUBINSize(p, &n) : nvrtcGetPTXSize(p, &n);
@@ -50,4 +52,8 @@ int jit(const char *src, const char *header, const char *option, int cubin, char
   free(code);
   nvrtcDestroyProgram(&p);
   return 0;
+}
+
+int jit(const char *src, const char *header, const char *option, int cubin, char *out, size_t cap) {
+  return jit_named(src, header, option, cubin, "kernel.cu", "ns::kernel", out, cap);
 }

@@ -1,0 +1,47 @@
+/* The ahead compiles' test driver: custom kernels compiled as MLX compiles them (file
+ * <function>.cu, name expression ns::<function>), some submitted ahead first. Usage:
+ * ahead_driver DIR STEP... where a STEP is ahead:<function>:<source> (submit) or
+ * mlx:<function>:<source> (compile as MLX does, print its output line); then the counts. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int jit_named(const char *src, const char *header, const char *option, int cubin, const char *file,
+              const char *expr, char *out, size_t cap);
+void mlxc_nvrtc_cache_set_dir(const char *dir);
+void mlxc_nvrtc_cache_stats(long long *hits, long long *compiles, long long *writes, long long *failures, long long *compile_ns);
+void mlxc_nvrtc_ahead(const char *func, const char *source);
+int mlxc_nvrtc_ahead_idle(void);
+void mlxc_nvrtc_ahead_stats(long long *submitted, long long *compiled, long long *present, long long *failed,
+                            long long *answered, long long *mismatched, long long *wait_ns);
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  mlxc_nvrtc_cache_set_dir(argv[1]);
+  for (int i = 2; i < argc; i++) {
+    char step[16], func[128];
+    const char *src;
+    const char *c1 = strchr(argv[i], ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2 || c1 - argv[i] >= (long)sizeof step || c2 - c1 - 1 >= (long)sizeof func) return 2;
+    snprintf(step, sizeof step, "%.*s", (int)(c1 - argv[i]), argv[i]);
+    snprintf(func, sizeof func, "%.*s", (int)(c2 - c1 - 1), c1 + 1);
+    src = c2 + 1;
+    if (!strcmp(step, "ahead")) {
+      mlxc_nvrtc_ahead(func, src);
+      continue;
+    }
+    char file[160], expr[160], out[8192];
+    snprintf(file, sizeof file, "%s.cu", func);
+    snprintf(expr, sizeof expr, "ns::%s", func);
+    int e = jit_named(src, "h1", "-arch=sm_90", 1, file, expr, out, sizeof out);
+    printf("%s\n", out);
+    if (e) return 1;
+  }
+  while (!mlxc_nvrtc_ahead_idle()) usleep(1000);
+  long long h, c, w, f, ns, sub, comp, pres, fail, ans, mis, wait;
+  mlxc_nvrtc_cache_stats(&h, &c, &w, &f, &ns);
+  mlxc_nvrtc_ahead_stats(&sub, &comp, &pres, &fail, &ans, &mis, &wait);
+  printf("hits=%lld compiles=%lld submitted=%lld ahead=%lld present=%lld failed=%lld answered=%lld mismatched=%lld\n", h,
+         c, sub, comp, pres, fail, ans, mis);
+  return 0;
+}
