@@ -171,7 +171,7 @@ func runAction(c *cli.Context) (err error) {
 		DraftKind: s.DraftKind(), TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
 		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens, Kernels: s.Kernels,
 	}
-	_ = mlxc.Do(func() error { out.CompileCache = mlxc.CompileCache(); return nil })
+	_ = mlxc.Do(func() error { out.CompileCache, out.CompileAhead = mlxc.CompileCache(), mlxc.CompileAhead(); return nil })
 	if out.Tokens == nil {
 		out.Tokens = []int32{} // a list, empty when nothing was generated, never null
 	}
@@ -203,6 +203,9 @@ type runOutput struct {
 	// CompileCache counts the CUDA kernels this process took from the compiled-kernel
 	// cache and those NVRTC compiled (a first run pays the compiles once).
 	CompileCache mlxc.CompileCacheStats `json:"compile_cache"`
+	// CompileAhead counts the custom kernels compiled on threads of their own before MLX
+	// asked for them (mlxc/ahead.go).
+	CompileAhead mlxc.AheadStats `json:"compile_ahead"`
 }
 
 func printRunStats(w io.Writer, o runOutput) {
@@ -235,6 +238,10 @@ func printRunStats(w io.Writer, o runOutput) {
 	fmt.Fprintf(w, "\nmemory:     peak %s\n", human(int64(st.PeakMemory)))
 	if cc := o.CompileCache; cc.Hits+cc.Compiles > 0 {
 		fmt.Fprintf(w, "kernels:    %d compiled (NVRTC %.1f s), %d from the cache %s\n", cc.Compiles, cc.CompileSeconds, cc.Hits, cc.Dir)
+		if ca := o.CompileAhead; ca.Submitted > 0 {
+			fmt.Fprintf(w, "            ahead: %d submitted, %d compiled, %d cached before, %d failed; %d answered MLX (%.1f s waited), %d built otherwise by MLX\n",
+				ca.Submitted, ca.Compiled, ca.Present, ca.Failed, ca.Answered, ca.Waited.Seconds(), ca.Mismatched)
+		}
 	}
 }
 

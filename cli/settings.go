@@ -24,7 +24,7 @@ func resolveSettings() error {
 	if err != nil {
 		return err
 	}
-	if err := mlxc.Configure(mlxc.Config{Device: s.Runtime.Device, KernelDir: s.Runtime.KernelDir, CompileCache: s.Runtime.CompileCache}); err != nil {
+	if err := mlxc.Configure(mlxc.Config{Device: s.Runtime.Device, KernelDir: s.Runtime.KernelDir, CompileCache: s.Runtime.CompileCache, CompileAhead: s.Runtime.CompileAhead}); err != nil {
 		return err
 	}
 	resolved = s

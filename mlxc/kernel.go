@@ -46,6 +46,10 @@ type Kernel struct {
 	}
 	args  cArgs // C memory for a call's arguments, reused (Call is MLX-thread only)
 	calls *atomic.Int64
+	// prog is what shapes a CUDA kernel's programs (nil for Metal); aheadSeen the calls'
+	// hashes whose programs were handed to the compiles ahead (ahead.go).
+	prog      *kernelProgram
+	aheadSeen map[uint64]bool
 }
 
 // kernelCalls counts the calls of every kernel by its spec's name, over the process: the
@@ -193,7 +197,11 @@ func NewKernel(spec KernelSpec) *Kernel {
 	var k C.mlxc_kernel
 	check("kernel_new", C.mlxc_kernel_new(&k, C.int(spec.Backend), name, inp, C.int(len(ins)), outp, C.int(len(outs)), src, hdr, C.bool(spec.EnsureRowContiguous), C.int(extra)))
 	c, _ := kernelCalls.LoadOrStore(spec.Name, new(atomic.Int64))
-	return &Kernel{k: k, calls: c.(*atomic.Int64)}
+	kn := &Kernel{k: k, calls: c.(*atomic.Int64)}
+	if spec.Backend == KernelCUDA {
+		kn.prog = newKernelProgram(spec, source, header)
+	}
+	return kn
 }
 
 // Free releases the kernel object.
@@ -269,6 +277,9 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 	for i := range 3 {
 		grid[i], group[i] = C.int(call.Grid[i]), C.int(call.ThreadGroup[i])
 	}
+	ahead := aheadOn.Load()
+	h := uint64(14695981039346656037) // FNV-1a over the call's program-shaping values, when ahead
+	mix := func(v int) { h = (h ^ uint64(v)) * 1099511628211 }
 	for i, t := range call.Template {
 		var kind, val C.int
 		switch v := t.Value.(type) {
@@ -285,6 +296,18 @@ func (k *Kernel) Call(inputs []*Array, call KernelCall) []*Array {
 			fail("kernel_apply", "template arg %s: want int, bool or Dtype, got %T", t.Name, t.Value)
 		}
 		names[i], kinds[i], vals[i] = k.name(t.Name), kind, val
+		if ahead {
+			mix(int(kind)<<32 | int(uint32(val)))
+		}
+	}
+	if ahead {
+		for _, a := range inputs {
+			mix(int(a.Dtype())<<1 | min(a.Ndim(), 1))
+		}
+		for _, d := range call.OutputDtypes {
+			mix(int(d))
+		}
+		k.noteAhead(h, inputs, call)
 	}
 	names[nt], kinds[nt], vals[nt] = nil, 0, 0
 	var inp *C.mlxc_array

@@ -123,6 +123,9 @@ type Config struct {
 	// CompileCache is the folder for kernels NVRTC compiled ("" the user's cache folder,
 	// "off" none).
 	CompileCache string
+	// CompileAhead compiles each new custom kernel's program on a thread of its own when a
+	// graph first holds it (ahead.go); only with the compile cache, on CUDA.
+	CompileAhead bool
 }
 
 // config is what Configure set; read when the runtime starts (device) and when kernels are
@@ -172,6 +175,7 @@ func initRuntime() error {
 		return fmt.Errorf("mlxc: %s (rebuild against the installed MLX with `make`)", C.GoString(C.mlxc_last_error()))
 	}
 	startCompileCache()
+	startCompileAhead()
 	want := strings.ToLower(config.Device)
 	gpu := C.mlxc_gpu_backend() != 0 && C.mlxc_device_count(1) > 0
 	switch want {

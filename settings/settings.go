@@ -35,6 +35,10 @@ type Runtime struct {
 	// NVRTC are kept for the next process; "" the user's cache folder, "off" none (every
 	// process compiles its kernels again).
 	CompileCache string `json:"compile_cache"`
+	// CompileAhead (DFLASH_COMPILE_AHEAD): compile each new custom kernel on a thread of
+	// its own as soon as a graph holds it, so that MLX, which compiles one kernel at a time
+	// as it evaluates, finds it compiled (needs the compile cache). Speed only.
+	CompileAhead bool `json:"compile_ahead"`
 }
 
 // Loop is how the engine decodes.
@@ -214,6 +218,7 @@ func Default() Settings {
 			DeltaNetKernel: true, KVBucket: KVBucketAuto,
 		},
 		Diagnostics: Diagnostics{HostProfUS: 500},
+		Runtime:     Runtime{CompileAhead: true},
 	}
 }
 
@@ -267,6 +272,7 @@ var variables = []variable{
 	}},
 	{"DFLASH_KERNEL_DIR", func(s *Settings, v string) error { s.Runtime.KernelDir = v; return nil }},
 	{"DFLASH_COMPILE_CACHE", func(s *Settings, v string) error { s.Runtime.CompileCache = v; return nil }},
+	{"DFLASH_COMPILE_AHEAD", boolVar(func(s *Settings) *bool { return &s.Runtime.CompileAhead })},
 	{"DFLASH_RUN_AHEAD", switchVar(func(s *Settings) *Switch { return &s.Loop.RunAhead },
 		"want 0 (the serial loop), 1 (the run-ahead loop) or unset (run-ahead on CUDA GPUs only)")},
 	{"DFLASH_ADAPTIVE_BLOCK", switchVar(func(s *Settings) *Switch { return &s.Loop.AdaptiveBlock },

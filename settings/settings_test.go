@@ -30,6 +30,7 @@ func TestParse(t *testing.T) {
 		{name: "bad device", env: map[string]string{"DFLASH_DEVICE": "tpu"}, wantErr: `DFLASH_DEVICE="tpu": want cpu or gpu`},
 		{name: "kernel dir off", env: map[string]string{"DFLASH_KERNEL_DIR": "off"}, want: with(func(s *Settings) { s.Runtime.KernelDir = "off" })},
 		{name: "compile cache off", env: map[string]string{"DFLASH_COMPILE_CACHE": "off"}, want: with(func(s *Settings) { s.Runtime.CompileCache = "off" })},
+		{name: "no compiles ahead", env: map[string]string{"DFLASH_COMPILE_AHEAD": "0"}, want: with(func(s *Settings) { s.Runtime.CompileAhead = false })},
 		{name: "run ahead off", env: map[string]string{"DFLASH_RUN_AHEAD": "0"}, want: with(func(s *Settings) { s.Loop.RunAhead = Off })},
 		{name: "run ahead on", env: map[string]string{"DFLASH_RUN_AHEAD": "1"}, want: with(func(s *Settings) { s.Loop.RunAhead = On })},
 		{name: "bad run ahead", env: map[string]string{"DFLASH_RUN_AHEAD": "maybe"}, wantErr: `DFLASH_RUN_AHEAD="maybe": want 0`},
