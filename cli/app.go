@@ -47,6 +47,7 @@ Examples:
 			demoCommand(),
 			versionCommand(),
 			doctorCommand(),
+			kernelCheckCommand(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
 	}

@@ -96,3 +96,29 @@ func TestKernelChecksCoverTheTwins(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// kernel-check runs the named checks and prints one verdict line each, in order (on this
+// machine's CPU every check says it has no kernel backend); an unknown name fails.
+func TestKernelCheckCommand(t *testing.T) {
+	names := []string{"greedy verdict argmax", "few-query attention"}
+	out, errOut, code := runCLI(t, append([]string{"kernel-check"}, names...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(names) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(names), out)
+	}
+	for i, l := range lines {
+		var v checkVerdict
+		if err := json.Unmarshal([]byte(l), &v); err != nil || v.Name != names[i] || v.Checked.IsZero() {
+			t.Errorf("line %d: %q (%v), want the verdict of %q", i, l, err, names[i])
+		}
+		if v.OK && !mlxc.CUDAKernelsAvailable() {
+			t.Errorf("line %d: a check passed with no kernel backend: %q", i, l)
+		}
+	}
+	if _, errOut, code := runCLI(t, "kernel-check", "no such check"); code == 0 || !strings.Contains(errOut, `no kernel check named "no such check"`) {
+		t.Errorf("unknown check: exit %d, %q", code, errOut)
+	}
+}

@@ -171,7 +171,10 @@ func runAction(c *cli.Context) (err error) {
 		DraftKind: s.DraftKind(), TargetDir: s.TargetDir, DraftDir: s.DraftDir, Stats: res.Stats, WallSeconds: time.Since(start).Seconds(),
 		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens, Kernels: s.Kernels,
 	}
-	_ = mlxc.Do(func() error { out.CompileCache, out.CompileAhead = mlxc.CompileCache(), mlxc.CompileAhead(); return nil })
+	_ = mlxc.Do(func() error {
+		out.CompileCache, out.CompileAhead = mlxc.CompileCache(), mlxc.CompileAhead()
+		return nil
+	})
 	if out.Tokens == nil {
 		out.Tokens = []int32{} // a list, empty when nothing was generated, never null
 	}

@@ -197,6 +197,12 @@ type Gate struct {
 	Store  *Store
 	// Warn gets one line per kernel check that fails (nil: none).
 	Warn io.Writer
+	// Elsewhere, when set, runs the named checks at the same time in other processes on
+	// the same device (a check's time is mostly first-use compiles, one at a time in a
+	// process) and returns the verdicts it got. Apply keeps the passing ones and runs
+	// every other check itself: a failure seen elsewhere is confirmed here before a kernel
+	// is disabled for good, and a check with no verdict (a process that died) runs here.
+	Elsewhere func(names []string) map[string]Verdict
 }
 
 // announce says on Warn, when some wanted check has no verdict yet, that the first use
@@ -223,6 +229,30 @@ func (g Gate) announce(k settings.Kernels, checks []Check, applicable func(Check
 	return func() {
 		fmt.Fprintf(g.Warn, "kernel checks done in %.1fs\n", time.Since(start).Seconds())
 	}
+}
+
+// runElsewhere hands the wanted checks without a verdict to Elsewhere when there are two or
+// more of them (one gains nothing from another process), and returns its verdicts.
+func (g Gate) runElsewhere(k settings.Kernels, checks []Check, applicable func(Check) bool) map[string]Verdict {
+	if g.Elsewhere == nil {
+		return nil
+	}
+	var names []string
+	for _, c := range checks {
+		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
+			continue
+		}
+		if g.Store != nil {
+			if _, ok := g.Store.Get(Key(g.Device, c)); ok {
+				continue
+			}
+		}
+		names = append(names, c.Name)
+	}
+	if len(names) < 2 {
+		return nil
+	}
+	return g.Elsewhere(names)
 }
 
 // Apply returns k with the kernels whose check fails on the gate's device disabled
@@ -253,6 +283,7 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 	}
 	if (k.Mode == settings.KernelsCheck || k.Mode == "") && g.Device.Backend != "" {
 		defer g.announce(k, checks, applicable)()
+		elsewhere := g.runElsewhere(k, checks, applicable)
 		for i, c := range checks {
 			if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
 				continue
@@ -263,7 +294,14 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 				v, ok = g.Store.Get(key)
 			}
 			remembered[i] = ok
-			if !ok {
+			if ev, done := elsewhere[c.Name]; !ok && done && ev.OK {
+				v = ev
+				if g.Store != nil {
+					if err := g.Store.Put(key, v); err != nil && g.Warn != nil {
+						fmt.Fprintf(g.Warn, "warning: %v (the check runs again next time)\n", err)
+					}
+				}
+			} else if !ok {
 				start := time.Now()
 				err := c.Run()
 				v = Verdict{OK: err == nil, Checked: start.UTC(), Seconds: time.Since(start).Seconds()}

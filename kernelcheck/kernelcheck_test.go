@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
 	"github.com/dflash-mlx/dflash-mlx/settings"
@@ -218,5 +220,55 @@ func TestStoreDamagedFile(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*.tmp")); len(left) != 0 {
 		t.Fatalf("temporary files left: %v", left)
+	}
+}
+
+// Checks run elsewhere: a passing verdict from elsewhere is kept and the check does not run
+// here; a failure seen elsewhere runs here again before the kernel is disabled (a good
+// kernel that failed there for another reason stays verified); a check elsewhere gave no
+// verdict for runs here; and a single pending check is not sent elsewhere.
+func TestGateRunsChecksElsewhere(t *testing.T) {
+	dev := Device{Backend: kernels.CUDA, Name: "test GPU", MLX: "0.0-test"}
+	err := mlxc.Do(func() error {
+		c := &counted{runs: map[string]int{}}
+		good2 := goodKernel
+		good2.Name += "_2"
+		checks := []Check{c.check(wrongKernel, wrong), c.check(brokenKernel, broken), c.check(goodKernel, double), c.check(good2, double)}
+		var asked []string
+		elsewhere := func(names []string) map[string]Verdict {
+			asked = append(asked, names...)
+			return map[string]Verdict{
+				goodKernel.Name:  {OK: true, Seconds: 1},
+				good2.Name:       {OK: false, Reason: "out of memory"},
+				wrongKernel.Name: {OK: false, Reason: "mismatch"},
+			}
+		}
+		path := filepath.Join(t.TempDir(), "verdicts.json")
+		_, states := Gate{Device: dev, Store: OpenStore(path, nil), Elsewhere: elsewhere}.Apply(settings.Default().Kernels, checks)
+		if diff := cmp.Diff([]string{wrongKernel.Name, brokenKernel.Name, goodKernel.Name, good2.Name}, asked); diff != "" {
+			t.Errorf("checks sent elsewhere (-want +got):\n%s", diff)
+		}
+		wantRuns := map[string]int{wrongKernel.Name: 1, brokenKernel.Name: 1, good2.Name: 1}
+		if diff := cmp.Diff(wantRuns, c.runs); diff != "" {
+			t.Errorf("checks run here (-want +got):\n%s", diff)
+		}
+		for name, want := range map[string]string{wrongKernel.Name: "disabled", brokenKernel.Name: "disabled", goodKernel.Name: "verified", good2.Name: "verified"} {
+			if st := stateOf(t, states, name); st.State != want {
+				t.Errorf("%s: %+v, want %s", name, st, want)
+			}
+		}
+		if v, ok := OpenStore(path, nil).Get(Key(dev, checks[2])); !ok || !v.OK || v.Seconds != 1 {
+			t.Errorf("the verdict from elsewhere was not kept: %+v %v", v, ok)
+		}
+		asked = nil
+		c2 := &counted{runs: map[string]int{}}
+		Gate{Device: dev, Store: OpenStore("", nil), Elsewhere: elsewhere}.Apply(settings.Default().Kernels, []Check{c2.check(goodKernel, double)})
+		if len(asked) != 0 || c2.runs[goodKernel.Name] != 1 {
+			t.Errorf("one pending check: sent elsewhere %v, run here %d times; want here once", asked, c2.runs[goodKernel.Name])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -55,6 +55,3 @@ func TestMLXProgram(t *testing.T) {
 		t.Errorf("program without template arguments lacks %q:\n%s", want, src)
 	}
 }
-
-
-
