@@ -33,13 +33,14 @@ func kernelChecks() []kernelcheck.Check {
 // each check runs once per device and kernel version, its verdict kept in the user's
 // cache (in memory only where there is none), and a failing kernel is disabled with one
 // line to warn. On a CUDA device the first use's checks run at the same time, one process
-// each (checksElsewhere).
-func gateKernels(st settings.Settings, warn io.Writer) (settings.Settings, []kernelcheck.State) {
+// each (checksElsewhere). noQuantized: the models to load hold no quantized weights, so
+// kernels for those are neither checked nor used.
+func gateKernels(st settings.Settings, warn io.Writer, noQuantized bool) (settings.Settings, []kernelcheck.State) {
 	path, err := kernelcheck.DefaultPath()
 	if err != nil {
 		path = ""
 	}
-	g := kernelcheck.Gate{Device: kernelcheck.Here(), Store: kernelcheck.OpenStore(path, warn), Warn: warn}
+	g := kernelcheck.Gate{Device: kernelcheck.Here(), Store: kernelcheck.OpenStore(path, warn), Warn: warn, NoQuantized: noQuantized}
 	if g.Device.Backend == kernels.CUDA && st.Runtime.CompileAhead {
 		g.Elsewhere = checksElsewhere
 	}

@@ -226,7 +226,8 @@ func Open(ctx context.Context, cfg LoadConfig) (*Session, error) {
 		bar = newProgressBar(cfg.Log, "loading "+cfg.Target)
 	}
 	err = mlxc.Do(func() error {
-		st, s.Kernels = gateKernels(st, cfg.Log)
+		noQuantized := !quantizedCheckpoint(tm.Dir) && (dm == nil || !quantizedCheckpoint(dm.Dir))
+		st, s.Kernels = gateKernels(st, cfg.Log, noQuantized)
 		decideGPUExact(&st, tm.Dir)
 		s.Settings = st
 		opt := model.LoadOptions{Settings: &st, Shard: shard, MTP: wantMTP || cfg.LoadMTP}

@@ -40,6 +40,8 @@ type Check struct {
 	// Speed times the operation on a fixed small shape through its kernels and through its
 	// fallback (seconds per call; nil: not measured). MLX thread.
 	Speed func() (kernel, fallback float64, err error)
+	// Quantized: the kernels serve quantized weights only (Gate.NoQuantized).
+	Quantized bool
 }
 
 // Device is what a verdict holds for: a backend with a device name and an MLX version.
@@ -63,6 +65,7 @@ type State struct {
 	Backend string `json:"backend"`
 	// State is "verified" (checked against its fallback), "disabled" (Reason says why),
 	// "trusted" (DFLASH_KERNELS=trust), "off" (DFLASH_KERNELS=off or its own setting),
+	// "not needed" (for quantized weights, and the models loaded hold none: not checked),
 	// or "not applicable" (no source for this backend, or no custom kernels here).
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -197,6 +200,10 @@ type Gate struct {
 	Store  *Store
 	// Warn gets one line per kernel check that fails (nil: none).
 	Warn io.Writer
+	// NoQuantized: the models this gate admits kernels for hold no quantized weights, so
+	// checks of kernels for quantized weights do not run and those kernels stay unused
+	// ("not needed"); a first use then does not pay for compiles no model needs.
+	NoQuantized bool
 	// Elsewhere, when set, runs the named checks at the same time in other processes on
 	// the same device (a check's time is mostly first-use compiles, one at a time in a
 	// process) and returns the verdicts it got. Apply keeps the passing ones and runs
@@ -211,7 +218,7 @@ type Gate struct {
 func (g Gate) announce(k settings.Kernels, checks []Check, applicable func(Check) bool) func() {
 	pending := 0
 	for _, c := range checks {
-		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
+		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) || !g.needed(c) {
 			continue
 		}
 		if g.Store != nil {
@@ -231,6 +238,9 @@ func (g Gate) announce(k settings.Kernels, checks []Check, applicable func(Check
 	}
 }
 
+// needed reports whether c's kernels can serve the models the gate admits kernels for.
+func (g Gate) needed(c Check) bool { return !(c.Quantized && g.NoQuantized) }
+
 // runElsewhere hands the wanted checks without a verdict to Elsewhere when there are two or
 // more of them (one gains nothing from another process), and returns its verdicts.
 func (g Gate) runElsewhere(k settings.Kernels, checks []Check, applicable func(Check) bool) map[string]Verdict {
@@ -239,7 +249,7 @@ func (g Gate) runElsewhere(k settings.Kernels, checks []Check, applicable func(C
 	}
 	var names []string
 	for _, c := range checks {
-		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
+		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) || !g.needed(c) {
 			continue
 		}
 		if g.Store != nil {
@@ -254,6 +264,9 @@ func (g Gate) runElsewhere(k settings.Kernels, checks []Check, applicable func(C
 	}
 	return g.Elsewhere(names)
 }
+
+// notNeeded is the reason a kernel for quantized weights is off where no model holds any.
+const notNeeded = "no quantized weights in the models loaded"
 
 // Apply returns k with the kernels whose check fails on the gate's device disabled
 // (k.Disabled), and every kernel's state. In check mode each wanted check with a source
@@ -286,6 +299,12 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 		elsewhere := g.runElsewhere(k, checks, applicable)
 		for i, c := range checks {
 			if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
+				continue
+			}
+			if !g.needed(c) {
+				for _, kn := range c.Kernels {
+					disabled[kn.Name] = notNeeded
+				}
 				continue
 			}
 			key := Key(g.Device, c)
@@ -346,6 +365,8 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 			st.State, st.Backend = "not applicable", kernels.FallbackBackend
 		case k.Mode == settings.KernelsOff:
 			st.State = "off"
+		case disabled[kn.Name] == notNeeded:
+			st.State, st.Reason = "not needed", notNeeded
 		case disabled[kn.Name] != "" || !k.Allowed(kn.Name):
 			st.State, st.Reason, st.Remembered = "disabled", disabled[kn.Name], has && remembered[i]
 		case has && checks[i].Wanted != nil && !checks[i].Wanted(k):

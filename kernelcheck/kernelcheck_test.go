@@ -272,3 +272,35 @@ func TestGateRunsChecksElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Where the models hold no quantized weights, a check of kernels for quantized weights does
+// not run, its kernels are "not needed" and unused, and the first use announces only the
+// others; with quantized weights it runs as any other.
+func TestGateSkipsQuantizedKernelsWithoutQuantizedWeights(t *testing.T) {
+	dev := Device{Backend: kernels.CUDA, Name: "test GPU", MLX: "0.0-test"}
+	err := mlxc.Do(func() error {
+		for _, noQuantized := range []bool{true, false} {
+			c := &counted{runs: map[string]int{}}
+			q := c.check(goodKernel, double)
+			q.Quantized = true
+			var warn bytes.Buffer
+			k, states := Gate{Device: dev, Store: OpenStore("", nil), Warn: &warn, NoQuantized: noQuantized}.Apply(settings.Default().Kernels,
+				[]Check{q, c.check(wrongKernel, wrong)})
+			st := stateOf(t, states, goodKernel.Name)
+			wantState, wantRuns, wantPending := "verified", 1, "checking 2 custom kernels"
+			if noQuantized {
+				wantState, wantRuns, wantPending = "not needed", 0, "checking 1 custom kernels"
+			}
+			if st.State != wantState || c.runs[goodKernel.Name] != wantRuns || k.Allowed(goodKernel.Name) != !noQuantized {
+				t.Errorf("no quantized weights %v: %+v, checked %d times, allowed %v", noQuantized, st, c.runs[goodKernel.Name], k.Allowed(goodKernel.Name))
+			}
+			if !strings.Contains(warn.String(), wantPending) || c.runs[wrongKernel.Name] != 1 {
+				t.Errorf("no quantized weights %v: the other check ran %d times; announced %q", noQuantized, c.runs[wrongKernel.Name], warn.String())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

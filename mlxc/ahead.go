@@ -69,7 +69,7 @@ func typeName(names []string, d Dtype) (string, bool) {
 	return names[d], true
 }
 
-// mlxProgram is the function name and source MLX's CUDA backend (0.32) builds for a call
+// mlxProgram is the function name and source MLX's CUDA backend (0.32.4) builds for a call
 // of p with inputs of the given types (and whether each has dimensions), outputs of the
 // given types and template arguments: its default header, the kernel's header, the
 // signature (each input, then its shape, strides and ndim parameters where the source
@@ -101,8 +101,7 @@ func mlxProgram(p *kernelProgram, in []Dtype, inDims []bool, out []Dtype, templa
 	}
 	fn = name.String()
 	var b strings.Builder
-	b.WriteString("\n#include \"mlx/backend/cuda/device/utils.cuh\"\n\n#include <cooperative_groups.h>\n\n" +
-		"#define inf cuda::std::numeric_limits<float>::infinity()\n\n")
+	b.WriteString("\n#include \"mlx/backend/cuda/device/utils.cuh\"\n\n#include <cooperative_groups.h>\n\n")
 	b.WriteString(p.header)
 	b.WriteString("namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n")
 	b.WriteString("__global__ void " + fn + "(\n")

@@ -238,8 +238,15 @@ func TestCompileCacheExported(t *testing.T) {
 // options, name expressions, outputs), and MLX's later compile of each is answered from the
 // cache with the same lowered name and code a compile of its own gives; one submitted
 // before the recipe is known waits for it; one whose source MLX builds differently counts
-// as a mismatch and compiles as usual; the next process finds the entries present.
+// as a mismatch and compiles as usual; the next process finds the entries present. File
+// names as MLX 0.32.4 makes them (the source's hash in them) and plain ones both work.
 func TestAheadCompilesAnswerMLX(t *testing.T) {
+	for _, mode := range []string{"mlx", "plain"} {
+		t.Run(mode, func(t *testing.T) { testAheadCompiles(t, mode) })
+	}
+}
+
+func testAheadCompiles(t *testing.T, mode string) {
 	rig := buildNVRTCRig(t, "")
 	src := func(fn string) string { return "__global__ void " + fn + "(int* x) { x[0] = 1; }" }
 	cache := filepath.Join(t.TempDir(), "cache")
@@ -258,12 +265,12 @@ func TestAheadCompilesAnswerMLX(t *testing.T) {
 	}
 	got := run(
 		"ahead:custom_kernel_d:"+src("custom_kernel_d"), // before the recipe: kept until it is known
-		"mlx:custom_kernel_a:"+src("custom_kernel_a"),   // MLX's first: compiled, recipe learned
+		mode+":custom_kernel_a:"+src("custom_kernel_a"),   // MLX's first: compiled, recipe learned
 		"ahead:custom_kernel_b:"+src("custom_kernel_b"),
-		"mlx:custom_kernel_b:"+src("custom_kernel_b"),
-		"mlx:custom_kernel_d:"+src("custom_kernel_d"),
+		mode+":custom_kernel_b:"+src("custom_kernel_b"),
+		mode+":custom_kernel_d:"+src("custom_kernel_d"),
 		"ahead:custom_kernel_c:"+src("custom_kernel_c"),
-		"mlx:custom_kernel_c:"+src("custom_kernel_c")+" ", // MLX's source differs from the submitted one
+		mode+":custom_kernel_c:"+src("custom_kernel_c")+" ", // MLX's source differs from the submitted one
 	)
 	wantLines := []string{
 		want("custom_kernel_a", src("custom_kernel_a")),
@@ -279,8 +286,8 @@ func TestAheadCompilesAnswerMLX(t *testing.T) {
 	if n := strings.Count(string(b), "compile\n"); n != 5 {
 		t.Errorf("NVRTC compiled %d times, want 5 (a and the changed c by MLX, b, c and d ahead)", n)
 	}
-	got = run("mlx:custom_kernel_a:"+src("custom_kernel_a"), "ahead:custom_kernel_b:"+src("custom_kernel_b"),
-		"mlx:custom_kernel_b:"+src("custom_kernel_b"))
+	got = run(mode+":custom_kernel_a:"+src("custom_kernel_a"), "ahead:custom_kernel_b:"+src("custom_kernel_b"),
+		mode+":custom_kernel_b:"+src("custom_kernel_b"))
 	wantLines = []string{
 		want("custom_kernel_a", src("custom_kernel_a")),
 		want("custom_kernel_b", src("custom_kernel_b")),
@@ -288,5 +295,27 @@ func TestAheadCompilesAnswerMLX(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantLines, got); diff != "" {
 		t.Errorf("next process (-want +got):\n%s", diff)
+	}
+}
+
+// Where MLX builds the first two programs otherwise than submitted (another MLX's
+// generator), no further compile ahead starts: each would be wasted work beside MLX's own.
+func TestAheadCompilesStopAfterMismatches(t *testing.T) {
+	rig := buildNVRTCRig(t, "")
+	src := func(fn string) string { return "__global__ void " + fn + "(int* x) { x[0] = 1; }" }
+	cmd := exec.Command(rig.ahead, filepath.Join(t.TempDir(), "cache"),
+		"mlx:custom_kernel_a:"+src("custom_kernel_a"),
+		"ahead:custom_kernel_b:"+src("custom_kernel_b"), "ahead:custom_kernel_c:"+src("custom_kernel_c"), "wait::",
+		"mlx:custom_kernel_b:"+src("custom_kernel_b")+" ", "mlx:custom_kernel_c:"+src("custom_kernel_c")+" ",
+		"ahead:custom_kernel_d:"+src("custom_kernel_d"), "mlx:custom_kernel_d:"+src("custom_kernel_d"))
+	cmd.Env = rig.env
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ahead driver: %v\n%s", err, b)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	want := "hits=0 compiles=4 submitted=3 ahead=2 present=0 failed=0 answered=0 mismatched=2"
+	if got := lines[len(lines)-1]; got != want {
+		t.Errorf("counts %q, want %q", got, want)
 	}
 }

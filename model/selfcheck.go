@@ -32,7 +32,7 @@ func KernelChecks() []kernelcheck.Check {
 		{Name: "greedy verdict argmax", Kernels: []kernels.Kernel{kernels.RowArgmax, kernels.RowLead},
 			Wanted: func(k settings.Kernels) bool { return k.ArgmaxKernel }, Run: checkArgmax, Speed: argmaxSpeed},
 		{Name: "small-M quantized product", Kernels: []kernels.Kernel{kernels.QuantMatmulSmallM},
-			Wanted: qmmWanted, Run: checkQMM, Speed: qmmSpeed},
+			Wanted: qmmWanted, Run: checkQMM, Speed: qmmSpeed, Quantized: true},
 	}
 }
 

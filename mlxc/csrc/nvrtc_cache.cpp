@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -133,6 +134,9 @@ constexpr const char* kFunc = "\x01func\x01";
 // one device), so any other kernel's source can be compiled ahead the same way.
 struct KernelRecipe {
   bool known = false;
+  // hashed_file: the file name is the function's name, "_", the source's std::hash in
+  // lower-case hex and ".cu" (MLX 0.32.4); otherwise file_name holds kFunc.
+  bool hashed_file = false;
   std::string file_name;
   std::vector<std::string> headers, include_names, options, names;
   std::vector<uint8_t> kinds;
@@ -154,6 +158,9 @@ struct Ahead {
   std::map<std::string, std::string> submitted;  // function name → the key compiled ahead
   std::condition_variable work, done;
   int threads = 0;
+  // off: MLX built the first programs otherwise than submitted (another MLX's generator),
+  // so every compile ahead would be wasted work beside MLX's own: none is started.
+  bool off = false;
   std::atomic<long long> submitted_n{0}, compiled{0}, present{0}, failed{0}, answered{0}, mismatched{0}, wait_ns{0};
 };
 
@@ -408,6 +415,17 @@ std::string kernel_function(const std::string& src) {
   return src.substr(start, end - start);
 }
 
+// hashed_file_name is func_<hex of std::hash(source)>.cu, the file name MLX 0.32.4 gives a
+// custom kernel's program (std::hash<std::string> is libstdc++'s, as libmlx's is).
+std::string hashed_file_name(const std::string& func, const std::string& source) {
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%zx", std::hash<std::string>{}(source));
+  return func + "_" + hex + ".cu";
+}
+
+// recipe_file_name is the file name the recipe gives a program of func with source.
+std::string recipe_file_name(const KernelRecipe& k, const std::string& func, const std::string& source);
+
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   if (from.empty()) return s;
   for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
@@ -423,6 +441,7 @@ void learn_recipe(const Program& rec) {
   std::string func = kernel_function(rec.source);
   if (a.recipe.known || func.empty() || rec.out.code.empty()) return;
   KernelRecipe k;
+  k.hashed_file = rec.file_name == hashed_file_name(func, rec.source);
   k.file_name = replace_all(rec.file_name, func, kFunc);
   k.headers = rec.headers;
   k.include_names = rec.include_names;
@@ -436,6 +455,10 @@ void learn_recipe(const Program& rec) {
   for (auto& j : deferred) enqueue_locked(std::move(j));
 }
 
+std::string recipe_file_name(const KernelRecipe& k, const std::string& func, const std::string& source) {
+  return k.hashed_file ? hashed_file_name(func, source) : replace_all(k.file_name, kFunc, func);
+}
+
 // compile_ahead compiles one job with the recipe on the real NVRTC and writes its entry.
 bool compile_ahead(const AheadJob& job, const KernelRecipe& k, const std::string& dir) {
   auto& r = real();
@@ -444,7 +467,7 @@ bool compile_ahead(const AheadJob& job, const KernelRecipe& k, const std::string
   for (auto& h : k.headers) hs.push_back(h.c_str());
   for (auto& n : k.include_names) ins.push_back(n.c_str());
   for (auto& o : k.options) opts.push_back(o.c_str());
-  std::string file = replace_all(k.file_name, kFunc, job.func);
+  std::string file = recipe_file_name(k, job.func, job.source);
   nvrtc_program p = nullptr;
   if (r.create(&p, job.source.c_str(), file.c_str(), int(hs.size()), hs.empty() ? nullptr : hs.data(),
                ins.empty() ? nullptr : ins.data()) != kSuccess) {
@@ -505,7 +528,7 @@ void ahead_thread() {
 void enqueue_locked(AheadJob job) {
   auto& c = cache();
   auto& a = c.ahead;
-  if (c.dir.empty() || a.submitted.count(job.func)) return;
+  if (c.dir.empty() || a.off || a.submitted.count(job.func)) return;
   std::string included;
   if (!included_files(job.source, included)) return;
   auto& r = real();
@@ -513,7 +536,7 @@ void enqueue_locked(AheadJob job) {
   if (r.version) r.version(&major, &minor);
   std::vector<std::string> names;
   for (auto& n : a.recipe.names) names.push_back(replace_all(n, kFunc, job.func));
-  std::string created = create_key(job.source, replace_all(a.recipe.file_name, kFunc, job.func), a.recipe.headers,
+  std::string created = create_key(job.source, recipe_file_name(a.recipe, job.func, job.source), a.recipe.headers,
                                    a.recipe.include_names);
   job.key = full_key(major, minor, a.recipe.options, names, created, included);
   a.submitted[job.func] = job.key;
@@ -544,6 +567,13 @@ bool await_ahead(std::unique_lock<std::mutex>& lock, const Program& rec) {
   if (it == a.submitted.end()) return false;
   if (it->second != rec.key) {
     a.mismatched++;
+    if (a.mismatched >= 2 && a.answered == 0) {
+      a.off = true;
+      for (auto& j : a.queue) a.inflight.erase(j.key);
+      a.queue.clear();
+      a.deferred.clear();
+      a.done.notify_all();
+    }
     return false;
   }
   if (a.inflight.count(rec.key)) {

@@ -1,7 +1,9 @@
-/* The ahead compiles' test driver: custom kernels compiled as MLX compiles them (file
- * <function>.cu, name expression ns::<function>), some submitted ahead first. Usage:
- * ahead_driver DIR STEP... where a STEP is ahead:<function>:<source> (submit) or
- * mlx:<function>:<source> (compile as MLX does, print its output line); then the counts. */
+/* The ahead compiles' test driver: custom kernels compiled as MLX 0.32.4 compiles them
+ * (file <function>_<hex of libstdc++'s std::hash of the source>.cu, name expression
+ * ns::<function>), some submitted ahead first. Usage: ahead_driver DIR STEP... where a STEP
+ * is ahead:<function>:<source> (submit), mlx:<function>:<source> (compile as MLX does,
+ * print its output line), plain:<function>:<source> (the same with file <function>.cu) or
+ * wait:: (until the compiles ahead are done); then the counts. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +17,30 @@ int mlxc_nvrtc_ahead_idle(void);
 void mlxc_nvrtc_ahead_stats(long long *submitted, long long *compiled, long long *present, long long *failed,
                             long long *answered, long long *mismatched, long long *wait_ns);
 
+/* libstd_hash is libstdc++'s std::hash<std::string> on 64-bit targets (_Hash_bytes:
+ * MurmurHash2-64A-like, seed 0xc70f6907), written out from its definition. */
+static unsigned long long shift_mix(unsigned long long v) { return v ^ (v >> 47); }
+
+static unsigned long long libstd_hash(const char *p, size_t n) {
+  const unsigned long long mul = (0xc6a4a793ULL << 32) + 0x5bd1e995ULL;
+  unsigned long long h = 0xc70f6907ULL ^ (n * mul);
+  size_t aligned = n & ~(size_t)7;
+  for (size_t i = 0; i < aligned; i += 8) {
+    unsigned long long d;
+    memcpy(&d, p + i, 8);
+    h ^= shift_mix(d * mul) * mul;
+    h *= mul;
+  }
+  if (n & 7) {
+    unsigned long long d = 0;
+    for (size_t i = n; i > aligned; i--) d = (d << 8) + (unsigned char)p[i - 1];
+    h ^= d;
+    h *= mul;
+  }
+  h = shift_mix(h) * mul;
+  return shift_mix(h);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   mlxc_nvrtc_cache_set_dir(argv[1]);
@@ -26,12 +52,19 @@ int main(int argc, char **argv) {
     snprintf(step, sizeof step, "%.*s", (int)(c1 - argv[i]), argv[i]);
     snprintf(func, sizeof func, "%.*s", (int)(c2 - c1 - 1), c1 + 1);
     src = c2 + 1;
+    if (!strcmp(step, "wait")) { /* until no compile ahead is queued or running */
+      while (!mlxc_nvrtc_ahead_idle()) usleep(1000);
+      continue;
+    }
     if (!strcmp(step, "ahead")) {
       mlxc_nvrtc_ahead(func, src);
       continue;
     }
     char file[160], expr[160], out[8192];
-    snprintf(file, sizeof file, "%s.cu", func);
+    if (!strcmp(step, "plain"))
+      snprintf(file, sizeof file, "%s.cu", func);
+    else
+      snprintf(file, sizeof file, "%s_%llx.cu", func, libstd_hash(src, strlen(src)));
     snprintf(expr, sizeof expr, "ns::%s", func);
     int e = jit_named(src, "h1", "-arch=sm_90", 1, file, expr, out, sizeof out);
     printf("%s\n", out);
