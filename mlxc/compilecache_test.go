@@ -265,7 +265,7 @@ func testAheadCompiles(t *testing.T, mode string) {
 	}
 	got := run(
 		"ahead:custom_kernel_d:"+src("custom_kernel_d"), // before the recipe: kept until it is known
-		mode+":custom_kernel_a:"+src("custom_kernel_a"),   // MLX's first: compiled, recipe learned
+		mode+":custom_kernel_a:"+src("custom_kernel_a"), // MLX's first: compiled, recipe learned
 		"ahead:custom_kernel_b:"+src("custom_kernel_b"),
 		mode+":custom_kernel_b:"+src("custom_kernel_b"),
 		mode+":custom_kernel_d:"+src("custom_kernel_d"),
