@@ -48,6 +48,7 @@ Examples:
 			versionCommand(),
 			doctorCommand(),
 			kernelCheckCommand(),
+			nvrtcCompileCommandDef(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
 	}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -120,5 +122,20 @@ func TestKernelCheckCommand(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "kernel-check", "no such check"); code == 0 || !strings.Contains(errOut, `no kernel check named "no such check"`) {
 		t.Errorf("unknown check: exit %d, %q", code, errOut)
+	}
+}
+
+// nvrtc-compile (a compile ahead's process) refuses a missing or foreign job file with exit
+// code 2 and a line naming it, and writes nothing.
+func TestNvrtcCompileRefusesBadJob(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "job")
+	if err := os.WriteFile(bad, []byte("not a job"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{bad, filepath.Join(t.TempDir(), "missing")} {
+		_, errOut, code := runCLI(t, "nvrtc-compile", path)
+		if code != 2 || !strings.Contains(errOut, "nvrtc-compile: job "+path+" failed") {
+			t.Errorf("%s: exit %d, %q; want 2 and the job named", path, code, errOut)
+		}
 	}
 }

@@ -148,3 +148,30 @@ Examples:
 		},
 	}
 }
+
+// nvrtcCompileCommand is the command a compile ahead runs as (mlxc.Config.CompileHelper):
+// one kernel's compile, described by a job file, into the compiled-kernel cache.
+const nvrtcCompileCommand = "nvrtc-compile"
+
+func nvrtcCompileCommandDef() *cli.Command {
+	return &cli.Command{
+		Name:      nvrtcCompileCommand,
+		Usage:     "compile one custom kernel described by a job file into the compiled-kernel cache (started by compiles ahead)",
+		ArgsUsage: "JOB",
+		Hidden:    true,
+		Description: `The runtime starts one of these per kernel it compiles ahead, so that several compile at
+once (NVRTC compiles one program at a time in a process). Exit code 0: compiled and kept.
+
+Examples:
+  dflash-mlx nvrtc-compile ~/.cache/dflash-mlx/nvrtc/.job-1234-0`,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("nvrtc-compile: want one job file", 2)
+			}
+			if code := mlxc.CompileJob(c.Args().First()); code != 0 {
+				return cli.Exit(fmt.Sprintf("nvrtc-compile: job %s failed (%d)", c.Args().First(), code), code)
+			}
+			return nil
+		},
+	}
+}

@@ -24,7 +24,11 @@ func resolveSettings() error {
 	if err != nil {
 		return err
 	}
-	if err := mlxc.Configure(mlxc.Config{Device: s.Runtime.Device, KernelDir: s.Runtime.KernelDir, CompileCache: s.Runtime.CompileCache, CompileAhead: s.Runtime.CompileAhead}); err != nil {
+	mc := mlxc.Config{Device: s.Runtime.Device, KernelDir: s.Runtime.KernelDir, CompileCache: s.Runtime.CompileCache, CompileAhead: s.Runtime.CompileAhead}
+	if exe, err := os.Executable(); err == nil {
+		mc.CompileHelper = []string{exe, nvrtcCompileCommand}
+	}
+	if err := mlxc.Configure(mc); err != nil {
 		return err
 	}
 	resolved = s

@@ -30,7 +30,26 @@ var aheadOn atomic.Bool
 
 // startCompileAhead turns compiles ahead on where they can help (after startCompileCache).
 func startCompileAhead() {
-	aheadOn.Store(config.CompileAhead && compileCacheDir() != "" && CUDAKernelsAvailable())
+	on := config.CompileAhead && compileCacheDir() != "" && CUDAKernelsAvailable()
+	aheadOn.Store(on)
+	if !on || len(config.CompileHelper) == 0 {
+		return
+	}
+	args := make([]*C.char, len(config.CompileHelper))
+	for i, a := range config.CompileHelper {
+		args[i] = C.CString(a)
+		defer C.free(unsafe.Pointer(args[i]))
+	}
+	C.mlxc_nvrtc_ahead_helper(&args[0], C.int(len(args)))
+}
+
+// CompileJob runs the compile ahead that the file at path describes and writes its entry
+// to the compile cache (the helper process's work; it needs no runtime). It returns the
+// process's exit code: 0 done, 1 the compile or the write failed, 2 not a job file.
+func CompileJob(path string) int {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	return int(C.mlxc_nvrtc_compile_job(cp))
 }
 
 // kernelProgram is what of a CUDA kernel shapes the program MLX builds for a call of it,

@@ -241,17 +241,22 @@ func TestCompileCacheExported(t *testing.T) {
 // as a mismatch and compiles as usual; the next process finds the entries present. File
 // names as MLX 0.32.4 makes them (the source's hash in them) and plain ones both work.
 func TestAheadCompilesAnswerMLX(t *testing.T) {
-	for _, mode := range []string{"mlx", "plain"} {
-		t.Run(mode, func(t *testing.T) { testAheadCompiles(t, mode) })
+	for _, c := range []struct{ mode, helper string }{{"mlx", ""}, {"plain", ""}, {"mlx", "helper"}} {
+		t.Run(c.mode+c.helper, func(t *testing.T) { testAheadCompiles(t, c.mode, c.helper != "") })
 	}
 }
 
-func testAheadCompiles(t *testing.T, mode string) {
+// testAheadCompiles: mode names MLX's compiles (mlx: hashed file names, plain: not);
+// helper: compiles ahead run as processes of their own.
+func testAheadCompiles(t *testing.T, mode string, helper bool) {
 	rig := buildNVRTCRig(t, "")
 	src := func(fn string) string { return "__global__ void " + fn + "(int* x) { x[0] = 1; }" }
 	cache := filepath.Join(t.TempDir(), "cache")
 	run := func(steps ...string) []string {
 		t.Helper()
+		if helper {
+			steps = append([]string{"helper::"}, steps...)
+		}
 		cmd := exec.Command(rig.ahead, append([]string{cache}, steps...)...)
 		cmd.Env = rig.env
 		b, err := cmd.CombinedOutput()

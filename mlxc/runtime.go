@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -126,6 +127,15 @@ type Config struct {
 	// CompileAhead compiles each new custom kernel's program on a thread of its own when a
 	// graph first holds it (ahead.go); only with the compile cache, on CUDA.
 	CompileAhead bool
+	// CompileHelper is the command a compile ahead runs as, the job's file appended (the
+	// executable's nvrtc-compile command, which calls CompileJob); empty: on threads of
+	// this process, which NVRTC serializes.
+	CompileHelper []string
+}
+
+func (c Config) equal(o Config) bool {
+	return c.Device == o.Device && c.KernelDir == o.KernelDir && c.CompileCache == o.CompileCache &&
+		c.CompileAhead == o.CompileAhead && slices.Equal(c.CompileHelper, o.CompileHelper)
 }
 
 // config is what Configure set; read when the runtime starts (device) and when kernels are
@@ -139,7 +149,7 @@ func Configure(c Config) error {
 	configMu.Lock()
 	defer configMu.Unlock()
 	if rtStarted {
-		if c != config {
+		if !c.equal(config) {
 			return errors.New("mlxc: Configure after the runtime started")
 		}
 		return nil

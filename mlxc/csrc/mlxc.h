@@ -186,6 +186,8 @@ void mlxc_nvrtc_cache_stats(long long* hits, long long* compiles, long long* wri
 /* Compiles a custom kernel's program ahead of MLX's own compile of it (nvrtc_cache.cpp). */
 void mlxc_nvrtc_ahead(const char* func, const char* source);
 int mlxc_nvrtc_ahead_idle(void); /* 1: no ahead compile queued or running */
+void mlxc_nvrtc_ahead_helper(const char* const* argv, int argc); /* compiles ahead run as argv + job file */
+int mlxc_nvrtc_compile_job(const char* path);                     /* the helper's work: 0 done */
 void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
                             long long* answered, long long* mismatched, long long* wait_ns);
 /* backend: 1 cuda, 2 metal. names are NUL-separated lists with counts. */

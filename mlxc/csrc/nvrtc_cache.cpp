@@ -24,7 +24,9 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +48,8 @@
 #include <vector>
 
 #include "mlxc.h"
+
+extern char** environ;
 
 namespace {
 
@@ -161,6 +165,9 @@ struct Ahead {
   // off: MLX built the first programs otherwise than submitted (another MLX's generator),
   // so every compile ahead would be wasted work beside MLX's own: none is started.
   bool off = false;
+  // helper: the command a compile ahead runs as (mlxc_nvrtc_ahead_helper; its last
+  // argument is the job's file); empty: compiles run on the threads themselves.
+  std::vector<std::string> helper;
   std::atomic<long long> submitted_n{0}, compiled{0}, present{0}, failed{0}, answered{0}, mismatched{0}, wait_ns{0};
 };
 
@@ -459,24 +466,78 @@ std::string recipe_file_name(const KernelRecipe& k, const std::string& func, con
   return k.hashed_file ? hashed_file_name(func, source) : replace_all(k.file_name, kFunc, func);
 }
 
-// compile_ahead compiles one job with the recipe on the real NVRTC and writes its entry.
-bool compile_ahead(const AheadJob& job, const KernelRecipe& k, const std::string& dir) {
+// CompileJob is everything one compile ahead needs, so that another process can run it.
+struct CompileJob {
+  std::string source, file;
+  std::vector<std::string> headers, include_names, options, names;
+  std::vector<uint8_t> kinds;
+  std::string key, dir;
+};
+
+CompileJob make_job(const AheadJob& job, const KernelRecipe& k, const std::string& dir) {
+  CompileJob j{job.source, recipe_file_name(k, job.func, job.source), k.headers, k.include_names, k.options, {}, k.kinds,
+               job.key, dir};
+  for (auto& n : k.names) j.names.push_back(replace_all(n, kFunc, job.func));
+  return j;
+}
+
+constexpr const char* kJobMagic = "dflash-mlx nvrtc job 1\n";
+
+void put_list(std::string& s, const std::vector<std::string>& v) {
+  put_u64(s, v.size());
+  for (auto& x : v) put_bytes(s, x);
+}
+
+std::string encode_job(const CompileJob& j) {
+  std::string s = kJobMagic;
+  put_bytes(s, j.source);
+  put_bytes(s, j.file);
+  put_list(s, j.headers);
+  put_list(s, j.include_names);
+  put_list(s, j.options);
+  put_list(s, j.names);
+  put_bytes(s, std::string(j.kinds.begin(), j.kinds.end()));
+  put_bytes(s, j.key);
+  put_bytes(s, j.dir);
+  return s;
+}
+
+bool decode_job(const std::string& s, CompileJob& j) {
+  size_t magic = std::strlen(kJobMagic);
+  if (s.size() < magic || s.compare(0, magic, kJobMagic) != 0) return false;
+  Reader r{s, magic};
+  auto list = [&r](std::vector<std::string>& v) {
+    uint64_t n = r.u64();
+    for (uint64_t i = 0; r.ok && i < n; i++) v.push_back(r.bytes());
+  };
+  j.source = r.bytes();
+  j.file = r.bytes();
+  list(j.headers);
+  list(j.include_names);
+  list(j.options);
+  list(j.names);
+  std::string kinds = r.bytes();
+  j.kinds.assign(kinds.begin(), kinds.end());
+  j.key = r.bytes();
+  j.dir = r.bytes();
+  return r.ok && r.at == s.size() && !j.dir.empty();
+}
+
+// run_job compiles a job on the real NVRTC and writes its entry.
+bool run_job(const CompileJob& j) {
   auto& r = real();
   if (!r.create || !r.add_name || !r.compile || !r.lowered || !r.destroy) return false;
   std::vector<const char*> hs, ins, opts;
-  for (auto& h : k.headers) hs.push_back(h.c_str());
-  for (auto& n : k.include_names) ins.push_back(n.c_str());
-  for (auto& o : k.options) opts.push_back(o.c_str());
-  std::string file = recipe_file_name(k, job.func, job.source);
+  for (auto& h : j.headers) hs.push_back(h.c_str());
+  for (auto& n : j.include_names) ins.push_back(n.c_str());
+  for (auto& o : j.options) opts.push_back(o.c_str());
   nvrtc_program p = nullptr;
-  if (r.create(&p, job.source.c_str(), file.c_str(), int(hs.size()), hs.empty() ? nullptr : hs.data(),
+  if (r.create(&p, j.source.c_str(), j.file.c_str(), int(hs.size()), hs.empty() ? nullptr : hs.data(),
                ins.empty() ? nullptr : ins.data()) != kSuccess) {
     return false;
   }
-  std::vector<std::string> names;
-  for (auto& n : k.names) names.push_back(replace_all(n, kFunc, job.func));
   bool ok = true;
-  for (auto& n : names) ok = ok && r.add_name(p, n.c_str()) == kSuccess;
+  for (auto& n : j.names) ok = ok && r.add_name(p, n.c_str()) == kSuccess;
   if (ok) {
     auto start = std::chrono::steady_clock::now();
     ok = r.compile(p, int(opts.size()), opts.empty() ? nullptr : opts.data()) == kSuccess;
@@ -484,12 +545,12 @@ bool compile_ahead(const AheadJob& job, const KernelRecipe& k, const std::string
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   }
   Outputs out;
-  for (auto& n : names) {
+  for (auto& n : j.names) {
     const char* low = nullptr;
     ok = ok && r.lowered(p, n.c_str(), &low) == kSuccess && low;
     if (ok) out.lowered[n] = low;
   }
-  for (uint8_t kind : k.kinds) {
+  for (uint8_t kind : j.kinds) {
     auto size_fn = kind == kPTX ? r.ptx_size : r.cubin_size;
     auto get_fn = kind == kPTX ? r.ptx : r.cubin;
     size_t n = 0;
@@ -500,7 +561,27 @@ bool compile_ahead(const AheadJob& job, const KernelRecipe& k, const std::string
     out.code[kind] = std::move(code);
   }
   r.destroy(&p);
-  return ok && write_entry(entry_path(dir, job.key), encode(job.key, out));
+  return ok && write_entry(entry_path(j.dir, j.key), encode(j.key, out));
+}
+
+// spawn_job runs a job in a process of its own: helper's arguments, then a file holding the
+// job. NVRTC compiles one program at a time in a process (its compiles on threads of one
+// process took as long as one after another on an H200), so compiles ahead that are to
+// run at the same time need processes.
+bool spawn_job(const CompileJob& j, const std::vector<std::string>& helper) {
+  static std::atomic<long long> seq{0};
+  std::string path = j.dir + "/.job-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
+  if (!write_entry(path, encode_job(j))) return false;
+  std::vector<char*> argv;
+  for (auto& a : helper) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(const_cast<char*>(path.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int status = 0;
+  bool ok = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0 && waitpid(pid, &status, 0) == pid &&
+            WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  unlink(path.c_str());
+  return ok;
 }
 
 // ahead_thread runs queued jobs until the process ends.
@@ -512,10 +593,10 @@ void ahead_thread() {
     a.work.wait(lock, [&] { return !a.queue.empty(); });
     AheadJob job = std::move(a.queue.front());
     a.queue.pop_front();
-    KernelRecipe k = a.recipe;
-    std::string dir = c.dir;
+    CompileJob j = make_job(job, a.recipe, c.dir);
+    std::vector<std::string> helper = a.helper;
     lock.unlock();
-    bool ok = !dir.empty() && compile_ahead(job, k, dir);
+    bool ok = !j.dir.empty() && (helper.empty() ? run_job(j) : spawn_job(j, helper));
     lock.lock();
     (ok ? a.compiled : a.failed)++;
     a.inflight.erase(job.key);
@@ -628,6 +709,26 @@ void mlxc_nvrtc_ahead(const char* func, const char* source) {
     return;
   }
   enqueue_locked(std::move(job));
+}
+
+// mlxc_nvrtc_ahead_helper sets the command compiles ahead run as (argc arguments, then the
+// job's file; see mlxc_nvrtc_compile_job); argc 0: on the cache's threads.
+void mlxc_nvrtc_ahead_helper(const char* const* argv, int argc) {
+  auto& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.ahead.helper.clear();
+  for (int i = 0; i < argc; i++) c.ahead.helper.push_back(argv[i] ? argv[i] : "");
+}
+
+// mlxc_nvrtc_compile_job runs the compile ahead a job file describes (in the helper
+// process): 0 when its entry was written.
+int mlxc_nvrtc_compile_job(const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return 2;
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CompileJob j;
+  if (!decode_job(s, j)) return 2;
+  return run_job(j) ? 0 : 1;
 }
 
 // mlxc_nvrtc_ahead_idle reports whether no ahead compile is queued or running.
@@ -822,6 +923,8 @@ extern "C" {
 void mlxc_nvrtc_cache_set_dir(const char*) {}
 int mlxc_nvrtc_cache_active(void) { return 0; }
 void mlxc_nvrtc_ahead(const char*, const char*) {}
+void mlxc_nvrtc_ahead_helper(const char* const*, int) {}
+int mlxc_nvrtc_compile_job(const char*) { return 2; }
 int mlxc_nvrtc_ahead_idle(void) { return 1; }
 void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
                             long long* answered, long long* mismatched, long long* wait_ns) {

@@ -3,7 +3,8 @@
  * ns::<function>), some submitted ahead first. Usage: ahead_driver DIR STEP... where a STEP
  * is ahead:<function>:<source> (submit), mlx:<function>:<source> (compile as MLX does,
  * print its output line), plain:<function>:<source> (the same with file <function>.cu) or
- * wait:: (until the compiles ahead are done); then the counts. */
+ * wait:: (until the compiles ahead are done) or helper:: (compiles ahead run as processes of
+ * this program: ahead_driver nvrtc-compile JOB); then the counts. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@ int jit_named(const char *src, const char *header, const char *option, int cubin
 void mlxc_nvrtc_cache_set_dir(const char *dir);
 void mlxc_nvrtc_cache_stats(long long *hits, long long *compiles, long long *writes, long long *failures, long long *compile_ns);
 void mlxc_nvrtc_ahead(const char *func, const char *source);
+void mlxc_nvrtc_ahead_helper(const char *const *argv, int argc);
+int mlxc_nvrtc_compile_job(const char *path);
 int mlxc_nvrtc_ahead_idle(void);
 void mlxc_nvrtc_ahead_stats(long long *submitted, long long *compiled, long long *present, long long *failed,
                             long long *answered, long long *mismatched, long long *wait_ns);
@@ -42,6 +45,7 @@ static unsigned long long libstd_hash(const char *p, size_t n) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "nvrtc-compile")) return mlxc_nvrtc_compile_job(argv[2]); /* as a helper */
   if (argc < 2) return 2;
   mlxc_nvrtc_cache_set_dir(argv[1]);
   for (int i = 2; i < argc; i++) {
@@ -52,6 +56,15 @@ int main(int argc, char **argv) {
     snprintf(step, sizeof step, "%.*s", (int)(c1 - argv[i]), argv[i]);
     snprintf(func, sizeof func, "%.*s", (int)(c2 - c1 - 1), c1 + 1);
     src = c2 + 1;
+    if (!strcmp(step, "helper")) { /* compiles ahead run as this program's nvrtc-compile */
+      static char self[4096];
+      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      if (n <= 0) return 2;
+      self[n] = 0;
+      const char *helper[2] = {self, "nvrtc-compile"};
+      mlxc_nvrtc_ahead_helper(helper, 2);
+      continue;
+    }
     if (!strcmp(step, "wait")) { /* until no compile ahead is queued or running */
       while (!mlxc_nvrtc_ahead_idle()) usleep(1000);
       continue;
