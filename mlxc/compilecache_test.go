@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -322,5 +323,29 @@ func TestAheadCompilesStopAfterMismatches(t *testing.T) {
 	want := "hits=0 compiles=4 submitted=3 ahead=2 present=0 failed=0 answered=0 mismatched=2"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("counts %q, want %q", got, want)
+	}
+}
+
+// A job file a day old (left by a process that ended while its compile ahead ran) is
+// removed when the cache opens its folder; a fresh one (a live compile's) is kept.
+func TestCompileCacheRemovesStaleJobs(t *testing.T) {
+	rig := buildNVRTCRig(t, "")
+	cache := filepath.Join(t.TempDir(), "cache")
+	must(t, os.MkdirAll(cache, 0o700))
+	stale, fresh := filepath.Join(cache, ".job-1-0"), filepath.Join(cache, ".job-2-0")
+	must(t, os.WriteFile(stale, []byte("x"), 0o600))
+	must(t, os.WriteFile(fresh, []byte("x"), 0o600))
+	old := time.Now().Add(-25 * time.Hour)
+	must(t, os.Chtimes(stale, old, old))
+	cmd := exec.Command(rig.ahead, cache, "wait::")
+	cmd.Env = rig.env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ahead driver: %v\n%s", err, b)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale job file still there (%v)", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh job file removed: %v", err)
 	}
 }

@@ -22,6 +22,7 @@
 //   through untouched. With no folder set the cache is off and every call passes through.
 #if defined(__linux__)
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -564,6 +565,21 @@ bool run_job(const CompileJob& j) {
   return ok && write_entry(entry_path(j.dir, j.key), encode(j.key, out));
 }
 
+// remove_stale_jobs deletes job files a day old or more: a process that ended while its
+// compile ahead ran leaves its job file behind (a live one is seconds old).
+void remove_stale_jobs(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  time_t now = time(nullptr);
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, ".job-", 5) != 0) continue;
+    std::string path = dir + "/" + e->d_name;
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && now - st.st_mtime >= 24 * 3600) unlink(path.c_str());
+  }
+  closedir(d);
+}
+
 // spawn_job runs a job in a process of its own: helper's arguments, then a file holding the
 // job. NVRTC compiles one program at a time in a process (its compiles on threads of one
 // process took as long as one after another on an H200), so compiles ahead that are to
@@ -676,7 +692,10 @@ void mlxc_nvrtc_cache_set_dir(const char* dir) {
   std::lock_guard<std::mutex> lock(c.mu);
   c.dir = dir ? dir : "";
   while (c.dir.size() > 1 && c.dir.back() == '/') c.dir.pop_back();
-  if (!c.dir.empty()) mkdir(c.dir.c_str(), 0755);
+  if (!c.dir.empty()) {
+    mkdir(c.dir.c_str(), 0755);
+    remove_stale_jobs(c.dir);
+  }
 }
 
 // mlxc_nvrtc_cache_active reports whether a global lookup of NVRTC's compile entry point
