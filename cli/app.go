@@ -61,7 +61,7 @@ Examples:
 	}
 	// DFLASH_CPUPROFILE=file writes a Go CPU profile of the whole command (for finding host
 	// overhead in the engine; `go tool pprof -top bin/dflash-mlx file`).
-	if path := resolved.Diagnostics.CPUProfile; path != "" {
+	if path := resolved.Diagnostics.CPUProfile; path != "" && !helperCommand(args) {
 		if f, err := os.Create(path); err == nil {
 			if pprof.StartCPUProfile(f) == nil {
 				defer pprof.StopCPUProfile()
@@ -76,6 +76,13 @@ Examples:
 		return 1
 	}
 	return 0
+}
+
+// helperCommand reports whether args run one of the processes a command starts for itself
+// (kernel-check, nvrtc-compile): those leave the profile file to the command that started
+// them.
+func helperCommand(args []string) bool {
+	return len(args) > 1 && (args[1] == "kernel-check" || args[1] == nvrtcCompileCommand)
 }
 
 func versionCommand() *cli.Command {

@@ -592,10 +592,17 @@ bool spawn_job(const CompileJob& j, const std::vector<std::string>& helper) {
   for (auto& a : helper) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(const_cast<char*>(path.c_str()));
   argv.push_back(nullptr);
+  // The helper says nothing on the caller's terminal (a setting's warning would repeat
+  // once per compile): its exit status is its answer.
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
   int status = 0;
-  bool ok = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0 && waitpid(pid, &status, 0) == pid &&
+  bool ok = posix_spawn(&pid, argv[0], &quiet, nullptr, argv.data(), environ) == 0 && waitpid(pid, &status, 0) == pid &&
             WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  posix_spawn_file_actions_destroy(&quiet);
   unlink(path.c_str());
   return ok;
 }
