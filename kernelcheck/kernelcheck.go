@@ -213,41 +213,22 @@ type Gate struct {
 }
 
 // announce says on Warn, when some wanted check has no verdict yet, that the first use
-// of this build on the device checks (and compiles) kernels, which takes a while (about a
-// minute on an H200); the returned func says when that is over.
-func (g Gate) announce(k settings.Kernels, checks []Check, applicable func(Check) bool) func() {
-	pending := 0
-	for _, c := range checks {
-		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) || !g.needed(c) {
-			continue
-		}
-		if g.Store != nil {
-			if _, ok := g.Store.Get(Key(g.Device, c)); ok {
-				continue
-			}
-		}
-		pending++
-	}
-	if pending == 0 || g.Warn == nil {
+// of this build on the device checks (and compiles) kernels, which takes seconds (8–11 s
+// on an H200); the returned func says when that is over.
+func (g Gate) announce(pending []Check) func() {
+	if len(pending) == 0 || g.Warn == nil {
 		return func() {}
 	}
 	start := time.Now()
-	fmt.Fprintf(g.Warn, "first use on %s: compiling and checking %d custom kernels against MLX's ops (once: the verdicts and compiled kernels are kept)…\n", g.Device.Name, pending)
+	fmt.Fprintf(g.Warn, "first use on %s: compiling and checking %d custom kernels against MLX's ops (once: the verdicts and compiled kernels are kept)…\n", g.Device.Name, len(pending))
 	return func() {
 		fmt.Fprintf(g.Warn, "kernel checks done in %.1fs\n", time.Since(start).Seconds())
 	}
 }
 
-// needed reports whether c's kernels can serve the models the gate admits kernels for.
-func (g Gate) needed(c Check) bool { return !(c.Quantized && g.NoQuantized) }
-
-// runElsewhere hands the wanted checks without a verdict to Elsewhere when there are two or
-// more of them (one gains nothing from another process), and returns its verdicts.
-func (g Gate) runElsewhere(k settings.Kernels, checks []Check, applicable func(Check) bool) map[string]Verdict {
-	if g.Elsewhere == nil {
-		return nil
-	}
-	var names []string
+// pending are the checks that are wanted, applicable and needed here and have no verdict.
+func (g Gate) pending(k settings.Kernels, checks []Check, applicable func(Check) bool) []Check {
+	var out []Check
 	for _, c := range checks {
 		if !applicable(c) || c.Wanted != nil && !c.Wanted(k) || !g.needed(c) {
 			continue
@@ -257,10 +238,23 @@ func (g Gate) runElsewhere(k settings.Kernels, checks []Check, applicable func(C
 				continue
 			}
 		}
-		names = append(names, c.Name)
+		out = append(out, c)
 	}
-	if len(names) < 2 {
+	return out
+}
+
+// needed reports whether c's kernels can serve the models the gate admits kernels for.
+func (g Gate) needed(c Check) bool { return !(c.Quantized && g.NoQuantized) }
+
+// runElsewhere hands the pending checks to Elsewhere when there are two or more of them
+// (one gains nothing from another process), and returns its verdicts.
+func (g Gate) runElsewhere(pending []Check) map[string]Verdict {
+	if g.Elsewhere == nil || len(pending) < 2 {
 		return nil
+	}
+	names := make([]string, len(pending))
+	for i, c := range pending {
+		names[i] = c.Name
 	}
 	return g.Elsewhere(names)
 }
@@ -295,8 +289,9 @@ func (g Gate) Apply(k settings.Kernels, checks []Check) (settings.Kernels, []Sta
 		return false
 	}
 	if (k.Mode == settings.KernelsCheck || k.Mode == "") && g.Device.Backend != "" {
-		defer g.announce(k, checks, applicable)()
-		elsewhere := g.runElsewhere(k, checks, applicable)
+		pending := g.pending(k, checks, applicable)
+		defer g.announce(pending)()
+		elsewhere := g.runElsewhere(pending)
 		for i, c := range checks {
 			if !applicable(c) || c.Wanted != nil && !c.Wanted(k) {
 				continue
