@@ -18,11 +18,12 @@ import (
 // and a kernel's first use in a process meets several new ones at once (a model's first
 // forward: a dozen; each new block width: a few), each taking seconds with NVRTC. So when a
 // call with new template arguments enters a graph, Kernel.Call hands the program MLX will
-// build for it to the NVRTC cache (nvrtc_cache.cpp, mlxc_nvrtc_ahead), which compiles it on
-// a thread of its own with the recipe learned from MLX's first custom-kernel compile; MLX's
-// compile of it then waits for that and is answered from the cache. The program text must
-// be MLX's byte for byte (mlxProgram): a program built otherwise is counted as a mismatch
-// (AheadStats) and costs a wasted compile on another thread, never a wrong kernel.
+// build for it to the NVRTC cache (nvrtc_cache.cpp, mlxc_nvrtc_ahead), which compiles it in
+// a process of its own (Config.CompileHelper; NVRTC compiles one program at a time in a
+// process) with the recipe learned from MLX's first custom-kernel compile; MLX's compile of
+// it then waits for that and is answered from the cache. The program text must be MLX's
+// byte for byte (mlxProgram): a program built otherwise is counted as a mismatch
+// (AheadStats) and costs a wasted compile elsewhere, never a wrong kernel.
 
 // aheadOn is set at the runtime's start: compiles ahead were asked for, the compile cache
 // is on and custom CUDA kernels can run.

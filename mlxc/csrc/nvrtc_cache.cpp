@@ -152,9 +152,10 @@ struct AheadJob {
   std::string func, source, key;
 };
 
-// Ahead holds compiles started before MLX asks for them (mlxc_nvrtc_ahead), on threads
-// of their own: MLX compiles one program at a time as it meets them, so a graph with ten
-// new kernels waited for ten compiles in a row.
+// Ahead holds compiles started before MLX asks for them (mlxc_nvrtc_ahead): MLX compiles
+// one program at a time as it meets them, so a graph with ten new kernels waited for ten
+// compiles in a row. Each of up to 8 threads runs one compile at a time, in a helper process
+// when one is set (spawn_job), else itself.
 struct Ahead {
   KernelRecipe recipe;
   std::deque<AheadJob> queue;                   // waiting for a thread
