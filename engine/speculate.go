@@ -126,15 +126,7 @@ type stepCosts struct {
 // a short request no longer spends most of its steps drafting at a loss (1 to 16 clients
 // of 96 tokens each: 439 tok/s batched against 1 131 plain at 16).
 func (c *stepCosts) observeSpec(T int, dt time.Duration) {
-	ms := float64(dt.Microseconds()) / 1000
-	est := c.spec.at(T)
-	over := est > 0 && ms > costOutlier*est
-	if over && c.specOver {
-		c.spec.set(T, ms)
-	} else {
-		c.spec.observe(T, dt)
-	}
-	c.specOver = over
+	c.specOver = c.spec.record(T, dt, c.specOver)
 }
 
 // newStepCosts seeds the costs from the single-row block costs (nil: none known).
@@ -181,25 +173,29 @@ const costOutlier = 2.0
 // full, one such step would price a width so high that the policy never tries it again,
 // and so never measures it again; capped, a width whose steps really cost that much gets
 // there in a few steps.
-func (c costTable) observe(n int, dt time.Duration) {
-	ms := float64(dt.Microseconds()) / 1000
-	if est := c.at(n); est > 0 {
-		ms = min(ms, costOutlier*est)
-	}
-	if old, ok := c[n]; ok {
-		c[n] = 0.8*old + 0.2*ms
-		return
-	}
-	c[n] = ms
-}
+func (c costTable) observe(n int, dt time.Duration) { c.record(n, dt, false) }
 
-// set adds a step of size n that took ms, in full.
-func (c costTable) set(n int, ms float64) {
-	if old, ok := c[n]; ok {
-		c[n] = 0.5*old + 0.5*ms
-		return
+// record adds a step of size n that took dt as observe does, or, with whole, a step over
+// costOutlier times its estimate in full and with half the weight; it reports whether the
+// step was over that bound.
+func (c costTable) record(n int, dt time.Duration, whole bool) (over bool) {
+	ms := float64(dt.Microseconds()) / 1000
+	if est := c.at(n); est > 0 && ms > costOutlier*est {
+		over = true
+		if !whole {
+			ms = costOutlier * est
+		}
 	}
-	c[n] = ms
+	old, ok := c[n]
+	switch {
+	case !ok:
+		c[n] = ms
+	case over && whole:
+		c[n] = 0.5*old + 0.5*ms
+	default:
+		c[n] = 0.8*old + 0.2*ms
+	}
+	return over
 }
 
 // at is the estimated milliseconds of a step of size n (0 when nothing is known).
@@ -338,8 +334,8 @@ func (d *decoder) plan(rows []*sequence) (w []int, loss float64) {
 	if allT > T && rate(allTotal, allT) > rate(total, T)*(1+policyTie) {
 		w, total, T = all, allTotal, allT
 	}
-	// Exploring keeps each row's acceptance past its planned width measured: at most one
-	// row a step, and only while what the steps that explored lost against their plans
+	// Exploring keeps each row's acceptance past its planned width measured: every
+	// exploring row in one step, else one of them, and only while what the steps that explored lost against their plans
 	// (this one included) is no more than policyExploreShare of all steps' cost. A step's
 	// loss is its cost less the time the planned step takes, at its expected rate, to
 	// commit what the exploring one is expected to: a wide row makes the whole batch wait
@@ -347,19 +343,18 @@ func (d *decoder) plan(rows []*sequence) (w []int, loss float64) {
 	planned := rate(total, T)
 	// Where a speculative step's cost is mostly fixed (a GPU's batched verify), exploring
 	// one row pays most of that cost for one row's measurement: every row whose policy
-	// explores then explores in the same step, when that step is within the share.
-	if xw, Tx, gain := exploreAll(rows, w, cap, total, T, expected); Tx > T && planned > 0 {
-		if ms := d.costs.spec.at(Tx); ms > 0 {
-			if l := max(ms-gain/planned, policyTie*ms); d.explored+l <= policyExploreShare*d.spent {
+	// explores then explores in the same step, when that step is within the share; the
+	// widths xw serve the one-row step too.
+	xw, xT, xTotal := exploreAll(rows, w, cap, total, T, expected)
+	if xT > T && planned > 0 {
+		if ms := d.costs.spec.at(xT); ms > 0 {
+			if l := max(ms-xTotal/planned, policyTie*ms); d.explored+l <= policyExploreShare*d.spent {
 				return xw, l
 			}
 		}
 	}
 	for r, q := range rows {
-		if q.dr == nil || !q.dr.policy.exploring() {
-			continue
-		}
-		x := min(max(w[r], q.dr.policy.explore(q.dr.policy.best())), cap[r])
+		x := xw[r]
 		if x == w[r] {
 			continue
 		}
