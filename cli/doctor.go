@@ -94,11 +94,7 @@ Examples:
 				r.VerdictsFile = path
 				store := kernelcheck.OpenStore(path, c.App.ErrWriter)
 				checks := kernelChecks()
-				g := kernelcheck.Gate{Device: here, Store: store, Warn: c.App.ErrWriter}
-				if here.Backend == kernels.CUDA && resolved.Runtime.CompileAhead {
-					g.Elsewhere = checksElsewhere
-				}
-				_, r.Kernels = g.Apply(resolved.Kernels, checks)
+				_, r.Kernels = kernelGate(resolved, store, c.App.ErrWriter).Apply(resolved.Kernels, checks)
 				inUse := map[string]bool{}
 				for _, st := range r.Kernels {
 					inUse[st.Kernel] = st.State == "verified" || st.State == "trusted"

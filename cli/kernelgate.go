@@ -40,13 +40,21 @@ func gateKernels(st settings.Settings, warn io.Writer, noQuantized bool) (settin
 	if err != nil {
 		path = ""
 	}
-	g := kernelcheck.Gate{Device: kernelcheck.Here(), Store: kernelcheck.OpenStore(path, warn), Warn: warn, NoQuantized: noQuantized}
-	if g.Device.Backend == kernels.CUDA && st.Runtime.CompileAhead {
-		g.Elsewhere = checksElsewhere
-	}
+	g := kernelGate(st, kernelcheck.OpenStore(path, warn), warn)
+	g.NoQuantized = noQuantized
 	var states []kernelcheck.State
 	st.Kernels, states = g.Apply(st.Kernels, kernelChecks())
 	return st, states
+}
+
+// kernelGate is the gate for this device with store's verdicts: on a CUDA device, with
+// st's compiles ahead on, pending checks run at the same time (checksElsewhere).
+func kernelGate(st settings.Settings, store *kernelcheck.Store, warn io.Writer) kernelcheck.Gate {
+	g := kernelcheck.Gate{Device: kernelcheck.Here(), Store: store, Warn: warn}
+	if g.Device.Backend == kernels.CUDA && st.Runtime.CompileAhead {
+		g.Elsewhere = checksElsewhere
+	}
+	return g
 }
 
 // checkElsewhereTimeout bounds how long the checks run elsewhere may take: a process that

@@ -206,8 +206,8 @@ type runOutput struct {
 	// CompileCache counts the CUDA kernels this process took from the compiled-kernel
 	// cache and those NVRTC compiled (a first run pays the compiles once).
 	CompileCache mlxc.CompileCacheStats `json:"compile_cache"`
-	// CompileAhead counts the custom kernels compiled on threads of their own before MLX
-	// asked for them (mlxc/ahead.go).
+	// CompileAhead counts the custom kernels compiled before MLX asked for them, in
+	// processes of their own (mlxc/ahead.go).
 	CompileAhead mlxc.AheadStats `json:"compile_ahead"`
 }
 

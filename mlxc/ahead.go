@@ -105,7 +105,11 @@ func mlxProgram(p *kernelProgram, in []Dtype, inDims []bool, out []Dtype, templa
 			name.WriteString("_" + strconv.Itoa(v))
 			consts.WriteString("  constexpr int " + t.Name + " = " + strconv.Itoa(v) + ";\n")
 		case bool:
-			name.WriteString(map[bool]string{true: "_t", false: "_f"}[v])
+			if v {
+				name.WriteString("_t")
+			} else {
+				name.WriteString("_f")
+			}
 			consts.WriteString("  constexpr bool " + t.Name + " = " + strconv.FormatBool(v) + ";\n")
 		case Dtype:
 			tn, ok1 := typeName(templateTypeNames[:], v)

@@ -124,8 +124,8 @@ type Config struct {
 	// CompileCache is the folder for kernels NVRTC compiled ("" the user's cache folder,
 	// "off" none).
 	CompileCache string
-	// CompileAhead compiles each new custom kernel's program on a thread of its own when a
-	// graph first holds it (ahead.go); only with the compile cache, on CUDA.
+	// CompileAhead compiles each new custom kernel's program at once when a graph first
+	// holds it (ahead.go), in a CompileHelper process; only with the compile cache, on CUDA.
 	CompileAhead bool
 	// CompileHelper is the command a compile ahead runs as, the job's file appended (the
 	// executable's nvrtc-compile command, which calls CompileJob); empty: on threads of

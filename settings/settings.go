@@ -36,7 +36,7 @@ type Runtime struct {
 	// process compiles its kernels again).
 	CompileCache string `json:"compile_cache"`
 	// CompileAhead (DFLASH_COMPILE_AHEAD): on a CUDA GPU, compile each new custom kernel
-	// on a thread of its own as soon as a graph holds it, so that MLX, which compiles one
+	// in a process of its own as soon as a graph holds it, so that MLX, which compiles one
 	// kernel at a time as it evaluates, finds it compiled (needs the compile cache); and
 	// run a first use's kernel self-checks at the same time, one process each. Speed only.
 	CompileAhead bool `json:"compile_ahead"`

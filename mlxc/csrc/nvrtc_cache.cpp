@@ -540,12 +540,7 @@ bool run_job(const CompileJob& j) {
   }
   bool ok = true;
   for (auto& n : j.names) ok = ok && r.add_name(p, n.c_str()) == kSuccess;
-  if (ok) {
-    auto start = std::chrono::steady_clock::now();
-    ok = r.compile(p, int(opts.size()), opts.empty() ? nullptr : opts.data()) == kSuccess;
-    cache().compile_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-  }
+  ok = ok && timed_compile(p, int(opts.size()), opts.empty() ? nullptr : opts.data()) == kSuccess;
   Outputs out;
   for (auto& n : j.names) {
     const char* low = nullptr;
