@@ -49,6 +49,7 @@ Examples:
 			doctorCommand(),
 			kernelCheckCommand(),
 			nvrtcCompileCommandDef(),
+			fusedCompileCommandDef(),
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
 	}
@@ -79,10 +80,10 @@ Examples:
 }
 
 // helperCommand reports whether args run one of the processes a command starts for itself
-// (kernel-check, nvrtc-compile): those leave the profile file to the command that started
-// them.
+// (kernel-check, nvrtc-compile, fused-compile): those leave the profile file to the command
+// that started them.
 func helperCommand(args []string) bool {
-	return len(args) > 1 && (args[1] == "kernel-check" || args[1] == nvrtcCompileCommand)
+	return len(args) > 1 && (args[1] == "kernel-check" || args[1] == nvrtcCompileCommand || args[1] == fusedCompileCommand)
 }
 
 func versionCommand() *cli.Command {

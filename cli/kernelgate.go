@@ -183,3 +183,39 @@ Examples:
 		},
 	}
 }
+
+// fusedCompileCommand is the command a fused-kernel job runs as (mlxc.Config.FusedHelper):
+// one compiled function, exported by the process that met its fused kernels, compiled and
+// run on zeros so that MLX's programs for those kernels reach the compiled-kernel cache.
+const fusedCompileCommand = "fused-compile"
+
+func fusedCompileCommandDef() *cli.Command {
+	return &cli.Command{
+		Name:      fusedCompileCommand,
+		Usage:     "compile the fused kernels of one compiled function described by a job file (started by the runtime)",
+		ArgsUsage: "JOB",
+		Hidden:    true,
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the names of the fused kernels met as JSON"}},
+		Description: `The runtime starts one of these per compiled function whose fused kernels a process meets
+for the first time, so that MLX's compiles of them run at the same time, in other
+processes. Exit code 0: the job's kernels were met, compiled and kept.
+
+Examples:
+  dflash-mlx fused-compile ~/.cache/dflash-mlx/nvrtc/.fused-1234-1.mlxfn`,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("fused-compile: want one job file", 2)
+			}
+			found, err := mlxc.RunFusedJob(c.Args().First())
+			if c.Bool("json") {
+				if jerr := json.NewEncoder(c.App.Writer).Encode(map[string][]string{"found": found}); jerr != nil {
+					return jerr
+				}
+			}
+			if err != nil {
+				return cli.Exit("fused-compile: "+err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}

@@ -172,7 +172,7 @@ func runAction(c *cli.Context) (err error) {
 		LoadSeconds: s.LoadTime.Seconds(), Tokens: res.Tokens, Kernels: s.Kernels,
 	}
 	_ = mlxc.Do(func() error {
-		out.CompileCache, out.CompileAhead = mlxc.CompileCache(), mlxc.CompileAhead()
+		out.CompileCache, out.CompileAhead, out.FusedAhead = mlxc.CompileCache(), mlxc.CompileAhead(), mlxc.FusedAhead()
 		return nil
 	})
 	if out.Tokens == nil {
@@ -209,6 +209,9 @@ type runOutput struct {
 	// CompileAhead counts the custom kernels compiled before MLX asked for them, in
 	// processes of their own (mlxc/ahead.go).
 	CompileAhead mlxc.AheadStats `json:"compile_ahead"`
+	// FusedAhead counts MLX's fused kernels compiled by processes that ran the same
+	// compiled functions (mlxc/fusedahead.go).
+	FusedAhead mlxc.FusedStats `json:"fused_ahead"`
 }
 
 func printRunStats(w io.Writer, o runOutput) {
@@ -244,6 +247,10 @@ func printRunStats(w io.Writer, o runOutput) {
 		if ca := o.CompileAhead; ca.Submitted > 0 {
 			fmt.Fprintf(w, "            ahead: %d submitted, %d compiled, %d cached before, %d failed; %d answered MLX (%.1f s waited), %d built otherwise by MLX\n",
 				ca.Submitted, ca.Compiled, ca.Present, ca.Failed, ca.Answered, ca.Waited.Seconds(), ca.Mismatched)
+		}
+		if fa := o.FusedAhead; fa.Submitted+fa.ExportFailures > 0 {
+			fmt.Fprintf(w, "            MLX's fused kernels: %d jobs, %d compiled, %d failed, %d not exported; %d answered MLX (%.1f s waited)\n",
+				fa.Submitted, fa.Compiled, fa.Failed, fa.ExportFailures, fa.Answered, fa.Waited.Seconds())
 		}
 	}
 }

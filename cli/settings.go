@@ -27,6 +27,7 @@ func resolveSettings() error {
 	mc := mlxc.Config{Device: s.Runtime.Device, KernelDir: s.Runtime.KernelDir, CompileCache: s.Runtime.CompileCache, CompileAhead: s.Runtime.CompileAhead}
 	if exe, err := os.Executable(); err == nil {
 		mc.CompileHelper = []string{exe, nvrtcCompileCommand}
+		mc.FusedHelper = []string{exe, fusedCompileCommand}
 	}
 	if err := mlxc.Configure(mc); err != nil {
 		return err

@@ -9,6 +9,7 @@ import "C"
 import (
 	"fmt"
 	"runtime/cgo"
+	"strings"
 	"unsafe"
 )
 
@@ -41,6 +42,16 @@ func Compile(fn GraphFunc, shapeless bool) *Compiled {
 
 // Call runs the compiled function.
 func (c *Compiled) Call(inputs ...*Array) []*Array {
+	res, fresh := c.call(inputs)
+	if len(fresh) > 0 {
+		c.compileFusedAhead(fresh, inputs)
+	}
+	return res
+}
+
+// call runs the compiled function and returns, while fused kernels are watched for
+// (fusedahead.go), the names of those no call of this process met before.
+func (c *Compiled) call(inputs []*Array) (res []*Array, fresh []string) {
 	if c == nil || c.c == nil {
 		fail("compiled_call", "use of a freed compiled function")
 	}
@@ -52,12 +63,17 @@ func (c *Compiled) Call(inputs ...*Array) []*Array {
 	if len(hs) > 0 {
 		in = &hs[0]
 	}
-	check("compiled_call", C.mlxc_compiled_call(&outs[0], C.int(len(outs)), &n, c.c, in, C.int(len(hs))))
-	res := make([]*Array, int(n))
+	var names *C.char
+	check("compiled_call", C.mlxc_compiled_call(&outs[0], C.int(len(outs)), &n, c.c, in, C.int(len(hs)), &names))
+	res = make([]*Array, int(n))
 	for i := range res {
 		res[i] = newArray(outs[i])
 	}
-	return res
+	if names != nil {
+		fresh = strings.Fields(C.GoString(names))
+		C.mlxc_free_string(names)
+	}
+	return res, fresh
 }
 
 // Free releases the compiled function and its cache entries.
@@ -65,8 +81,45 @@ func (c *Compiled) Free() {
 	if c != nil && c.c != nil {
 		C.mlxc_compiled_free(c.c)
 		c.c = nil
-		c.handle.Delete()
+		if c.handle != 0 {
+			c.handle.Delete()
+		}
 	}
+}
+
+// Export writes the function c compiles, traced on the shapes and dtypes of inputs, to path
+// as a fused-kernel job for the kernels named (RunFusedJob runs it).
+func (c *Compiled) Export(path string, names []string, inputs ...*Array) error {
+	if c == nil || c.c == nil {
+		return &Error{Op: "compiled_export", Msg: "use of a freed compiled function"}
+	}
+	return Catch(func() {
+		var buf [16]C.mlxc_array
+		hs := requiredHandles("compiled_export", inputs, &buf)
+		var in *C.mlxc_array
+		if len(hs) > 0 {
+			in = &hs[0]
+		}
+		cs, free := cstr(path)
+		defer free()
+		cn, freeNames := cstr(strings.Join(names, "\n"))
+		defer freeNames()
+		check("compiled_export", C.mlxc_compiled_export(c.c, cs, in, C.int(len(hs)), cn))
+	})
+}
+
+// FusedNames lists the names MLX gives the fused kernels behind arrs (distinct, sorted):
+// the name of the program a backend compiles for each (a CUDA module, a CPU library).
+func FusedNames(arrs ...*Array) []string {
+	var buf [16]C.mlxc_array
+	hs := handles("fused_names", arrs, &buf)
+	if len(hs) == 0 {
+		return nil
+	}
+	var out *C.char
+	check("fused_names", C.mlxc_fused_names(&hs[0], C.int(len(hs)), &out))
+	defer C.mlxc_free_string(out)
+	return strings.Fields(C.GoString(out))
 }
 
 // SetCompileEnabled turns MLX's compilation on or off globally (off: functions run as traced).

@@ -131,11 +131,16 @@ type Config struct {
 	// executable's nvrtc-compile command, which calls CompileJob); empty: on threads of
 	// this process, which NVRTC serializes.
 	CompileHelper []string
+	// FusedHelper is the command a fused-kernel job runs as, the job's file appended (the
+	// executable's fused-compile command, which calls RunFusedJob; fusedahead.go); empty:
+	// none run. Only where compiles ahead run.
+	FusedHelper []string
 }
 
 func (c Config) equal(o Config) bool {
 	return c.Device == o.Device && c.KernelDir == o.KernelDir && c.CompileCache == o.CompileCache &&
-		c.CompileAhead == o.CompileAhead && slices.Equal(c.CompileHelper, o.CompileHelper)
+		c.CompileAhead == o.CompileAhead && slices.Equal(c.CompileHelper, o.CompileHelper) &&
+		slices.Equal(c.FusedHelper, o.FusedHelper)
 }
 
 // config is what Configure set; read when the runtime starts (device) and when kernels are
@@ -186,6 +191,7 @@ func initRuntime() error {
 	}
 	startCompileCache()
 	startCompileAhead()
+	startFusedAhead()
 	want := strings.ToLower(config.Device)
 	gpu := C.mlxc_gpu_backend() != 0 && C.mlxc_device_count(1) > 0
 	switch want {

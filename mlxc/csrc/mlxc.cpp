@@ -6,7 +6,10 @@
 
 #include "mlxc.h"
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <dlfcn.h>
 #include <cstring>
 #include <functional>
@@ -20,6 +23,8 @@
 #include "mlx/backend/gpu/device_info.h"
 #include "mlx/backend/metal/metal.h"
 #include "mlx/compile.h"
+#include "mlx/export.h"
+#include "mlx/export_impl.h"
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 #include "mlx/version.h"
@@ -139,9 +144,64 @@ struct TensorMap {
   std::map<std::string, std::string> meta;
 };
 
+using GraphFunction = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+
+// A compiled function, and the function it compiles (kept so that a trace of it can be
+// written out for another process: mlxc_compiled_export).
 struct Compiled {
-  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> fn;
+  GraphFunction fn;
+  GraphFunction body;
+  bool shapeless;
+  // Input signatures already looked at for new fused kernels (mlxc_fused_watch).
+  std::unordered_set<uint64_t> seen;
 };
+
+// Fused kernels watched for (mlxc_fused_watch): whether calls are looked at, and the
+// names of the fused kernels met so far in this process.
+struct FusedWatch {
+  std::atomic<bool> on{false};
+  std::mutex mu;
+  std::unordered_set<std::string> met;
+};
+
+FusedWatch& fused_watch() {
+  static FusedWatch* w = new FusedWatch;
+  return *w;
+}
+
+// signature hashes what makes a call trace anew: the inputs' dtypes and dimension counts,
+// and their shapes unless the function is shapeless.
+uint64_t signature(const std::vector<mx::array>& in, bool shapeless) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const auto& a : in) {
+    mix(static_cast<uint64_t>(a.dtype().val()) + 1000);
+    mix(a.ndim());
+    if (!shapeless)
+      for (auto d : a.shape()) mix(static_cast<uint64_t>(d));
+  }
+  return h;
+}
+
+// fused_names_between lists the names of the fused nodes from outs back to the arrays of
+// in (a compiled call's own nodes, not the graph behind its inputs), sorted.
+std::vector<std::string> fused_names_between(const std::vector<mx::array>& outs, const std::vector<mx::array>& in) {
+  std::unordered_set<std::uintptr_t> stop, seen;
+  for (const auto& a : in) stop.insert(a.id());
+  std::vector<mx::array> stack(outs.begin(), outs.end());
+  std::vector<std::string> names;
+  while (!stack.empty()) {
+    mx::array a = std::move(stack.back());
+    stack.pop_back();
+    if (stop.count(a.id()) || !seen.insert(a.id()).second) continue;
+    if (!a.has_primitive() || a.status() != mx::array::Status::unscheduled) continue;
+    if (auto c = dynamic_cast<mx::Compiled*>(&a.primitive())) names.push_back(c->lib_name());
+    for (const auto& x : a.inputs()) stack.push_back(x);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
 
 }  // namespace
 
@@ -981,20 +1041,123 @@ int mlxc_compile(mlxc_compiled* out, mlxc_graph_fn fn, uintptr_t payload, bool s
       if (n < 0) throw std::runtime_error("compiled function: " + g_callback_error);
       return res;
     };
-    auto c = new Compiled{mx::compile(std::function<std::vector<mx::array>(const std::vector<mx::array>&)>(body),
-                                      shapeless)};
-    *out = c;
+    GraphFunction f(body);
+    *out = new Compiled{mx::compile(f, shapeless), f, shapeless};
   });
 }
 
 void mlxc_compiled_free(mlxc_compiled c) { delete static_cast<Compiled*>(c); }
 
-int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, const mlxc_array* inputs, int n) {
+int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, const mlxc_array* inputs, int n,
+                       char** new_fused) {
   return guard([&] {
-    auto r = static_cast<Compiled*>(c)->fn(arrays(inputs, n));
+    if (new_fused) *new_fused = nullptr;
+    auto cc = static_cast<Compiled*>(c);
+    auto in = arrays(inputs, n);
+    auto r = cc->fn(in);
     if (static_cast<int>(r.size()) > cap) throw std::invalid_argument("compiled call: too many outputs");
+    auto& w = fused_watch();
+    // A call inside another function's trace is that function's; its arrays are placeholders.
+    bool traced = std::any_of(in.begin(), in.end(), [](const mx::array& a) { return a.is_tracer(); });
+    if (new_fused && !traced && w.on.load(std::memory_order_relaxed) &&
+        cc->seen.insert(signature(in, cc->shapeless)).second) {
+      std::string fresh;
+      std::lock_guard<std::mutex> lock(w.mu);
+      for (auto& name : fused_names_between(r, in))
+        if (w.met.insert(name).second) fresh += name + "\n";
+      if (!fresh.empty()) *new_fused = strdup(fresh.c_str());
+    }
     for (size_t i = 0; i < r.size(); i++) outs[i] = wrap(std::move(r[i]));
     *nout = static_cast<int>(r.size());
+  });
+}
+
+void mlxc_fused_watch(bool on) { fused_watch().on = on; }
+
+// A fused job's file is MLX's export of the function; its metadata, the lines
+//   dflash-fused-job 1
+//   shapeless 0|1
+//   input <dtype code> <dim>...      (one per input)
+//   name <fused kernel name>         (one per kernel the caller's call met)
+int mlxc_compiled_export(mlxc_compiled c, const char* path, const mlxc_array* inputs, int n, const char* names) {
+  return guard([&] {
+    auto cc = static_cast<Compiled*>(c);
+    auto in = arrays(inputs, n);
+    std::ostringstream meta;
+    meta << "dflash-fused-job 1\nshapeless " << (cc->shapeless ? 1 : 0) << "\n";
+    for (const auto& a : in) {
+      meta << "input " << code_of(a.dtype());
+      for (auto d : a.shape()) meta << " " << d;
+      meta << "\n";
+    }
+    std::istringstream ns(names ? names : "");
+    for (std::string line; std::getline(ns, line);)
+      if (!line.empty()) meta << "name " << line << "\n";
+    auto body = cc->body;
+    mx::export_function(
+        path, [body](const mx::Args& args) { return body(args); }, in, cc->shapeless, meta.str());
+  });
+}
+
+int mlxc_fused_job_run(const char* path, char** found, char** expected) {
+  return guard([&] {
+    *found = *expected = nullptr;
+    auto imported = std::make_shared<mx::ImportedFunction>(mx::import_function(path));
+    std::istringstream meta(imported->metadata());
+    std::string line, want;
+    bool shapeless = false, header = false;
+    std::vector<mx::array> in;
+    while (std::getline(meta, line)) {
+      std::istringstream f(line);
+      std::string kind;
+      f >> kind;
+      if (kind == "dflash-fused-job") {
+        int v = 0;
+        f >> v;
+        header = v == 1;
+      } else if (kind == "shapeless") {
+        int v = 0;
+        f >> v;
+        shapeless = v != 0;
+      } else if (kind == "input") {
+        int code = -1;
+        f >> code;
+        mx::Shape shape;
+        for (int d; f >> d;) shape.push_back(d);
+        in.push_back(mx::zeros(shape, dtype_of(code)));
+      } else if (kind == "name") {
+        std::string name;
+        f >> name;
+        want += name + "\n";
+      }
+    }
+    if (!header) throw std::invalid_argument(std::string("not a fused-kernel job: ") + path);
+    GraphFunction f = [imported](const std::vector<mx::array>& a) { return (*imported)(a); };
+    // The file's scalar constants are read lazily (a load node each), and a compile takes
+    // such a node for a scalar input where the exporter's compile saw a constant, naming its
+    // kernels otherwise. One plain run reads them first.
+    mx::eval(f(in));
+    auto compiled = mx::compile(f, shapeless);
+    auto out = compiled(in);
+    std::string got;
+    for (auto& name : fused_names_between(out, in)) got += name + "\n";
+    mx::eval(out);
+    *found = strdup(got.c_str());
+    *expected = strdup(want.c_str());
+  });
+}
+
+int mlxc_fused_names(const mlxc_array* arrs, int n, char** out) {
+  return guard([&] {
+    std::vector<std::string> names;
+    each_pending_primitive(arrs, n, [&](mx::array& a) {
+      if (auto c = dynamic_cast<mx::Compiled*>(&a.primitive())) names.push_back(c->lib_name());
+    });
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    std::string s;
+    for (const auto& name : names) s += name + "\n";
+    *out = strdup(s.c_str());
   });
 }
 

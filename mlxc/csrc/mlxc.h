@@ -188,6 +188,13 @@ void mlxc_nvrtc_ahead(const char* func, const char* source);
 int mlxc_nvrtc_ahead_idle(void); /* 1: no ahead compile queued or running */
 void mlxc_nvrtc_ahead_helper(const char* const* argv, int argc); /* compiles ahead run as argv + job file */
 int mlxc_nvrtc_compile_job(const char* path);                     /* the helper's work: 0 done */
+/* Fused-kernel jobs: MLX's own fused kernels compiled by a helper process that runs the same compiled function
+ * (mlxc_compiled_export, mlxc_fused_job_run). modules: the kernels' names, one per line. mlxc_nvrtc_fused_ahead
+ * returns 1 when queued (the job's file is then removed by the cache), 0 when not. */
+void mlxc_nvrtc_fused_helper(const char* const* argv, int argc);
+int mlxc_nvrtc_fused_ahead(const char* modules, const char* path);
+void mlxc_nvrtc_fused_stats(long long* submitted, long long* compiled, long long* failed, long long* answered,
+                            long long* wait_ns);
 void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
                             long long* answered, long long* mismatched, long long* wait_ns);
 /* backend: 1 cuda, 2 metal. names are NUL-separated lists with counts. */
@@ -211,7 +218,21 @@ typedef int (*mlxc_graph_fn)(uintptr_t payload, const mlxc_array* inputs, int n,
 void mlxc_set_callback_error(const char* msg);
 int mlxc_compile(mlxc_compiled* out, mlxc_graph_fn fn, uintptr_t payload, bool shapeless);
 void mlxc_compiled_free(mlxc_compiled c);
-int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, const mlxc_array* inputs, int n);
+/* new_fused (may be NULL): while mlxc_fused_watch is on, set to the names of the fused kernels a call meets
+ * that no call in this process met before (one per line; free with mlxc_free_string), else NULL. A function
+ * is looked at once per input signature. */
+int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, const mlxc_array* inputs, int n,
+                       char** new_fused);
+void mlxc_fused_watch(bool on);
+/* Writes c's function, traced on inputs' shapes and dtypes, to path in MLX's export format: a fused-kernel job
+ * for names (one per line), which mlxc_fused_job_run runs in another process. */
+int mlxc_compiled_export(mlxc_compiled c, const char* path, const mlxc_array* inputs, int n, const char* names);
+/* Runs a fused-kernel job: compiles its function, runs it on zeros of its inputs' shapes and evaluates it.
+ * found: the names of the fused kernels it met; expected: the job's. One per line, freed with
+ * mlxc_free_string. */
+int mlxc_fused_job_run(const char* path, char** found, char** expected);
+/* The distinct names of the fused (compiled) nodes behind arrs, sorted, one per line. */
+int mlxc_fused_names(const mlxc_array* arrs, int n, char** out);
 int mlxc_set_compile_enabled(bool enabled);
 
 /* ---- safetensors ---- */

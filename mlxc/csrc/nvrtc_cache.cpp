@@ -147,9 +147,12 @@ struct KernelRecipe {
   std::vector<uint8_t> kinds;
 };
 
-// An ahead compile: a custom kernel's source, queued before MLX asks for it.
+// An ahead compile: a custom kernel's source, queued before MLX asks for it; or a fused-kernel
+// job (fused_job: its file, modules: the names of the fused kernels MLX will compile for it).
 struct AheadJob {
   std::string func, source, key;
+  std::string fused_job;
+  std::vector<std::string> modules;
 };
 
 // Ahead holds compiles started before MLX asks for them (mlxc_nvrtc_ahead): MLX compiles
@@ -170,6 +173,12 @@ struct Ahead {
   // helper: the command a compile ahead runs as (mlxc_nvrtc_ahead_helper; its last
   // argument is the job's file); empty: compiles run on the threads themselves.
   std::vector<std::string> helper;
+  // Fused-kernel jobs (mlxc_nvrtc_fused_ahead): MLX names the program of one of its fused
+  // kernels after the kernel (<name>.cu), so a compile of a module a job is compiling waits
+  // for that job. fused_helper is the command a job runs as, its file appended.
+  std::vector<std::string> fused_helper;
+  std::map<std::string, int> fused_pending;  // module → jobs in flight that compile it
+  std::atomic<long long> fused_submitted{0}, fused_compiled{0}, fused_failed{0}, fused_answered{0}, fused_wait_ns{0};
   std::atomic<long long> submitted_n{0}, compiled{0}, present{0}, failed{0}, answered{0}, mismatched{0}, wait_ns{0};
 };
 
@@ -444,6 +453,7 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 // learn_recipe takes MLX's custom-kernel recipe from a program it compiled (c.mu held),
 // once, and queues what was submitted before it was known.
 void enqueue_locked(AheadJob job);
+void start_thread_locked();
 
 void learn_recipe(const Program& rec) {
   auto& a = cache().ahead;
@@ -561,14 +571,15 @@ bool run_job(const CompileJob& j) {
   return ok && write_entry(entry_path(j.dir, j.key), encode(j.key, out));
 }
 
-// remove_stale_jobs deletes job files a day old or more: a process that ended while its
-// compile ahead ran leaves its job file behind (a live one is seconds old).
+// remove_stale_jobs deletes job files (compiles ahead's and fused-kernel jobs') a day old or
+// more: a process that ended while its job ran leaves the file behind (a live one is
+// seconds old).
 void remove_stale_jobs(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (!d) return;
   time_t now = time(nullptr);
   while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, ".job-", 5) != 0) continue;
+    if (std::strncmp(e->d_name, ".job-", 5) != 0 && std::strncmp(e->d_name, ".fused-", 7) != 0) continue;
     std::string path = dir + "/" + e->d_name;
     struct stat st;
     if (stat(path.c_str(), &st) == 0 && now - st.st_mtime >= 24 * 3600) unlink(path.c_str());
@@ -580,10 +591,21 @@ void remove_stale_jobs(const std::string& dir) {
 // job. NVRTC compiles one program at a time in a process (its compiles on threads of one
 // process took as long as one after another on an H200), so compiles ahead that are to
 // run at the same time need processes.
+bool run_helper(const std::vector<std::string>& helper, const std::string& path);
+
 bool spawn_job(const CompileJob& j, const std::vector<std::string>& helper) {
   static std::atomic<long long> seq{0};
   std::string path = j.dir + "/.job-" + std::to_string(getpid()) + "-" + std::to_string(seq++);
   if (!write_entry(path, encode_job(j))) return false;
+  bool ok = run_helper(helper, path);
+  unlink(path.c_str());
+  return ok;
+}
+
+// run_helper runs helper's arguments and then path as a process and reports whether it
+// exited with 0.
+bool run_helper(const std::vector<std::string>& helper, const std::string& path) {
+  if (helper.empty()) return false;
   std::vector<char*> argv;
   for (auto& a : helper) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(const_cast<char*>(path.c_str()));
@@ -599,7 +621,6 @@ bool spawn_job(const CompileJob& j, const std::vector<std::string>& helper) {
   bool ok = posix_spawn(&pid, argv[0], &quiet, nullptr, argv.data(), environ) == 0 && waitpid(pid, &status, 0) == pid &&
             WIFEXITED(status) && WEXITSTATUS(status) == 0;
   posix_spawn_file_actions_destroy(&quiet);
-  unlink(path.c_str());
   return ok;
 }
 
@@ -612,6 +633,18 @@ void ahead_thread() {
     a.work.wait(lock, [&] { return !a.queue.empty(); });
     AheadJob job = std::move(a.queue.front());
     a.queue.pop_front();
+    if (!job.fused_job.empty()) {
+      std::vector<std::string> helper = a.fused_helper;
+      lock.unlock();
+      bool ok = run_helper(helper, job.fused_job);
+      unlink(job.fused_job.c_str());
+      lock.lock();
+      (ok ? a.fused_compiled : a.fused_failed)++;
+      for (auto& m : job.modules)
+        if (--a.fused_pending[m] <= 0) a.fused_pending.erase(m);
+      a.done.notify_all();
+      continue;
+    }
     CompileJob j = make_job(job, a.recipe, c.dir);
     std::vector<std::string> helper = a.helper;
     lock.unlock();
@@ -647,12 +680,43 @@ void enqueue_locked(AheadJob job) {
   }
   a.inflight[job.key] = 1;
   a.queue.push_back(std::move(job));
+  start_thread_locked();
+}
+
+// start_thread_locked starts one more thread for the queue, up to 8 and one fewer than the
+// machine's cores (c.mu held).
+void start_thread_locked() {
+  auto& a = cache().ahead;
   int want = int(std::min(8u, std::max(1u, std::thread::hardware_concurrency() - 1)));
   if (a.threads < want) {
     a.threads++;
     std::thread(ahead_thread).detach();
   }
   a.work.notify_one();
+}
+
+// fused_module is the module of a fused-kernel job in flight that the program MLX now
+// compiles belongs to, "" if none: MLX gives a fused kernel's program the file name
+// <module>.cu and name expressions that hold the module's name.
+std::string fused_module(const Ahead& a, const Program& rec) {
+  for (const auto& [m, n] : a.fused_pending) {
+    if (rec.file_name == m + ".cu") return m;
+    for (const auto& name : rec.names)
+      if (name.find(m) != std::string::npos) return m;
+  }
+  return "";
+}
+
+// await_fused waits (c.mu held through lock) while a fused-kernel job compiles the program
+// MLX now compiles, and reports whether one did.
+bool await_fused(std::unique_lock<std::mutex>& lock, const Program& rec) {
+  auto& a = cache().ahead;
+  std::string m = fused_module(a, rec);
+  if (m.empty()) return false;
+  auto start = std::chrono::steady_clock::now();
+  a.done.wait(lock, [&] { return a.fused_pending.count(m) == 0; });
+  a.fused_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  return true;
 }
 
 // await_ahead waits (c.mu held through lock) while the program MLX now compiles is being
@@ -742,6 +806,51 @@ void mlxc_nvrtc_ahead_helper(const char* const* argv, int argc) {
   for (int i = 0; i < argc; i++) c.ahead.helper.push_back(argv[i] ? argv[i] : "");
 }
 
+// mlxc_nvrtc_fused_helper sets the command fused-kernel jobs run as (argc arguments, then the
+// job's file); argc 0: none run.
+void mlxc_nvrtc_fused_helper(const char* const* argv, int argc) {
+  auto& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.ahead.fused_helper.clear();
+  for (int i = 0; i < argc; i++) c.ahead.fused_helper.push_back(argv[i] ? argv[i] : "");
+}
+
+// mlxc_nvrtc_fused_ahead queues a fused-kernel job: the helper process runs the file at
+// path, whose function's fused kernels are the modules (one name per line), so that their
+// programs reach the cache before MLX compiles them here. 1: queued, and the file is the
+// cache's to remove; 0: not (no cache folder or no helper), the caller's.
+int mlxc_nvrtc_fused_ahead(const char* modules, const char* path) {
+  auto& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto& a = c.ahead;
+  if (c.dir.empty() || a.fused_helper.empty() || !modules || !path) return 0;
+  AheadJob job;
+  job.fused_job = path;
+  std::string all = modules;
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find('\n', at);
+    if (end == std::string::npos) end = all.size();
+    if (end > at) job.modules.push_back(all.substr(at, end - at));
+    at = end + 1;
+  }
+  if (job.modules.empty()) return 0;
+  for (auto& m : job.modules) a.fused_pending[m]++;
+  a.fused_submitted++;
+  a.queue.push_back(std::move(job));
+  start_thread_locked();
+  return 1;
+}
+
+void mlxc_nvrtc_fused_stats(long long* submitted, long long* compiled, long long* failed, long long* answered,
+                            long long* wait_ns) {
+  auto& a = cache().ahead;
+  *submitted = a.fused_submitted;
+  *compiled = a.fused_compiled;
+  *failed = a.fused_failed;
+  *answered = a.fused_answered;
+  *wait_ns = a.fused_wait_ns;
+}
+
 // mlxc_nvrtc_compile_job runs the compile ahead a job file describes (in the helper
 // process): 0 when its entry was written.
 int mlxc_nvrtc_compile_job(const char* path) {
@@ -757,7 +866,7 @@ int mlxc_nvrtc_compile_job(const char* path) {
 int mlxc_nvrtc_ahead_idle(void) {
   auto& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return c.ahead.queue.empty() && c.ahead.inflight.empty() ? 1 : 0;
+  return c.ahead.queue.empty() && c.ahead.inflight.empty() && c.ahead.fused_pending.empty() ? 1 : 0;
 }
 
 void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
@@ -822,12 +931,14 @@ nvrtc_result nvrtcCompileProgram(nvrtc_program prog, int num_options, const char
   rec->key = full_key(major, minor, rec->compile_options, rec->names, rec->key, included);
   rec->keyed = true;
   bool ahead = await_ahead(lock, *rec);
+  bool fused = !ahead && await_fused(lock, *rec);
   Outputs out;
   if (read_entry(entry_path(c.dir, rec->key), rec->key, out)) {
     rec->out = std::move(out);
     rec->answered = true;
     c.hits++;
     if (ahead) c.ahead.answered++;
+    if (fused) c.ahead.fused_answered++;
     return kSuccess;
   }
   lock.unlock();
@@ -947,6 +1058,12 @@ int mlxc_nvrtc_cache_active(void) { return 0; }
 void mlxc_nvrtc_ahead(const char*, const char*) {}
 void mlxc_nvrtc_ahead_helper(const char* const*, int) {}
 int mlxc_nvrtc_compile_job(const char*) { return 2; }
+void mlxc_nvrtc_fused_helper(const char* const*, int) {}
+int mlxc_nvrtc_fused_ahead(const char*, const char*) { return 0; }
+void mlxc_nvrtc_fused_stats(long long* submitted, long long* compiled, long long* failed, long long* answered,
+                            long long* wait_ns) {
+  *submitted = *compiled = *failed = *answered = *wait_ns = 0;
+}
 int mlxc_nvrtc_ahead_idle(void) { return 1; }
 void mlxc_nvrtc_ahead_stats(long long* submitted, long long* compiled, long long* present, long long* failed,
                             long long* answered, long long* mismatched, long long* wait_ns) {
