@@ -304,6 +304,50 @@ func testAheadCompiles(t *testing.T, mode string, helper bool) {
 	}
 }
 
+// TestFusedJobsAnswerMLX: MLX's compile of a fused module that a fused-kernel job is
+// compiling waits for the job and is answered from the cache (NVRTC compiles it once, in the
+// helper); a failed job leaves the compile to MLX, after the job ended; a module no job
+// compiles compiles at once; the next process finds the job's entry.
+func TestFusedJobsAnswerMLX(t *testing.T) {
+	rig := buildNVRTCRig(t, "")
+	src := func(m string) string { return "__global__ void " + m + "_contiguous(int* x) { x[0] = 2; }" }
+	cache := filepath.Join(t.TempDir(), "cache")
+	run := func(steps ...string) []string {
+		t.Helper()
+		cmd := exec.Command(rig.ahead, append([]string{cache}, steps...)...)
+		cmd.Env = rig.env
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ahead driver: %v\n%s", err, b)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	want := func(m string) string {
+		expr := "mlx::core::cu::" + m + "_contiguous<uint32_t, 4>"
+		return "lowered=_Z" + strconv.Itoa(len(expr)) + expr + " code=cubin:code(" + src(m) + "|-arch=sm_90)"
+	}
+	got := run("fused:modA:"+src("modA"), "mlxf:modA:"+src("modA"),
+		"fused:failB:"+src("failB"), "mlxf:failB:"+src("failB"),
+		"mlxf:modC:"+src("modC"))
+	wantLines := []string{want("modA"), want("failB"), want("modC"),
+		"hits=1 compiles=2 submitted=0 ahead=0 present=0 failed=0 answered=0 mismatched=0",
+		"fused: submitted=2 compiled=1 failed=1 answered=1 waited=yes"}
+	if diff := cmp.Diff(wantLines, got); diff != "" {
+		t.Errorf("first process (-want +got):\n%s", diff)
+	}
+	b, _ := os.ReadFile(filepath.Join(filepath.Dir(rig.driver), "compiles"))
+	if n := strings.Count(string(b), "compile\n"); n != 3 {
+		t.Errorf("NVRTC compiled %d times, want 3 (modA in the job, failB and modC by MLX)", n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, ".fused-*")); len(left) != 0 {
+		t.Errorf("job files left behind: %v", left)
+	}
+	got = run("mlxf:modA:" + src("modA"))
+	if diff := cmp.Diff([]string{want("modA"), "hits=1 compiles=0 submitted=0 ahead=0 present=0 failed=0 answered=0 mismatched=0"}, got); diff != "" {
+		t.Errorf("next process (-want +got):\n%s", diff)
+	}
+}
+
 // Where MLX builds the first two programs otherwise than submitted (another MLX's
 // generator), no further compile ahead starts: each would be wasted work beside MLX's own.
 func TestAheadCompilesStopAfterMismatches(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -48,16 +49,66 @@ func startFusedAhead() {
 		}
 		C.mlxc_nvrtc_fused_helper(&args[0], C.int(len(args)))
 	}
-	setFusedWatch(on)
+	setFusedWatch(on, false)
 }
 
 // setFusedWatch turns on or off the looking at compiled calls for fused kernels not met
-// before.
-func setFusedWatch(on bool) { C.mlxc_fused_watch(C.bool(on)) }
+// before; forget: the kernels and call signatures met so far count as not met.
+func setFusedWatch(on, forget bool) { C.mlxc_fused_watch(C.bool(on), C.bool(forget)) }
+
+// fusedRecording, while RecordFusedJobs runs, is where jobs go instead of to helpers.
+var fusedRecording struct {
+	sync.Mutex
+	dir  string
+	jobs []string
+	err  error // the first export that failed
+}
+
+// RecordFusedJobs writes a fused-kernel job into dir for each fused kernel compiled calls
+// meet from now on (kernels met before count as new), instead of handing it to a helper,
+// until the returned stop, which returns the jobs' files and the first export that failed.
+// A check of the jobs a real workload makes (each runs with CheckFusedJob). Call on the MLX
+// thread.
+func RecordFusedJobs(dir string) (stop func() ([]string, error)) {
+	fusedRecording.Lock()
+	fusedRecording.dir, fusedRecording.jobs, fusedRecording.err = dir, nil, nil
+	fusedRecording.Unlock()
+	setFusedWatch(true, true)
+	return func() ([]string, error) {
+		setFusedWatch(fusedAheadOn.Load(), true)
+		fusedRecording.Lock()
+		defer fusedRecording.Unlock()
+		jobs, err := fusedRecording.jobs, fusedRecording.err
+		fusedRecording.dir, fusedRecording.jobs, fusedRecording.err = "", nil, nil
+		return jobs, err
+	}
+}
+
+// recordFusedJob writes the job when RecordFusedJobs runs, and reports whether it did.
+func (c *Compiled) recordFusedJob(names []string, inputs []*Array) bool {
+	fusedRecording.Lock()
+	defer fusedRecording.Unlock()
+	if fusedRecording.dir == "" {
+		return false
+	}
+	path := filepath.Join(fusedRecording.dir, fmt.Sprintf("job-%d.mlxfn", len(fusedRecording.jobs)))
+	if err := c.Export(path, names, inputs...); err != nil {
+		fusedExportFailed.Add(1)
+		if fusedRecording.err == nil {
+			fusedRecording.err = err
+		}
+		return true
+	}
+	fusedRecording.jobs = append(fusedRecording.jobs, path)
+	return true
+}
 
 // compileFusedAhead hands the kernels named (met for the first time by a call of c on
 // inputs) to a helper process, unless MLX's own disk cache holds them already.
 func (c *Compiled) compileFusedAhead(names []string, inputs []*Array) {
+	if c.recordFusedJob(names, inputs) {
+		return
+	}
 	var todo []string
 	for _, n := range names {
 		if !mlxPTXCached(n) {

@@ -103,8 +103,8 @@ func TestFusedJobsMeetTheCallsKernels(t *testing.T) {
 func TestFusedWatchNamesEachKernelOnce(t *testing.T) {
 	g := lcg(43)
 	onMLX(t, func() {
-		setFusedWatch(true)
-		defer setFusedWatch(false)
+		setFusedWatch(true, false)
+		defer setFusedWatch(false, false)
 		// A constant of its own keeps this function's kernels apart from other tests'.
 		body := func(in []*Array) []*Array {
 			return []*Array{Multiply(Sigmoid(Multiply(in[0], Scalar(0.4375, Float32))), in[1])}
@@ -145,7 +145,7 @@ func TestFusedWatchNamesEachKernelOnce(t *testing.T) {
 			t.Errorf("a call inside a trace: new kernels %q inside, %q outside (want none, one)", inner, fresh)
 		}
 
-		setFusedWatch(false)
+		setFusedWatch(false, false)
 		c4 := Compile(func(in []*Array) []*Array { return []*Array{Exp(Multiply(in[0], Scalar(0.1875, Float32)))} }, true)
 		defer c4.Free()
 		if _, fresh = c4.call([]*Array{x}); len(fresh) != 0 {

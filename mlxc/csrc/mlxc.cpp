@@ -160,6 +160,9 @@ struct Compiled {
 // names of the fused kernels met so far in this process.
 struct FusedWatch {
   std::atomic<bool> on{false};
+  // epoch joins every signature, so that forgetting (mlxc_fused_watch) also makes each
+  // function's signatures new again.
+  std::atomic<uint64_t> epoch{0};
   std::mutex mu;
   std::unordered_set<std::string> met;
 };
@@ -174,6 +177,7 @@ FusedWatch& fused_watch() {
 uint64_t signature(const std::vector<mx::array>& in, bool shapeless) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(fused_watch().epoch.load(std::memory_order_relaxed));
   for (const auto& a : in) {
     mix(static_cast<uint64_t>(a.dtype().val()) + 1000);
     mix(a.ndim());
@@ -1072,7 +1076,15 @@ int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, co
   });
 }
 
-void mlxc_fused_watch(bool on) { fused_watch().on = on; }
+void mlxc_fused_watch(bool on, bool forget) {
+  auto& w = fused_watch();
+  if (forget) {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.met.clear();
+    w.epoch++;
+  }
+  w.on = on;
+}
 
 // A fused job's file is MLX's export of the function; its metadata, the lines
 //   dflash-fused-job 1

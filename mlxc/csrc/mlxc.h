@@ -223,7 +223,8 @@ void mlxc_compiled_free(mlxc_compiled c);
  * is looked at once per input signature. */
 int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, const mlxc_array* inputs, int n,
                        char** new_fused);
-void mlxc_fused_watch(bool on);
+/* forget: also forget the kernels and signatures met so far. */
+void mlxc_fused_watch(bool on, bool forget);
 /* Writes c's function, traced on inputs' shapes and dtypes, to path in MLX's export format: a fused-kernel job
  * for names (one per line), which mlxc_fused_job_run runs in another process. */
 int mlxc_compiled_export(mlxc_compiled c, const char* path, const mlxc_array* inputs, int n, const char* names);

@@ -155,6 +155,8 @@ struct AheadJob {
   std::vector<std::string> modules;
 };
 
+constexpr int kMaxFusedHelpers = 4;
+
 // Ahead holds compiles started before MLX asks for them (mlxc_nvrtc_ahead): MLX compiles
 // one program at a time as it meets them, so a graph with ten new kernels waited for ten
 // compiles in a row. Each of up to 8 threads runs one compile at a time, in a helper process
@@ -178,6 +180,9 @@ struct Ahead {
   // for that job. fused_helper is the command a job runs as, its file appended.
   std::vector<std::string> fused_helper;
   std::map<std::string, int> fused_pending;  // module → jobs in flight that compile it
+  // fused_running counts fused-kernel helpers running: each holds a GPU context of its own
+  // (hundreds of MB), so at most kMaxFusedHelpers run at once beside a model loading.
+  int fused_running = 0;
   std::atomic<long long> fused_submitted{0}, fused_compiled{0}, fused_failed{0}, fused_answered{0}, fused_wait_ns{0};
   std::atomic<long long> submitted_n{0}, compiled{0}, present{0}, failed{0}, answered{0}, mismatched{0}, wait_ns{0};
 };
@@ -634,11 +639,14 @@ void ahead_thread() {
     AheadJob job = std::move(a.queue.front());
     a.queue.pop_front();
     if (!job.fused_job.empty()) {
+      a.done.wait(lock, [&] { return a.fused_running < kMaxFusedHelpers; });
+      a.fused_running++;
       std::vector<std::string> helper = a.fused_helper;
       lock.unlock();
       bool ok = run_helper(helper, job.fused_job);
       unlink(job.fused_job.c_str());
       lock.lock();
+      a.fused_running--;
       (ok ? a.fused_compiled : a.fused_failed)++;
       for (auto& m : job.modules)
         if (--a.fused_pending[m] <= 0) a.fused_pending.erase(m);

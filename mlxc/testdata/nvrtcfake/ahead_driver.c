@@ -4,7 +4,11 @@
  * is ahead:<function>:<source> (submit), mlx:<function>:<source> (compile as MLX does,
  * print its output line), plain:<function>:<source> (the same with file <function>.cu) or
  * wait:: (until the compiles ahead are done) or helper:: (compiles ahead run as processes of
- * this program: ahead_driver nvrtc-compile JOB); then the counts. */
+ * this program: ahead_driver nvrtc-compile JOB); fused:<module>:<source> (a fused-kernel job
+ * for MLX's module of that name, run as this program's fused-compile, which compiles it as
+ * MLX does after a pause, or fails at once for a module named fail…) and
+ * mlxf:<module>:<source> (compile as MLX compiles its fused module: file <module>.cu, a name
+ * expression holding the module's name); then the counts, with the fused jobs' when any. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +21,39 @@ void mlxc_nvrtc_ahead(const char *func, const char *source);
 void mlxc_nvrtc_ahead_helper(const char *const *argv, int argc);
 int mlxc_nvrtc_compile_job(const char *path);
 int mlxc_nvrtc_ahead_idle(void);
+void mlxc_nvrtc_fused_helper(const char *const *argv, int argc);
+int mlxc_nvrtc_fused_ahead(const char *modules, const char *path);
+void mlxc_nvrtc_fused_stats(long long *submitted, long long *compiled, long long *failed, long long *answered,
+                            long long *wait_ns);
+
+/* jit_fused compiles src as MLX compiles its fused module named module. */
+static int jit_fused(const char *module, const char *src, char *out, size_t cap) {
+  char file[200], expr[256];
+  snprintf(file, sizeof file, "%s.cu", module);
+  snprintf(expr, sizeof expr, "mlx::core::cu::%s_contiguous<uint32_t, 4>", module);
+  return jit_named(src, "h1", "-arch=sm_90", 1, file, expr, out, cap);
+}
+
+/* fused_compile is the helper's side of a fused job: the file holds the cache's folder, the
+ * module and the source, one per line (the source last). */
+static int fused_compile(const char *path) {
+  static char buf[16384], out[8192];
+  FILE *f = fopen(path, "r");
+  if (!f) return 2;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *dir = buf, *module = strchr(dir, '\n'), *src;
+  if (!module) return 2;
+  *module++ = 0;
+  src = strchr(module, '\n');
+  if (!src) return 2;
+  *src++ = 0;
+  if (!strncmp(module, "fail", 4)) return 1;
+  usleep(200 * 1000); /* the asking process reaches its compile first, and must wait */
+  mlxc_nvrtc_cache_set_dir(dir);
+  return jit_fused(module, src, out, sizeof out) ? 1 : 0;
+}
 void mlxc_nvrtc_ahead_stats(long long *submitted, long long *compiled, long long *present, long long *failed,
                             long long *answered, long long *mismatched, long long *wait_ns);
 
@@ -46,6 +83,8 @@ static unsigned long long libstd_hash(const char *p, size_t n) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "nvrtc-compile")) return mlxc_nvrtc_compile_job(argv[2]); /* as a helper */
+  if (argc == 3 && !strcmp(argv[1], "fused-compile")) return fused_compile(argv[2]);
+  int fused_steps = 0;
   if (argc < 2) return 2;
   mlxc_nvrtc_cache_set_dir(argv[1]);
   for (int i = 2; i < argc; i++) {
@@ -63,6 +102,29 @@ int main(int argc, char **argv) {
       self[n] = 0;
       const char *helper[2] = {self, "nvrtc-compile"};
       mlxc_nvrtc_ahead_helper(helper, 2);
+      continue;
+    }
+    if (!strcmp(step, "fused")) { /* a job for module func, run by this program's fused-compile */
+      static char self[4096], path[4200];
+      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      if (n <= 0) return 2;
+      self[n] = 0;
+      const char *helper[2] = {self, "fused-compile"};
+      mlxc_nvrtc_fused_helper(helper, 2);
+      snprintf(path, sizeof path, "%s/.fused-%d-%d.mlxfn", argv[1], (int)getpid(), i);
+      FILE *f = fopen(path, "w");
+      if (!f) return 2;
+      fprintf(f, "%s\n%s\n%s", argv[1], func, src);
+      fclose(f);
+      if (!mlxc_nvrtc_fused_ahead(func, path)) return 2;
+      fused_steps++;
+      continue;
+    }
+    if (!strcmp(step, "mlxf")) {
+      char out[8192];
+      int e = jit_fused(func, src, out, sizeof out);
+      printf("%s\n", out);
+      if (e) return 1;
       continue;
     }
     if (!strcmp(step, "wait")) { /* until no compile ahead is queued or running */
@@ -89,5 +151,11 @@ int main(int argc, char **argv) {
   mlxc_nvrtc_ahead_stats(&sub, &comp, &pres, &fail, &ans, &mis, &wait);
   printf("hits=%lld compiles=%lld submitted=%lld ahead=%lld present=%lld failed=%lld answered=%lld mismatched=%lld\n", h,
          c, sub, comp, pres, fail, ans, mis);
+  if (fused_steps) {
+    long long fs, fc, ff, fa, fw;
+    mlxc_nvrtc_fused_stats(&fs, &fc, &ff, &fa, &fw);
+    printf("fused: submitted=%lld compiled=%lld failed=%lld answered=%lld waited=%s\n", fs, fc, ff, fa,
+           fw > 100 * 1000 * 1000 ? "yes" : "no");
+  }
   return 0;
 }
