@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/dflash-mlx/dflash-mlx/kernelcheck"
 	"github.com/dflash-mlx/dflash-mlx/kernels"
 	"github.com/dflash-mlx/dflash-mlx/mlxc"
@@ -137,5 +139,54 @@ func TestNvrtcCompileRefusesBadJob(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, "nvrtc-compile: job "+path+" failed") {
 			t.Errorf("%s: exit %d, %q; want 2 and the job named", path, code, errOut)
 		}
+	}
+}
+
+// fused-compile runs a fused-kernel job (the trace of a compiled call) and reports the
+// fused kernels it met, the call's; a file that is no job, or none, fails with the job named.
+func TestFusedCompileCommand(t *testing.T) {
+	job := filepath.Join(t.TempDir(), "job.mlxfn")
+	var call []string
+	err := mlxc.Do(func() error {
+		return mlxc.Catch(func() {
+			s := mlxc.NewScope()
+			defer s.Close()
+			c := mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
+				return []*mlxc.Array{mlxc.Multiply(mlxc.SiLU(in[0]), in[1])}
+			}, true)
+			defer c.Free()
+			x := mlxc.AsType(mlxc.FromSlice([]float32{-1, 0.5, 2, 3, -2, 1}, 2, 3), mlxc.BFloat16)
+			call = mlxc.FusedNames(c.Call(x, x)...)
+			if err := c.Export(job, call, x, x); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	if err != nil || len(call) == 0 {
+		t.Fatalf("writing the job: %v (kernels %q)", err, call)
+	}
+	out, errOut, code := runCLI(t, "fused-compile", "--json", job)
+	var res struct {
+		Found []string `json:"found"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("exit %d, %q: %s", code, out, errOut)
+	}
+	if diff := cmp.Diff(call, res.Found); diff != "" {
+		t.Errorf("kernels met (-call +job):\n%s", diff)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.mlxfn")
+	if err := os.WriteFile(bad, []byte("not a job"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{bad, filepath.Join(t.TempDir(), "missing.mlxfn")} {
+		_, errOut, code := runCLI(t, "fused-compile", path)
+		if code != 1 || !strings.Contains(errOut, "fused job "+path) {
+			t.Errorf("%s: exit %d, %q; want 1 and the job named", path, code, errOut)
+		}
+	}
+	if _, _, code := runCLI(t, "fused-compile"); code != 2 {
+		t.Errorf("no job: exit %d, want 2", code)
 	}
 }
