@@ -38,7 +38,9 @@ type Runtime struct {
 	// CompileAhead (DFLASH_COMPILE_AHEAD): on a CUDA GPU, compile each new custom kernel
 	// in a process of its own as soon as a graph holds it, so that MLX, which compiles one
 	// kernel at a time as it evaluates, finds it compiled (needs the compile cache); and
-	// run a first use's kernel self-checks at the same time, one process each. Speed only.
+	// run a first use's kernel self-checks at the same time, one process each, and compile
+	// MLX's own fused kernels in processes that run the same compiled functions
+	// (mlxc/fusedahead.go). Speed only.
 	CompileAhead bool `json:"compile_ahead"`
 }
 
