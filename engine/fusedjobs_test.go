@@ -23,7 +23,7 @@ func TestFusedJobsCompileWhatGenerationMeets(t *testing.T) {
 		p       *pair
 		minJobs int // one per compiled function the pair's generation calls, at least
 	}{
-		{"qwen3.5 with a DFlash drafter", hybrid, 5},
+		{"qwen3.5 with a DFlash drafter", hybrid, 4},
 		{"qwen3 with a DFlash2 drafter", dflash2["qwen3-bf16"], 3},
 		{"qwen3.5 with a DFlash2 drafter", dflash2["qwen35-bf16"], 7},
 	}

@@ -8,35 +8,35 @@ import (
 
 // Fused runs a GatedDeltaNet layer's element-wise steps as MLX compiled functions (one
 // fused kernel each, traced once for every shape) instead of chains of MLX ops: the gates
-// (about ten nodes), the conv's SiLU (two), the q/k readout scales (two, and their
-// scalars' broadcasts) and the gated norm's product (six). On a GPU a hybrid model's cycle
-// is host-bound, its cost set by the graph's node count (docs/perf/hybrid.md).
+// (about ten nodes), the conv's SiLU (two) and the gated norm's product (six); and the q/k
+// readout scales as the q/k norms' weights, no node of their own. On a GPU a hybrid
+// model's cycle is host-bound, its cost set by the graph's node count (docs/perf/hybrid.md).
 //
 // Each function is the op sequence of the ops functions (Gates, CausalConv's SiLU,
-// NormalizeQK, GatedOut) and compiled element-wise code rounds where the ops round, so the
-// results are the ops path's bit for bit (TestFusedMatchesOps, and TestMatchesMLXLM
-// against mlx-lm, whose gates are compiled too). A nil *Fused runs the ops functions.
+// GatedOut), and compiled element-wise code rounds where the ops round; the weighted norms
+// round as NormalizeQK's norm and product do. So the results are the ops path's bit for bit
+// (TestFusedMatchesOps, and TestMatchesMLXLM against mlx-lm, whose gates are compiled too).
+// A nil *Fused runs the ops functions.
 type Fused struct {
-	keyDim                         int
-	gates, silu, scaleQK, gatedOut *mlxc.Compiled
+	keyDim                int
+	gates, silu, gatedOut *mlxc.Compiled
+	// scales holds, per activation dtype, the q and k norms' weights: Dk copies of the
+	// readout scale inv² (q) and inv (k) in that dtype (made once, then constants).
+	scales map[mlxc.Dtype][2]*mlxc.Array
 }
 
 // NewFused compiles the functions for layers with keyDim-wide key heads (the readout
 // scales are constants of it); call on the MLX thread.
 func NewFused(keyDim int) *Fused {
-	inv := math.Pow(float64(keyDim), -0.5)
 	return &Fused{
 		keyDim: keyDim,
+		scales: map[mlxc.Dtype][2]*mlxc.Array{},
 		gates: mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
 			g, beta := Gates(in[0], in[1], in[2], in[3])
 			return []*mlxc.Array{g, beta}
 		}, true),
 		silu: mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
 			return []*mlxc.Array{mlxc.SiLU(in[0])}
-		}, true),
-		scaleQK: mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
-			q, k := scaleQK(in[0], in[1], inv)
-			return []*mlxc.Array{q, k}
 		}, true),
 		gatedOut: mlxc.Compile(func(in []*mlxc.Array) []*mlxc.Array {
 			return []*mlxc.Array{GatedOut(in[0], in[1])}
@@ -61,14 +61,33 @@ func (f *Fused) SiLU(x *mlxc.Array) *mlxc.Array {
 	return f.silu.Call(x)[0]
 }
 
-// NormalizeQK is the package's NormalizeQK.
+// NormalizeQK is the package's NormalizeQK in two nodes: each norm takes its readout
+// scale as its weight. MLX's rms_norm rounds the normed value to the input dtype and then
+// multiplies by the weight in that dtype (its CPU, CUDA and Metal paths alike), which is
+// the ops path's scalar product, so the bits are the same (TestFusedMatchesOps).
 func (f *Fused) NormalizeQK(q, k *mlxc.Array) (qn, kn *mlxc.Array) {
-	if f == nil || q.Dim(q.Ndim()-1) != f.keyDim {
+	if f == nil || q.Dim(q.Ndim()-1) != f.keyDim || k.Dtype() != q.Dtype() {
 		return NormalizeQK(q, k)
 	}
+	w := f.scaleWeights(q.Dtype())
 	eps := normEps(f.keyDim)
-	out := f.scaleQK.Call(mlxc.RMSNorm(q, nil, eps), mlxc.RMSNorm(k, nil, eps))
-	return out[0], out[1]
+	return mlxc.RMSNorm(q, w[0], eps), mlxc.RMSNorm(k, w[1], eps)
+}
+
+// scaleWeights returns the q and k norms' weights in dtype dt, made on first use.
+func (f *Fused) scaleWeights(dt mlxc.Dtype) [2]*mlxc.Array {
+	if w, ok := f.scales[dt]; ok {
+		return w
+	}
+	inv := math.Pow(float64(f.keyDim), -0.5)
+	var w [2]*mlxc.Array
+	for i, v := range []float64{inv * inv, inv} {
+		w[i] = mlxc.Full([]int{f.keyDim}, mlxc.Scalar(v, dt), dt)
+		mlxc.Eval(w[i])
+		w[i] = w[i].Detach()
+	}
+	f.scales[dt] = w
+	return w
 }
 
 // GatedOut is the package's GatedOut.
@@ -84,8 +103,13 @@ func (f *Fused) Free() {
 	if f == nil {
 		return
 	}
-	for _, c := range []*mlxc.Compiled{f.gates, f.silu, f.scaleQK, f.gatedOut} {
+	for _, c := range []*mlxc.Compiled{f.gates, f.silu, f.gatedOut} {
 		c.Free()
+	}
+	for dt, w := range f.scales {
+		w[0].Free()
+		w[1].Free()
+		delete(f.scales, dt)
 	}
 }
 

@@ -78,3 +78,27 @@ func TestFusedMatchesOps(t *testing.T) {
 		same(t, "Dk 64 with Fused(32): k", kf, kw)
 	})
 }
+
+// splitHeads gives the heads a split of the channels and a reshape of each part give, as
+// views; where key and value heads are equally wide, in two graph nodes instead of four.
+func TestSplitHeads(t *testing.T) {
+	do(t, func() {
+		for _, g := range []geometry{{2, 3, 2, 4, 32, 32, 4}, {1, 5, 2, 4, 16, 24, 4}} {
+			C := 2*g.Hk*g.Dk + g.Hv*g.Dv
+			conv := mlxc.Normal([]int{g.B, g.T, C}, mlxc.Float32, 0, 1, mlxc.RandomKey(uint64(C)))
+			mlxc.Eval(conv)
+			q, k, v := splitHeads(conv, g.B, g.T, g.Hk, g.Hv, g.Dk, g.Dv)
+			want := 4
+			if g.Dk == g.Dv {
+				want = 2
+			}
+			if n := mlxc.GraphNodes(q, k, v); n != want {
+				t.Errorf("%s: %d graph nodes, want %d", g.String(), n, want)
+			}
+			parts := mlxc.Split(conv, []int{g.Hk * g.Dk, 2 * g.Hk * g.Dk}, -1)
+			same(t, g.String()+" q", q, mlxc.Reshape(parts[0], g.B, g.T, g.Hk, g.Dk))
+			same(t, g.String()+" k", k, mlxc.Reshape(parts[1], g.B, g.T, g.Hk, g.Dk))
+			same(t, g.String()+" v", v, mlxc.Reshape(parts[2], g.B, g.T, g.Hv, g.Dv))
+		}
+	})
+}

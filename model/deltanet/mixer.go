@@ -65,10 +65,7 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	c.kern = m.Kernels // the cache's replays (begin, Commit, SetOffset) run through them too
 	state0, tail0 := c.begin(pos, []int{B, Hv, Dv, Dk}, []int{B, K - 1, m.Channels()}, qkv.Dtype())
 	conv, rows, tail := causalConv(qkv, tail0, m.ConvW, m.Fused, pos == nil)
-	parts := mlxc.Split(conv, []int{Hk * Dk, 2 * Hk * Dk}, -1)
-	q := mlxc.Reshape(parts[0], B, T, Hk, Dk)
-	k := mlxc.Reshape(parts[1], B, T, Hk, Dk)
-	v := mlxc.Reshape(parts[2], B, T, Hv, Dv)
+	q, k, v := splitHeads(conv, B, T, Hk, Hv, Dk, Dv)
 	q, k = m.Fused.NormalizeQK(q, k)
 	g, beta := m.Fused.Gates(a, b, m.ALog, m.DtBias)
 	var y, state *mlxc.Array
@@ -80,4 +77,17 @@ func (m *Mixer) Apply(qkv, a, b *mlxc.Array, c *Cache, pos *mlxc.Array) *mlxc.Ar
 	}
 	c.end(pos, rows, state0, tail0, state, tail, tape)
 	return y
+}
+
+// splitHeads splits the conv's output [B, T, C] into q, k [B, T, Hk, Dk] and v [B, T, Hv,
+// Dv], views all. Where key and value heads are equally wide (Qwen3.5's), the rows are one
+// reshape to heads and one split of them: two graph nodes where a split and three reshapes
+// were four.
+func splitHeads(conv *mlxc.Array, B, T, Hk, Hv, Dk, Dv int) (q, k, v *mlxc.Array) {
+	if Dk == Dv {
+		h := mlxc.Split(mlxc.Reshape(conv, B, T, 2*Hk+Hv, Dk), []int{Hk, 2 * Hk}, 2)
+		return h[0], h[1], h[2]
+	}
+	parts := mlxc.Split(conv, []int{Hk * Dk, 2 * Hk * Dk}, -1)
+	return mlxc.Reshape(parts[0], B, T, Hk, Dk), mlxc.Reshape(parts[1], B, T, Hk, Dk), mlxc.Reshape(parts[2], B, T, Hv, Dv)
 }
