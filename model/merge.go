@@ -150,13 +150,19 @@ func (m *MergedLinear) Span(i, j int) *Linear {
 // by a single split node (not a slice node per part).
 func (m *MergedLinear) Apply(x *mlxc.Array) []*mlxc.Array {
 	y := m.all.Apply(x)
+	return mlxc.Split(y, m.SplitAt(), y.Ndim()-1)
+}
+
+// SplitAt returns where the parts' columns start in the merged product, the first's
+// aside: the indices a split of Whole's last axis into the parts takes.
+func (m *MergedLinear) SplitAt() []int {
 	at := make([]int, len(m.sizes)-1)
 	off := 0
 	for i := range at {
 		off += m.sizes[i]
 		at[i] = off
 	}
-	return mlxc.Split(y, at, y.Ndim()-1)
+	return at
 }
 
 // Whole returns the merged product for rows x [R, K]: the parts' outputs side by side

@@ -118,16 +118,18 @@ func (m *Model) deltaNet(l *linear, x *model.Normed, B, L int, mix func(qkv, a, 
 	c := &m.cfg
 	Hv, Dv := c.LinValueHeads, c.LinValueDim
 	xn := x.X()
-	var parts []*mlxc.Array
+	var qkv, z, b, a *mlxc.Array
 	if l.in != nil {
-		parts = l.in.Apply(xn)
+		// The merged product as [B, L, ·] and one split: qkv, b and a come out in their
+		// shapes (a reshape and a split, where a split and four reshapes were).
+		parts := mlxc.Split(mlxc.Reshape(l.in.Whole(xn), B, L, -1), l.in.SplitAt(), 2)
+		qkv, z, b, a = parts[0], mlxc.Reshape(parts[1], B, L, Hv, Dv), parts[2], parts[3]
 	} else {
-		parts = []*mlxc.Array{l.qkv.Apply(xn), l.z.Apply(xn), l.b.Apply(xn), l.a.Apply(xn)}
+		qkv = mlxc.Reshape(l.qkv.Apply(xn), B, L, c.ConvDim())
+		z = mlxc.Reshape(l.z.Apply(xn), B, L, Hv, Dv)
+		b = mlxc.Reshape(l.b.Apply(xn), B, L, Hv)
+		a = mlxc.Reshape(l.a.Apply(xn), B, L, Hv)
 	}
-	qkv := mlxc.Reshape(parts[0], B, L, c.ConvDim())
-	z := mlxc.Reshape(parts[1], B, L, Hv, Dv)
-	b := mlxc.Reshape(parts[2], B, L, Hv)
-	a := mlxc.Reshape(parts[3], B, L, Hv)
 	y := mix(qkv, a, b)
 	out := l.mixer.Fused.GatedOut(z, mlxc.RMSNorm(y, l.norm, c.Eps))
 	return mlxc.Reshape(out, B*L, Hv*Dv)
