@@ -716,13 +716,17 @@ std::string fused_module(const Ahead& a, const Program& rec) {
 }
 
 // await_fused waits (c.mu held through lock) while a fused-kernel job compiles the program
-// MLX now compiles, and reports whether one did.
+// MLX now compiles, and reports whether one did. The wait is bounded (kFusedWait): a helper
+// that hangs (a GPU that will not start a context, say) costs that much, and MLX then
+// compiles the program here.
+constexpr auto kFusedWait = std::chrono::seconds(120);
+
 bool await_fused(std::unique_lock<std::mutex>& lock, const Program& rec) {
   auto& a = cache().ahead;
   std::string m = fused_module(a, rec);
   if (m.empty()) return false;
   auto start = std::chrono::steady_clock::now();
-  a.done.wait(lock, [&] { return a.fused_pending.count(m) == 0; });
+  a.done.wait_for(lock, kFusedWait, [&] { return a.fused_pending.count(m) == 0; });
   a.fused_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   return true;
 }
