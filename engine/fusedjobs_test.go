@@ -33,13 +33,31 @@ func TestFusedJobsCompileWhatGenerationMeets(t *testing.T) {
 			var jobs []string
 			var found int
 			err := mlxc.Do(func() error {
-				stop := mlxc.RecordFusedJobs(dir)
-				for i, sp := range []sample.Params{{}, {Temperature: 0.8, Seed: 5}} {
+				generate := func(i int, sp sample.Params) ([]int32, error) {
 					e := &Engine{Target: tc.p.target, Proposer: proposerOf(tc.p.drft)}
 					req := Request{Prompt: prompts(tc.p.vocab)[i], MaxTokens: 12, BlockSize: 4, IgnoreEOS: true, Sampling: sp}
-					if _, err := e.Generate(context.Background(), req, func(Event) error { return nil }); err != nil {
+					res, err := e.Generate(context.Background(), req, func(Event) error { return nil })
+					return res.Tokens, err
+				}
+				var want [][]int32
+				for i, sp := range []sample.Params{{}, {Temperature: 0.8, Seed: 5}} {
+					toks, err := generate(i, sp)
+					if err != nil {
+						return fmt.Errorf("generate: %w", err)
+					}
+					want = append(want, toks)
+				}
+				stop := mlxc.RecordFusedJobs(dir)
+				for i, sp := range []sample.Params{{}, {Temperature: 0.8, Seed: 5}} {
+					toks, err := generate(i, sp)
+					if err != nil {
 						stop()
 						return fmt.Errorf("generate: %w", err)
+					}
+					// Writing the jobs leaves the generation as it was.
+					if n, ok := eqTokens(toks, want[i]); !ok {
+						stop()
+						return fmt.Errorf("request %d: tokens differ from token %d on with jobs written", i, n)
 					}
 				}
 				var err error

@@ -307,7 +307,8 @@ func testAheadCompiles(t *testing.T, mode string, helper bool) {
 // TestFusedJobsAnswerMLX: MLX's compile of a fused module that a fused-kernel job is
 // compiling waits for the job and is answered from the cache (NVRTC compiles it once, in the
 // helper); a failed job leaves the compile to MLX, after the job ended; a module no job
-// compiles compiles at once; the next process finds the job's entry.
+// compiles compiles at once; the next process finds the job's entry and does not wait for
+// a job of the same module.
 func TestFusedJobsAnswerMLX(t *testing.T) {
 	rig := buildNVRTCRig(t, "")
 	src := func(m string) string { return "__global__ void " + m + "_contiguous(int* x) { x[0] = 2; }" }
@@ -342,8 +343,11 @@ func TestFusedJobsAnswerMLX(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(cache, ".fused-*")); len(left) != 0 {
 		t.Errorf("job files left behind: %v", left)
 	}
-	got = run("mlxf:modA:" + src("modA"))
-	if diff := cmp.Diff([]string{want("modA"), "hits=1 compiles=0 submitted=0 ahead=0 present=0 failed=0 answered=0 mismatched=0"}, got); diff != "" {
+	// The next process: the entry is there, so MLX's compile does not wait for a job.
+	got = run("fused:modA:"+src("modA"), "mlxf:modA:"+src("modA"))
+	wantLines = []string{want("modA"), "hits=1 compiles=0 submitted=0 ahead=0 present=0 failed=0 answered=0 mismatched=0",
+		"fused: submitted=1 compiled=1 failed=0 answered=0 waited=no"}
+	if diff := cmp.Diff(wantLines, got); diff != "" {
 		t.Errorf("next process (-want +got):\n%s", diff)
 	}
 }

@@ -943,9 +943,13 @@ nvrtc_result nvrtcCompileProgram(nvrtc_program prog, int num_options, const char
   rec->key = full_key(major, minor, rec->compile_options, rec->names, rec->key, included);
   rec->keyed = true;
   bool ahead = await_ahead(lock, *rec);
-  bool fused = !ahead && await_fused(lock, *rec);
   Outputs out;
-  if (read_entry(entry_path(c.dir, rec->key), rec->key, out)) {
+  bool hit = read_entry(entry_path(c.dir, rec->key), rec->key, out);
+  // A fused-kernel job is waited for only when the entry is not there yet (a job for a
+  // module whose entry an earlier process wrote would only delay MLX).
+  bool fused = !hit && !ahead && await_fused(lock, *rec);
+  if (fused) hit = read_entry(entry_path(c.dir, rec->key), rec->key, out);
+  if (hit) {
     rec->out = std::move(out);
     rec->answered = true;
     c.hits++;
