@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,9 +48,22 @@ func startFusedAhead() {
 			args[i] = C.CString(a)
 			defer C.free(unsafe.Pointer(args[i]))
 		}
-		C.mlxc_nvrtc_fused_helper(&args[0], C.int(len(args)))
+		C.mlxc_nvrtc_fused_helper(&args[0], C.int(len(args)), C.int(fusedHelpers()))
 	}
 	setFusedWatch(on, false)
+}
+
+// fusedHelpers is how many fused-kernel helpers run at once: each holds a GPU context of
+// its own (hundreds of MB) while the model loads, so one per 16 GiB of the GPU's memory,
+// from 2 to 8 (an H200: 8; a 24 GB card: 2).
+func fusedHelpers() int {
+	n := 2
+	if GPUCount() > 0 {
+		if b, err := strconv.ParseUint(strings.TrimSpace(DeviceInfo(Device{GPU: true})["total_memory"]), 10, 64); err == nil {
+			n = int(b >> 34)
+		}
+	}
+	return min(max(n, 2), 8)
 }
 
 // setFusedWatch turns on or off the looking at compiled calls for fused kernels not met

@@ -189,9 +189,9 @@ int mlxc_nvrtc_ahead_idle(void); /* 1: no ahead compile queued or running */
 void mlxc_nvrtc_ahead_helper(const char* const* argv, int argc); /* compiles ahead run as argv + job file */
 int mlxc_nvrtc_compile_job(const char* path);                     /* the helper's work: 0 done */
 /* Fused-kernel jobs: MLX's own fused kernels compiled by a helper process that runs the same compiled function
- * (mlxc_compiled_export, mlxc_fused_job_run). modules: the kernels' names, one per line. mlxc_nvrtc_fused_ahead
- * returns 1 when queued (the job's file is then removed by the cache), 0 when not. */
-void mlxc_nvrtc_fused_helper(const char* const* argv, int argc);
+ * (mlxc_compiled_export, mlxc_fused_job_run), at most max_running at once. modules: the kernels' names, one per
+ * line. mlxc_nvrtc_fused_ahead returns 1 when queued (the job's file is then removed by the cache), 0 when not. */
+void mlxc_nvrtc_fused_helper(const char* const* argv, int argc, int max_running);
 int mlxc_nvrtc_fused_ahead(const char* modules, const char* path);
 void mlxc_nvrtc_fused_stats(long long* submitted, long long* compiled, long long* failed, long long* answered,
                             long long* wait_ns);

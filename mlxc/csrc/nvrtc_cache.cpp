@@ -155,8 +155,6 @@ struct AheadJob {
   std::vector<std::string> modules;
 };
 
-constexpr int kMaxFusedHelpers = 4;
-
 // Ahead holds compiles started before MLX asks for them (mlxc_nvrtc_ahead): MLX compiles
 // one program at a time as it meets them, so a graph with ten new kernels waited for ten
 // compiles in a row. Each of up to 8 threads runs one compile at a time, in a helper process
@@ -181,8 +179,9 @@ struct Ahead {
   std::vector<std::string> fused_helper;
   std::map<std::string, int> fused_pending;  // module → jobs in flight that compile it
   // fused_running counts fused-kernel helpers running: each holds a GPU context of its own
-  // (hundreds of MB), so at most kMaxFusedHelpers run at once beside a model loading.
-  int fused_running = 0;
+  // (hundreds of MB), so at most fused_max run at once beside a model loading
+  // (mlxc_nvrtc_fused_helper sets it from the device's memory).
+  int fused_running = 0, fused_max = 2;
   std::atomic<long long> fused_submitted{0}, fused_compiled{0}, fused_failed{0}, fused_answered{0}, fused_wait_ns{0};
   std::atomic<long long> submitted_n{0}, compiled{0}, present{0}, failed{0}, answered{0}, mismatched{0}, wait_ns{0};
 };
@@ -639,7 +638,7 @@ void ahead_thread() {
     AheadJob job = std::move(a.queue.front());
     a.queue.pop_front();
     if (!job.fused_job.empty()) {
-      a.done.wait(lock, [&] { return a.fused_running < kMaxFusedHelpers; });
+      a.done.wait(lock, [&] { return a.fused_running < a.fused_max; });
       a.fused_running++;
       std::vector<std::string> helper = a.fused_helper;
       lock.unlock();
@@ -819,10 +818,11 @@ void mlxc_nvrtc_ahead_helper(const char* const* argv, int argc) {
 }
 
 // mlxc_nvrtc_fused_helper sets the command fused-kernel jobs run as (argc arguments, then the
-// job's file); argc 0: none run.
-void mlxc_nvrtc_fused_helper(const char* const* argv, int argc) {
+// job's file; argc 0: none run) and how many run at once (at least 1).
+void mlxc_nvrtc_fused_helper(const char* const* argv, int argc, int max_running) {
   auto& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
+  c.ahead.fused_max = std::max(1, max_running);
   c.ahead.fused_helper.clear();
   for (int i = 0; i < argc; i++) c.ahead.fused_helper.push_back(argv[i] ? argv[i] : "");
 }
@@ -1074,7 +1074,7 @@ int mlxc_nvrtc_cache_active(void) { return 0; }
 void mlxc_nvrtc_ahead(const char*, const char*) {}
 void mlxc_nvrtc_ahead_helper(const char* const*, int) {}
 int mlxc_nvrtc_compile_job(const char*) { return 2; }
-void mlxc_nvrtc_fused_helper(const char* const*, int) {}
+void mlxc_nvrtc_fused_helper(const char* const*, int, int) {}
 int mlxc_nvrtc_fused_ahead(const char*, const char*) { return 0; }
 void mlxc_nvrtc_fused_stats(long long* submitted, long long* compiled, long long* failed, long long* answered,
                             long long* wait_ns) {

@@ -21,7 +21,7 @@ void mlxc_nvrtc_ahead(const char *func, const char *source);
 void mlxc_nvrtc_ahead_helper(const char *const *argv, int argc);
 int mlxc_nvrtc_compile_job(const char *path);
 int mlxc_nvrtc_ahead_idle(void);
-void mlxc_nvrtc_fused_helper(const char *const *argv, int argc);
+void mlxc_nvrtc_fused_helper(const char *const *argv, int argc, int max_running);
 int mlxc_nvrtc_fused_ahead(const char *modules, const char *path);
 void mlxc_nvrtc_fused_stats(long long *submitted, long long *compiled, long long *failed, long long *answered,
                             long long *wait_ns);
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
       if (n <= 0) return 2;
       self[n] = 0;
       const char *helper[2] = {self, "fused-compile"};
-      mlxc_nvrtc_fused_helper(helper, 2);
+      mlxc_nvrtc_fused_helper(helper, 2, 2);
       snprintf(path, sizeof path, "%s/.fused-%d-%d.mlxfn", argv[1], (int)getpid(), i);
       FILE *f = fopen(path, "w");
       if (!f) return 2;
