@@ -39,6 +39,9 @@ type Config struct {
 	NormTopK    bool // norm_topk_prob: renormalise the k chosen scores to sum to one
 	// SwiGLU is the compiled activation to use (nil: the same ops uncompiled, same values).
 	SwiGLU *model.SwiGLU
+	// Gating joins the shared expert's output under its gate to the routed experts' (nil:
+	// the same ops uncompiled, same values).
+	Gating *model.SigmoidGating
 }
 
 // Experts is one stacked projection of all experts: W [E, out, in], dense or quantized.
@@ -486,8 +489,7 @@ func (b *Block) partial(x *mlxc.Array) *mlxc.Array {
 		return y
 	}
 	sh := b.SharedDown.Apply(b.cfg.SwiGLU.Apply(b.SharedGate.Apply(x), b.SharedUp.Apply(x)))
-	sh = mlxc.Multiply(mlxc.Sigmoid(b.SharedExpertGate.Apply(x)), sh)
-	return mlxc.Add(y, sh)
+	return b.cfg.Gating.Join(y, b.SharedExpertGate.Apply(x), sh)
 }
 
 // Experts runs the routed SwiGLU experts (mlx-lm's SwitchGLU) for rows x [N, H] and

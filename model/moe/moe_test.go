@@ -75,6 +75,7 @@ func load(dir string, c moe.Config, swiglu bool) (*moe.Block, error) {
 	}
 	if swiglu {
 		c.SwiGLU = model.NewSwiGLU()
+		c.Gating = model.NewSigmoidGating()
 	}
 	b := model.NewBuilder(w, qc)
 	blk, err := moe.New(b, w, qc, prefix, c)

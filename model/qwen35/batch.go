@@ -66,7 +66,7 @@ func (m *Model) ForwardBatch(ids *mlxc.Array, b cache.Batch, opt model.BatchOpti
 			q, k, v, gate := m.heads(l.attn, x, B, W, p.Unpack)
 			q, k = m.rope.ApplyAt(q, p.Positions()), m.rope.ApplyAt(k, p.Positions())
 			merged := p.Attend(bc.kv[i], q, k, v, m.scale)
-			h, post = model.OutAdd(nil, l.attn.o, mlxc.Multiply(merged, mlxc.Sigmoid(gate)), h, l.postNorm, eps)
+			h, post = model.OutAdd(nil, l.attn.o, m.gating.Gate(merged, gate), h, l.postNorm, eps)
 		} else {
 			rc := bc.rec[i]
 			// The projections come packed as one sequence [1, N, ·]; the recurrence takes

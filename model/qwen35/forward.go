@@ -85,7 +85,7 @@ func (p *pass) decoder(l *layer, kv *model.KVCache, rc *deltanet.Cache, h *mlxc.
 	if l.attn != nil {
 		merged, gate := p.attention(l.attn, kv, x)
 		// The output gate: sigmoid and product in the activation dtype, before o_proj.
-		h, post = model.OutAdd(nil, l.attn.o, mlxc.Multiply(merged, mlxc.Sigmoid(gate)), h, l.postNorm, eps)
+		h, post = model.OutAdd(nil, l.attn.o, m.gating.Gate(merged, gate), h, l.postNorm, eps)
 	} else {
 		h, post = model.OutAdd(nil, l.lin.out, p.deltaNet(l.lin, rc, x), h, l.postNorm, eps)
 	}

@@ -74,6 +74,7 @@ type Model struct {
 	rope        *model.Rope
 	scale       float32
 	swiglu      *model.SwiGLU
+	gating      *model.SigmoidGating // the attention output gates and the MoE blocks' shared-expert join
 	skinny      *model.SkinnyGEMM
 	qmm         *model.SmallMQuantMatmul // quantized products of 2..16 rows (nil: MLX's)
 	// fqa (on CUDA) runs multi-token attention; scaleArr is scale as a 0-d float32 array.
@@ -142,10 +143,12 @@ func load(raw *model.RawConfig, w *model.Weights, q *model.QuantConfig, s settin
 		rope.Free()
 		return nil, err
 	}
-	// The activation exists before build: the MoE blocks keep it in their config.
-	m.swiglu = model.NewSwiGLU()
+	// The activation and the gates exist before build: the MoE blocks keep them in their
+	// config.
+	m.swiglu, m.gating = model.NewSwiGLU(), model.NewSigmoidGating()
 	if err := m.build(model.NewBuilder(w, q), w, q, nMTP); err != nil {
 		m.swiglu.Free()
+		m.gating.Free()
 		return nil, mtpProblems(err, nMTP)
 	}
 	m.setArch(w)
@@ -239,7 +242,7 @@ func (m *Model) buildMLP(b *model.Builder, w *model.Weights, q *model.QuantConfi
 	H := c.Hidden
 	if c.Experts > 0 {
 		blk, err := moe.New(b, w, q, p+"mlp", moe.Config{Hidden: H, Experts: c.Experts, TopK: c.TopK,
-			Inter: c.MoEInter, SharedInter: c.SharedInter, NormTopK: c.NormTopK, SwiGLU: m.swiglu})
+			Inter: c.MoEInter, SharedInter: c.SharedInter, NormTopK: c.NormTopK, SwiGLU: m.swiglu, Gating: m.gating})
 		if err != nil {
 			return err
 		}
@@ -276,6 +279,9 @@ func (m *Model) bindKernels(s settings.Settings) error {
 	}
 	if m.swiglu == nil {
 		m.swiglu = model.NewSwiGLU()
+	}
+	if m.gating == nil {
+		m.gating = model.NewSigmoidGating()
 	}
 	if m.fqa = model.NewFewQueryAttention(s.Kernels, s.Loop.GPUExact); m.fqa != nil {
 		m.scaleArr = model.OnDeviceConst(mlxc.Scalar(float64(m.scale), mlxc.Float32))
@@ -409,6 +415,7 @@ func (m *Model) Free() {
 	m.norm.Free()
 	m.rope.Free()
 	m.swiglu.Free()
+	m.gating.Free()
 	m.skinny.Free()
 	m.qmm.Free()
 	m.fqa.Free()
