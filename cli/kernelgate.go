@@ -162,26 +162,30 @@ Examples:
 const nvrtcCompileCommand = "nvrtc-compile"
 
 func nvrtcCompileCommandDef() *cli.Command {
-	return &cli.Command{
-		Name:      nvrtcCompileCommand,
-		Usage:     "compile one custom kernel described by a job file into the compiled-kernel cache (started by compiles ahead)",
-		ArgsUsage: "JOB",
-		Hidden:    true,
-		Description: `The runtime starts one of these per kernel it compiles ahead, so that several compile at
+	return helperJobCommand(nvrtcCompileCommand,
+		"compile one custom kernel described by a job file into the compiled-kernel cache (started by compiles ahead)",
+		`The runtime starts one of these per kernel it compiles ahead, so that several compile at
 once (NVRTC compiles one program at a time in a process). Exit code 0: compiled and kept.
 
 Examples:
-  dflash-mlx nvrtc-compile ~/.cache/dflash-mlx/nvrtc/.job-1234-0`,
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cli.Exit("nvrtc-compile: want one job file", 2)
-			}
-			if code := mlxc.CompileJob(c.Args().First()); code != 0 {
-				return cli.Exit(fmt.Sprintf("nvrtc-compile: job %s failed (%d)", c.Args().First(), code), code)
+  dflash-mlx nvrtc-compile ~/.cache/dflash-mlx/nvrtc/.job-1234-0`, nil,
+		func(c *cli.Context, job string) error {
+			if code := mlxc.CompileJob(job); code != 0 {
+				return cli.Exit(fmt.Sprintf("nvrtc-compile: job %s failed (%d)", job, code), code)
 			}
 			return nil
-		},
-	}
+		})
+}
+
+// helperJobCommand is a hidden command the runtime starts with one job file: run gets it.
+func helperJobCommand(name, usage, description string, flags []cli.Flag, run func(c *cli.Context, job string) error) *cli.Command {
+	return &cli.Command{Name: name, Usage: usage, ArgsUsage: "JOB", Hidden: true, Flags: flags, Description: description,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit(name+": want one job file", 2)
+			}
+			return run(c, c.Args().First())
+		}}
 }
 
 // fusedCompileCommand is the command a fused-kernel job runs as (mlxc.Config.FusedHelper):
@@ -190,23 +194,17 @@ Examples:
 const fusedCompileCommand = "fused-compile"
 
 func fusedCompileCommandDef() *cli.Command {
-	return &cli.Command{
-		Name:      fusedCompileCommand,
-		Usage:     "compile the fused kernels of one compiled function described by a job file (started by the runtime)",
-		ArgsUsage: "JOB",
-		Hidden:    true,
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the names of the fused kernels met as JSON"}},
-		Description: `The runtime starts one of these per compiled function whose fused kernels a process meets
+	return helperJobCommand(fusedCompileCommand,
+		"compile the fused kernels of one compiled function described by a job file (started by the runtime)",
+		`The runtime starts one of these per compiled function whose fused kernels a process meets
 for the first time, so that MLX's compiles of them run at the same time, in other
 processes. Exit code 0: the job's kernels were met, compiled and kept.
 
 Examples:
   dflash-mlx fused-compile ~/.cache/dflash-mlx/nvrtc/.fused-1234-1.mlxfn`,
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cli.Exit("fused-compile: want one job file", 2)
-			}
-			found, err := mlxc.RunFusedJob(c.Args().First())
+		[]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the names of the fused kernels met as JSON"}},
+		func(c *cli.Context, job string) error {
+			found, err := mlxc.RunFusedJob(job)
 			if c.Bool("json") {
 				if jerr := json.NewEncoder(c.App.Writer).Encode(map[string][]string{"found": found}); jerr != nil {
 					return jerr
@@ -216,6 +214,5 @@ Examples:
 				return cli.Exit("fused-compile: "+err.Error(), 1)
 			}
 			return nil
-		},
-	}
+		})
 }

@@ -67,6 +67,19 @@ func buildNVRTCRig(t *testing.T, nvrtcLib string) nvrtcRig {
 	return nvrtcRig{driver: filepath.Join(dir, "driver"), ahead: filepath.Join(dir, "ahead_driver"), env: env}
 }
 
+// runAhead runs the ahead driver on the cache folder with steps and returns its output
+// lines.
+func (r nvrtcRig) runAhead(t *testing.T, cache string, steps ...string) []string {
+	t.Helper()
+	cmd := exec.Command(r.ahead, append([]string{cache}, steps...)...)
+	cmd.Env = r.env
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ahead driver: %v\n%s", err, b)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
 type jitResult struct {
 	out                              string // the caller's line: lowered name and code, or the error
 	active                           bool
@@ -258,13 +271,7 @@ func testAheadCompiles(t *testing.T, mode string, helper bool) {
 		if helper {
 			steps = append([]string{"helper::"}, steps...)
 		}
-		cmd := exec.Command(rig.ahead, append([]string{cache}, steps...)...)
-		cmd.Env = rig.env
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("ahead driver: %v\n%s", err, b)
-		}
-		return strings.Split(strings.TrimSpace(string(b)), "\n")
+		return rig.runAhead(t, cache, steps...)
 	}
 	want := func(fn, source string) string {
 		return "lowered=_Z" + strconv.Itoa(len("ns::"+fn)) + "ns::" + fn + " code=cubin:code(" + source + "|-arch=sm_90)"
@@ -315,13 +322,7 @@ func TestFusedJobsAnswerMLX(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "cache")
 	run := func(steps ...string) []string {
 		t.Helper()
-		cmd := exec.Command(rig.ahead, append([]string{cache}, steps...)...)
-		cmd.Env = rig.env
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("ahead driver: %v\n%s", err, b)
-		}
-		return strings.Split(strings.TrimSpace(string(b)), "\n")
+		return rig.runAhead(t, cache, steps...)
 	}
 	want := func(m string) string {
 		expr := "mlx::core::cu::" + m + "_contiguous<uint32_t, 4>"
