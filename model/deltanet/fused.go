@@ -14,8 +14,9 @@ import (
 //
 // Each function is the op sequence of the ops functions (Gates, CausalConv's SiLU,
 // GatedOut), and compiled element-wise code rounds where the ops round; the weighted norms
-// round as NormalizeQK's norm and product do. So the results are the ops path's bit for bit
-// (TestFusedMatchesOps, and TestMatchesMLXLM against mlx-lm, whose gates are compiled too).
+// round as NormalizeQK's norm and product do (on the CPU and CUDA; see NormalizeQK). So the
+// results are the ops path's bit for bit (TestFusedMatchesOps, and TestMatchesMLXLM against
+// mlx-lm, whose gates are compiled too).
 // A nil *Fused runs the ops functions.
 type Fused struct {
 	keyDim                int
@@ -62,9 +63,11 @@ func (f *Fused) SiLU(x *mlxc.Array) *mlxc.Array {
 }
 
 // NormalizeQK is the package's NormalizeQK in two nodes: each norm takes its readout
-// scale as its weight. MLX's rms_norm rounds the normed value to the input dtype and then
-// multiplies by the weight in that dtype (its CPU, CUDA and Metal paths alike), which is
-// the ops path's scalar product, so the bits are the same (TestFusedMatchesOps).
+// scale as its weight. MLX's rms_norm on the CPU (its fallback ops) and in MLX 0.32.4's
+// CUDA kernel rounds the normed value to the input dtype and then multiplies by the weight
+// in that dtype: the ops path's norm then scalar product, bit for bit (TestFusedMatchesOps).
+// A kernel that multiplies before rounding (MLX's newer Metal kernel) rounds once where the
+// ops round twice, a last-bit difference; decode steps and verify blocks still round alike.
 func (f *Fused) NormalizeQK(q, k *mlxc.Array) (qn, kn *mlxc.Array) {
 	if f == nil || q.Dim(q.Ndim()-1) != f.keyDim || k.Dtype() != q.Dtype() {
 		return NormalizeQK(q, k)
