@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -209,4 +210,73 @@ func TestRunFusedJobProcess(t *testing.T) {
 	if _, err := os.Stat(res.PTX); !os.IsNotExist(err) {
 		t.Errorf("helper's MLX module cache %s is still there (%v)", res.PTX, err)
 	}
+}
+
+// fusedHelperEnv marks TestFusedAheadRunsJobsInHelpers's helper processes (this test
+// binary, the job's file last on its command line).
+const fusedHelperEnv = "MLXC_TEST_FUSED_HELPER"
+
+// TestFusedAheadRunsJobsInHelpers: with fused-kernel jobs on, a compiled call that meets a
+// new kernel writes a job into the compile cache's folder and a helper process runs it (here
+// this test binary, as RunFusedJob); the job's file is gone afterwards, a second call of the
+// same kernel starts none, and the call's values are the function's.
+func TestFusedAheadRunsJobsInHelpers(t *testing.T) {
+	if os.Getenv(fusedHelperEnv) == "1" { // the helper process
+		if _, err := RunFusedJob(os.Args[len(os.Args)-1]); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Setenv(fusedHelperEnv, "1")
+	dir := t.TempDir()
+	configMu.Lock()
+	old := config
+	config.CompileCache = dir
+	config.FusedHelper = []string{os.Args[0], "-test.run=^TestFusedAheadRunsJobsInHelpers$", "-test.count=1", "--"}
+	configMu.Unlock()
+	wasOn := aheadOn.Load()
+	defer func() {
+		configMu.Lock()
+		config = old
+		configMu.Unlock()
+		aheadOn.Store(wasOn)
+		startCompileCache()
+		startFusedAhead()
+	}()
+	g := lcg(53)
+	onMLX(t, func() {
+		startCompileCache()
+		aheadOn.Store(true)
+		startFusedAhead()
+		before := FusedAhead()
+		// A constant of its own keeps this function's kernel apart from other tests'.
+		c := Compile(func(in []*Array) []*Array {
+			return []*Array{Multiply(Exp(Multiply(in[0], Scalar(0.0703125, Float32))), in[1])}
+		}, true)
+		defer c.Free()
+		x, y := rand32(&g, Float32, -1, 1, 3, 8), rand32(&g, Float32, -1, 1, 3, 8)
+		out := c.Call(x, y)
+		for i := 0; i < 600; i++ { // the helper compiles with the system's compiler on a CPU
+			if s := FusedAhead(); s.Compiled+s.Failed > before.Compiled+before.Failed {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		st := FusedAhead()
+		if st.Submitted-before.Submitted != 1 || st.Compiled-before.Compiled != 1 || st.Failed != before.Failed {
+			t.Errorf("jobs: %+v, before %+v; want one submitted and compiled", st, before)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, ".fused-*")); len(left) != 0 {
+			t.Errorf("job files left: %v", left)
+		}
+		c.Call(x, y)
+		if s := FusedAhead(); s.Submitted != st.Submitted {
+			t.Errorf("the same kernel again started a job: %+v", s)
+		}
+		want := Multiply(Exp(Multiply(x, Scalar(0.0703125, Float32))), y)
+		Eval(out[0], want)
+		if g, w := out[0].Float32s(), want.Float32s(); !cmp.Equal(g, w) {
+			t.Errorf("values %v, want %v", g, w)
+		}
+	})
 }
