@@ -59,8 +59,11 @@ func startFusedAhead() {
 func fusedHelpers() int {
 	n := 2
 	if GPUCount() > 0 {
-		if b, err := strconv.ParseUint(strings.TrimSpace(DeviceInfo(Device{GPU: true})["total_memory"]), 10, 64); err == nil {
-			n = int(b >> 34)
+		var info map[string]string
+		if Catch(func() { info = DeviceInfo(Device{GPU: true}) }) == nil {
+			if b, err := strconv.ParseUint(strings.TrimSpace(info["total_memory"]), 10, 64); err == nil {
+				n = int(b >> 34)
+			}
 		}
 	}
 	return min(max(n, 2), 8)
