@@ -628,17 +628,22 @@ bool run_helper(const std::vector<std::string>& helper, const std::string& path)
   return ok;
 }
 
-// ahead_thread runs queued jobs until the process ends.
+// ahead_thread runs queued jobs until the process ends: the first one that can start (a
+// fused-kernel job waits for a free helper slot, while compiles behind it go ahead).
 void ahead_thread() {
   auto& c = cache();
   auto& a = c.ahead;
   std::unique_lock<std::mutex> lock(c.mu);
   for (;;) {
-    a.work.wait(lock, [&] { return !a.queue.empty(); });
-    AheadJob job = std::move(a.queue.front());
-    a.queue.pop_front();
+    std::deque<AheadJob>::iterator next;
+    a.work.wait(lock, [&] {
+      next = std::find_if(a.queue.begin(), a.queue.end(),
+                          [&](const AheadJob& j) { return j.fused_job.empty() || a.fused_running < a.fused_max; });
+      return next != a.queue.end();
+    });
+    AheadJob job = std::move(*next);
+    a.queue.erase(next);
     if (!job.fused_job.empty()) {
-      a.done.wait(lock, [&] { return a.fused_running < a.fused_max; });
       a.fused_running++;
       std::vector<std::string> helper = a.fused_helper;
       lock.unlock();
@@ -650,6 +655,7 @@ void ahead_thread() {
       for (auto& m : job.modules)
         if (--a.fused_pending[m] <= 0) a.fused_pending.erase(m);
       a.done.notify_all();
+      a.work.notify_all();  // a helper slot is free
       continue;
     }
     CompileJob j = make_job(job, a.recipe, c.dir);
