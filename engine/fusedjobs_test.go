@@ -78,13 +78,14 @@ func TestFusedJobsCompileWhatGenerationMeets(t *testing.T) {
 			}
 			t.Logf("%d jobs, %d kernels", len(jobs), found)
 			if len(jobs) < tc.minJobs {
-				t.Errorf("%d fused-kernel jobs (%d kernels met), want at least %d: %v", len(jobs), found, tc.minJobs, names(jobs))
+				t.Errorf("%d fused-kernel jobs (%d kernels met), want at least %d: %v", len(jobs), found, tc.minJobs, baseNames(jobs))
 			}
 		})
 	}
 }
 
-func names(paths []string) []string {
+// baseNames are the paths' file names.
+func baseNames(paths []string) []string {
 	var out []string
 	for _, p := range paths {
 		out = append(out, filepath.Base(p))

@@ -81,9 +81,7 @@ func (c *Compiled) Free() {
 	if c != nil && c.c != nil {
 		C.mlxc_compiled_free(c.c)
 		c.c = nil
-		if c.handle != 0 {
-			c.handle.Delete()
-		}
+		c.handle.Delete()
 	}
 }
 

@@ -187,6 +187,20 @@ uint64_t signature(const std::vector<mx::array>& in, bool shapeless) {
   return h;
 }
 
+// distinct sorts names and drops repeats.
+std::vector<std::string> distinct(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+// lines joins names, one per line (the form the Go side reads).
+std::string lines(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& name : names) s += name + "\n";
+  return s;
+}
+
 // fused_names_between lists the names of the fused nodes from outs back to the arrays of
 // in (a compiled call's own nodes, not the graph behind its inputs), sorted.
 std::vector<std::string> fused_names_between(const std::vector<mx::array>& outs, const std::vector<mx::array>& in) {
@@ -202,9 +216,7 @@ std::vector<std::string> fused_names_between(const std::vector<mx::array>& outs,
     if (auto c = dynamic_cast<mx::Compiled*>(&a.primitive())) names.push_back(c->lib_name());
     for (const auto& x : a.inputs()) stack.push_back(x);
   }
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  return names;
+  return distinct(std::move(names));
 }
 
 }  // namespace
@@ -1151,8 +1163,7 @@ int mlxc_fused_job_run(const char* path, char** found, char** expected) {
     mx::eval(f(in));
     auto compiled = mx::compile(f, shapeless);
     auto out = compiled(in);
-    std::string got;
-    for (auto& name : fused_names_between(out, in)) got += name + "\n";
+    std::string got = lines(fused_names_between(out, in));
     mx::eval(out);
     *found = strdup(got.c_str());
     *expected = strdup(want.c_str());
@@ -1165,11 +1176,7 @@ int mlxc_fused_names(const mlxc_array* arrs, int n, char** out) {
     each_pending_primitive(arrs, n, [&](mx::array& a) {
       if (auto c = dynamic_cast<mx::Compiled*>(&a.primitive())) names.push_back(c->lib_name());
     });
-    std::sort(names.begin(), names.end());
-    names.erase(std::unique(names.begin(), names.end()), names.end());
-    std::string s;
-    for (const auto& name : names) s += name + "\n";
-    *out = strdup(s.c_str());
+    *out = strdup(lines(distinct(std::move(names))).c_str());
   });
 }
 

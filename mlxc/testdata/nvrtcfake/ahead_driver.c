@@ -26,6 +26,15 @@ int mlxc_nvrtc_fused_ahead(const char *modules, const char *path);
 void mlxc_nvrtc_fused_stats(long long *submitted, long long *compiled, long long *failed, long long *answered,
                             long long *wait_ns);
 
+/* self_path is this program's file (the helpers run it again), NULL if unknown. */
+static const char *self_path(void) {
+  static char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return NULL;
+  self[n] = 0;
+  return self;
+}
+
 /* jit_fused compiles src as MLX compiles its fused module named module. */
 static int jit_fused(const char *module, const char *src, char *out, size_t cap) {
   char file[200], expr[256];
@@ -96,19 +105,16 @@ int main(int argc, char **argv) {
     snprintf(func, sizeof func, "%.*s", (int)(c2 - c1 - 1), c1 + 1);
     src = c2 + 1;
     if (!strcmp(step, "helper")) { /* compiles ahead run as this program's nvrtc-compile */
-      static char self[4096];
-      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-      if (n <= 0) return 2;
-      self[n] = 0;
+      const char *self = self_path();
+      if (!self) return 2;
       const char *helper[2] = {self, "nvrtc-compile"};
       mlxc_nvrtc_ahead_helper(helper, 2);
       continue;
     }
     if (!strcmp(step, "fused")) { /* a job for module func, run by this program's fused-compile */
-      static char self[4096], path[4200];
-      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-      if (n <= 0) return 2;
-      self[n] = 0;
+      static char path[4200];
+      const char *self = self_path();
+      if (!self) return 2;
       const char *helper[2] = {self, "fused-compile"};
       mlxc_nvrtc_fused_helper(helper, 2, 2);
       snprintf(path, sizeof path, "%s/.fused-%d-%d.mlxfn", argv[1], (int)getpid(), i);
