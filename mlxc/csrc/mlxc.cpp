@@ -1074,8 +1074,8 @@ int mlxc_compiled_call(mlxc_array* outs, int cap, int* nout, mlxc_compiled c, co
     if (static_cast<int>(r.size()) > cap) throw std::invalid_argument("compiled call: too many outputs");
     auto& w = fused_watch();
     // A call inside another function's trace is that function's; its arrays are placeholders.
-    bool traced = std::any_of(in.begin(), in.end(), [](const mx::array& a) { return a.is_tracer(); });
-    if (new_fused && !traced && w.on.load(std::memory_order_relaxed) &&
+    auto traced = [&in] { return std::any_of(in.begin(), in.end(), [](const mx::array& a) { return a.is_tracer(); }); };
+    if (new_fused && w.on.load(std::memory_order_relaxed) && !traced() &&
         cc->seen.insert(signature(in, cc->shapeless)).second) {
       std::string fresh;
       std::lock_guard<std::mutex> lock(w.mu);
